@@ -1,0 +1,492 @@
+//! Turning a checked loop into a named task and a call into the runtime.
+//!
+//! Everything generated goes through `::strads_ap::__private`; generated local names use
+//! `Span::mixed_site()` so the user's body cannot see them, and user tokens keep their
+//! spans so that errors point at user code.
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, Pat, Type};
+
+use crate::ast::{Head, Input, LoopKind};
+use crate::{captures, valid};
+
+/// Parses, checks and expands one invocation of `async_for!` or `sync_for!`.
+pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenStream> {
+    let input = Input::parse(kind, tokens)?;
+    let analysis = captures::analyze(&input.body.param, &input.body.body);
+    valid::check(&input, &analysis)?;
+    Ok(generate(&input, &analysis.captures))
+}
+
+/// Like `syn::Error::into_compile_error`, but one expression: several `compile_error!`
+/// invocations side by side are not an expression, so they go in a block.
+pub(crate) fn into_compile_error(error: syn::Error) -> TokenStream {
+    let errors = error.into_compile_error();
+    quote!({ #errors })
+}
+
+/// 64-bit FNV-1a.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// A generated local name, invisible to the user's code.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// A span that resolves like generated code but is shown at the user's `span`.
+fn at(span: Span) -> Span {
+    Span::call_site().located_at(span)
+}
+
+fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
+    let gen = Generator::new(input, captures);
+    let private = &gen.private;
+
+    let body_hash = fnv1a(input.body.body.to_token_stream().to_string().as_bytes());
+    let task_name = format!("__StradsTask_{body_hash:016x}");
+    let task = Ident::new(&task_name, Span::call_site());
+    let body_hash = Literal::u64_suffixed(body_hash);
+    let site = local("__STRADS_SITE");
+    let task_var = local("__strads_task");
+
+    let names = &gen.names;
+    let generics: Vec<Ident> = (0..captures.len())
+        .map(|i| format_ident!("__C{}", i))
+        .collect();
+    let struct_def = if captures.is_empty() {
+        quote!(struct #task {})
+    } else {
+        quote!(struct #task <#(#generics),*> { #(#captures: #generics),* })
+    };
+    let inits = captures
+        .iter()
+        .map(|c| quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)));
+
+    let (kind, run_fn, head, run, record) = match &input.head {
+        Head::Async { range } => {
+            let idx = local("__strads_idx");
+            let k = local("__strads_k");
+            (
+                quote!(Async),
+                quote!(run_async_for),
+                quote!(#range),
+                gen.body_fn(Pass::Run, &idx, quote!(#idx)),
+                gen.body_fn(Pass::Record, &k, quote!(::core::iter::once(#k))),
+            )
+        }
+        Head::Sync {
+            data,
+            minibatch,
+            mode,
+        } => {
+            let batch = local("__strads_batch");
+            let once = quote!(::core::iter::once(#batch));
+            let data = borrow(data);
+            (
+                quote!(Sync),
+                quote!(run_sync_for),
+                quote!(#data, #minibatch, #mode),
+                gen.body_fn(Pass::Run, &batch, once.clone()),
+                gen.body_fn(Pass::Record, &batch, once),
+            )
+        }
+    };
+    let opts = gen.opts();
+    let register = gen.register_fn();
+
+    quote! {
+        {
+            #[derive(#private::serde::Serialize, #private::serde::Deserialize)]
+            #[serde(crate = "::strads_ap::__private::serde")]
+            #[allow(non_camel_case_types)]
+            #struct_def
+            static #site: #private::CallSite = #private::CallSite {
+                kind: #private::LoopKind::#kind,
+                task: #task_name,
+                body_hash: #body_hash,
+                file: ::core::file!(),
+                line: ::core::line!(),
+                column: ::core::column!(),
+                captures: &[#(#names),*],
+            };
+            let #task_var = #task { #(#inits),* };
+            #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record)
+        }
+    }
+}
+
+/// The two versions of the body: `Run` over real views, `Record` over recording views
+/// for reconnaissance execution.
+#[derive(Clone, Copy)]
+enum Pass {
+    Run,
+    Record,
+}
+
+/// What the pieces of the expansion share.
+struct Generator<'a> {
+    input: &'a Input,
+    captures: &'a [Ident],
+    /// The captures' names as strings, without `r#`.
+    names: Vec<String>,
+    private: TokenStream,
+    /// The task, the first parameter of every generated function.
+    t: Ident,
+}
+
+impl<'a> Generator<'a> {
+    fn new(input: &'a Input, captures: &'a [Ident]) -> Self {
+        Generator {
+            input,
+            captures,
+            names: captures.iter().map(|c| c.unraw().to_string()).collect(),
+            private: quote!(::strads_ap::__private),
+            t: local("__strads_t"),
+        }
+    }
+
+    /// The user's options converted into `Opts`, or the defaults.
+    fn opts(&self) -> TokenStream {
+        let private = &self.private;
+        match &self.input.opts {
+            Some(opts) => quote_spanned! {at(opts.span())=>
+                ::core::convert::Into::<::strads_ap::__private::Opts>::into(#opts)
+            },
+            None => quote!(#private::Opts::default()),
+        }
+    }
+
+    /// `|task, registrar| ..`: tells the runtime what kind of value each capture is.
+    fn register_fn(&self) -> TokenStream {
+        let (private, t) = (&self.private, &self.t);
+        let reg = local("__strads_reg");
+        let registrations = self.captures.iter().zip(&self.names).map(|(c, name)| {
+            quote_spanned! {at(c.span())=>
+                (&&&::strads_ap::__private::Probe(&#t.#c)).__strads_register(#reg, #name);
+            }
+        });
+        quote! {
+            |#t, #reg| {
+                #[allow(unused_imports)]
+                use #private::{ProbeAgg as _, ProbeNoAgg as _, ProbePlain as _};
+                #(#registrations)*
+            }
+        }
+    }
+
+    /// `|task, ctx_or_recorder, arg| { bindings; for PARAM in ITEMS { BODY } }`.
+    fn body_fn(&self, pass: Pass, arg: &Ident, items: TokenStream) -> TokenStream {
+        let (private, t) = (&self.private, &self.t);
+        let (ctx, method, fallback) = match pass {
+            Pass::Run => (local("__strads_ctx"), "__strads_enter", "EnterFallback"),
+            Pass::Record => (local("__strads_rec"), "__strads_record", "RecordFallback"),
+        };
+        let method = Ident::new(method, Span::call_site());
+        let fallback = Ident::new(fallback, Span::call_site());
+        let bindings = self.captures.iter().zip(&self.names).map(|(c, name)| {
+            let slot = local(&format!("__strads_slot_{name}"));
+            // The slot is a temporary kept alive by the reference, so it needs no `mut`
+            // binding whether `__strads_bind` takes `&self` or `&mut self`. `let _ = &c;`
+            // keeps a capture that the body does not really use (e.g. one passed to a
+            // macro that drops it) from warning.
+            quote_spanned! {at(c.span())=>
+                let #slot = &mut #t.#c.#method(#ctx, #name);
+                let #c = #slot.__strads_bind();
+                let _ = &#c;
+            }
+        });
+        let body = &self.input.body;
+        let each = for_each(&body.param, body.param_ty.as_ref(), &items, &body.body);
+        quote! {
+            |#t, #ctx, #arg| {
+                #[allow(unused_imports)]
+                use #private::#fallback as _;
+                #(#bindings)*
+                #each
+            }
+        }
+    }
+}
+
+/// `for PARAM in ITEMS { BODY }`, with the parameter's type annotation, if any, on a
+/// `let` inside the loop. The loop makes `continue` in the body skip to the next index
+/// or mini-batch, as it does in the serial loop.
+fn for_each(param: &Pat, param_ty: Option<&Type>, items: &TokenStream, body: &Expr) -> TokenStream {
+    let item = local("__strads_item");
+    let block = match body {
+        Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() => b.block.to_token_stream(),
+        _ => quote!({ #body; }),
+    };
+    match param_ty {
+        None => quote!(for #param in #items #block),
+        Some(ty) => quote! {
+            for #item in #items {
+                let #param: #ty = #item;
+                #block
+            }
+        },
+    }
+}
+
+/// `&DATA`, with parentheses where the expression needs them.
+fn borrow(data: &Expr) -> TokenStream {
+    match data {
+        Expr::Array(_)
+        | Expr::Block(_)
+        | Expr::Call(_)
+        | Expr::Field(_)
+        | Expr::Index(_)
+        | Expr::Lit(_)
+        | Expr::Macro(_)
+        | Expr::MethodCall(_)
+        | Expr::Paren(_)
+        | Expr::Path(_)
+        | Expr::Reference(_)
+        | Expr::Try(_)
+        | Expr::Tuple(_)
+        | Expr::Unary(_) => quote!(&#data),
+        _ => quote!(&(#data)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_ok(kind: LoopKind, tokens: TokenStream) -> TokenStream {
+        match expand(kind, tokens) {
+            Ok(tokens) => tokens,
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+
+    fn sgdmf() -> TokenStream {
+        quote! {
+            0..ratings.len(), |k| {
+                let r = &ratings[k];
+                let (u, v) = (r.user as usize, r.item as usize);
+                let wu = &mut w[u];
+                let hv = &mut h[v];
+                let mut err = r.rating;
+                for f in 0..RANK { err -= wu[f] * hv[f]; }
+                for f in 0..RANK {
+                    let (a, b) = (wu[f], hv[f]);
+                    wu[f] += gamma * (err * b - lambda * a);
+                    hv[f] += gamma * (err * a - lambda * b);
+                }
+            }
+        }
+    }
+
+    /// The generated code with spaces removed, for `contains` checks.
+    fn squeeze(tokens: &TokenStream) -> String {
+        tokens.to_string().split_whitespace().collect()
+    }
+
+    #[test]
+    fn fnv1a_reference_values() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn async_for_expansion_parses() {
+        let out = expand_ok(LoopKind::Async, sgdmf());
+        let block: syn::Block = syn::parse2(out.clone()).expect("a block");
+        let expr: syn::Expr = syn::parse2(out.clone()).expect("an expression");
+        assert!(matches!(expr, syn::Expr::Block(_)));
+        assert_eq!(block.stmts.len(), 4);
+
+        let s = squeeze(&out);
+        assert!(s.contains("struct__StradsTask_"), "{s}");
+        assert!(
+            s.contains(
+                "<__C0,__C1,__C2,__C3,__C4>{ratings:__C0,w:__C1,h:__C2,gamma:__C3,lambda:__C4}"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("#[serde(crate=\"::strads_ap::__private::serde\")]"));
+        assert!(s.contains("kind:::strads_ap::__private::LoopKind::Async"));
+        assert!(s.contains("captures:&[\"ratings\",\"w\",\"h\",\"gamma\",\"lambda\"]"));
+        assert!(s.contains("ratings:::strads_ap::__private::capture(&ratings)"));
+        assert!(s.contains("::strads_ap::__private::run_async_for(&__STRADS_SITE,0..ratings.len(),&__strads_task,::strads_ap::__private::Opts::default(),"));
+        assert!(s.contains(
+            "(&&&::strads_ap::__private::Probe(&__strads_t.gamma)).__strads_register(__strads_reg,\"gamma\");"
+        ));
+        assert!(s.contains(
+            "let__strads_slot_w=&mut__strads_t.w.__strads_enter(__strads_ctx,\"w\");letw=__strads_slot_w.__strads_bind();let_=&w;"
+        ));
+        assert!(
+            s.contains("let__strads_slot_h=&mut__strads_t.h.__strads_record(__strads_rec,\"h\");")
+        );
+        assert!(s.contains("forkin__strads_idx{letr=&ratings[k];"));
+        assert!(s.contains("forkin::core::iter::once(__strads_k){letr=&ratings[k];"));
+        assert!(s.contains("|__strads_t,__strads_ctx,__strads_idx|"));
+        assert!(s.contains("|__strads_t,__strads_rec,__strads_k|"));
+    }
+
+    #[test]
+    fn task_name_and_hash_agree() {
+        let out = expand_ok(LoopKind::Async, sgdmf());
+        let s = squeeze(&out);
+        let start = s.find("task:\"__StradsTask_").expect("task name") + "task:\"".len();
+        let name = &s[start..start + "__StradsTask_".len() + 16];
+        let hash = u64::from_str_radix(&name["__StradsTask_".len()..], 16).expect("hex");
+        assert!(s.contains(&format!("struct{name}<")));
+        assert!(s.contains(&format!("body_hash:{hash}u64")));
+        // The same body gives the same name; another body another one.
+        assert_eq!(
+            out.to_string(),
+            expand_ok(LoopKind::Async, sgdmf()).to_string()
+        );
+        let other = squeeze(&expand_ok(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                w[k] = 0.0;
+            }),
+        ));
+        assert!(!other.contains(name));
+    }
+
+    #[test]
+    fn options_and_typed_parameter() {
+        let out = expand_ok(
+            LoopKind::Async,
+            quote!(0..n, move |k: usize| x[k] += 1.0, Opts::new().threads(2)),
+        );
+        syn::parse2::<syn::Block>(out.clone()).expect("a block");
+        let s = squeeze(&out);
+        assert!(s.contains(
+            "::core::convert::Into::<::strads_ap::__private::Opts>::into(Opts::new().threads(2))"
+        ));
+        assert!(s.contains("for__strads_itemin__strads_idx{letk:usize=__strads_item;{x[k]+=1.0;}}"));
+    }
+
+    #[test]
+    fn zero_captures() {
+        let out = expand_ok(
+            LoopKind::Async,
+            quote!(0..4, |k| {
+                println!("{}", k);
+            }),
+        );
+        syn::parse2::<syn::Block>(out.clone()).expect("a block");
+        let s = squeeze(&out);
+        assert!(s.contains("struct__StradsTask_"));
+        assert!(s.contains("{}static"), "{s}");
+        assert!(s.contains("captures:&[]"));
+    }
+
+    #[test]
+    fn sync_for_expansion() {
+        let out = expand_ok(
+            LoopKind::Sync,
+            quote!(
+                sentences,
+                1000,
+                SyncMode::Hybrid,
+                |batch| {
+                    for s in batch {
+                        counts[s.word] += 1;
+                    }
+                    let n = sentences.len();
+                },
+                opts
+            ),
+        );
+        syn::parse2::<syn::Block>(out.clone()).expect("a block");
+        let s = squeeze(&out);
+        assert!(s.contains("kind:::strads_ap::__private::LoopKind::Sync"));
+        assert!(s.contains("captures:&[\"counts\",\"sentences\"]"));
+        assert!(s.contains(
+            "::strads_ap::__private::run_sync_for(&__STRADS_SITE,&sentences,1000,SyncMode::Hybrid,&__strads_task,::core::convert::Into::<::strads_ap::__private::Opts>::into(opts),"
+        ), "{s}");
+        assert!(s.contains("|__strads_t,__strads_ctx,__strads_batch|"));
+        assert!(s.contains("|__strads_t,__strads_rec,__strads_batch|"));
+        assert!(s.contains("forbatchin::core::iter::once(__strads_batch){for"));
+    }
+
+    #[test]
+    fn data_is_parenthesised_when_needed() {
+        let s = squeeze(&expand_ok(LoopKind::Sync, quote!(a.b, 10, m, |batch| {})));
+        assert!(s.contains("(&__STRADS_SITE,&a.b,10"));
+        let s = squeeze(&expand_ok(
+            LoopKind::Sync,
+            quote!(x as Vec<u8>, 10, m, |batch| {}),
+        ));
+        assert!(s.contains("(&__STRADS_SITE,&(xasVec<u8>),10"));
+    }
+
+    #[test]
+    fn expression_body() {
+        let out = expand_ok(LoopKind::Async, quote!(0..n, |k| w[k] = k as f32));
+        let s = squeeze(&out);
+        assert!(s.contains("forkin__strads_idx{w[k]=kasf32;}"), "{s}");
+    }
+
+    #[test]
+    fn errors_are_returned_not_panicked() {
+        let cases = [
+            (LoopKind::Async, quote!(0..n)),
+            (LoopKind::Async, quote!(0..n, |a, b| {})),
+            (LoopKind::Async, quote!(0..n, || {})),
+            (LoopKind::Sync, quote!(data, |b| {})),
+            (
+                LoopKind::Async,
+                quote!(0..n, |k| {
+                    gamma = 1.0;
+                }),
+            ),
+            (
+                LoopKind::Async,
+                quote!(0..n, |k| {
+                    break;
+                }),
+            ),
+            (
+                LoopKind::Async,
+                quote!(0..n, |k| {
+                    return;
+                }),
+            ),
+            (
+                LoopKind::Async,
+                quote!(0..n, |k| {
+                    f(k)?;
+                }),
+            ),
+            (
+                LoopKind::Async,
+                quote!(0..n, |k| {
+                    self.x[k] = 1;
+                }),
+            ),
+            (LoopKind::Async, quote!(0..n, |k| { let = ; })),
+            (LoopKind::Async, quote!(,,)),
+        ];
+        for (kind, tokens) in cases {
+            let error = expand(kind, tokens.clone()).expect_err(&tokens.to_string());
+            let compiled = into_compile_error(error);
+            assert!(compiled.to_string().contains("compile_error"), "{compiled}");
+            syn::parse2::<syn::ExprBlock>(compiled).expect("one block expression");
+        }
+        let several = expand(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                gamma = 1.0;
+                break;
+            }),
+        )
+        .expect_err("two errors");
+        assert_eq!(several.clone().into_iter().count(), 2);
+        syn::parse2::<syn::ExprBlock>(into_compile_error(several)).expect("one block");
+    }
+}

@@ -1,0 +1,413 @@
+//! The rules a loop body must follow, checked before expansion. All violations are
+//! reported together, each at the user's code.
+
+use syn::visit::{self, Visit};
+use syn::{Error, Lifetime};
+
+use crate::ast::{Input, LoopKind};
+use crate::captures::{Analysis, MacroArgs};
+
+/// Checks the loop body of `input`, given what the capture analysis found.
+pub(crate) fn check(input: &Input, analysis: &Analysis) -> syn::Result<()> {
+    let kind = input.kind;
+    let mut errors = Vec::new();
+
+    for assignment in &analysis.assignments {
+        errors.push(Error::new_spanned(
+            &assignment.target,
+            format!(
+                "cannot assign to captured variable `{}` inside `{}`: the loop body runs on \
+                 many threads and ranks, each with its own copy of plain captured values, so \
+                 the change would be lost. Keep the value in a DVector (e.g. \
+                 `DVector::from_fn(1, ..)`) and write it through indexing, or compute it \
+                 after the loop with `reduce`.",
+                assignment.name,
+                kind.macro_name()
+            ),
+        ));
+    }
+
+    if let Some(span) = analysis.self_uses.first() {
+        errors.push(Error::new(
+            *span,
+            "`self` cannot be captured by a loop body; bind the field you need to a local \
+             variable before the loop",
+        ));
+    }
+
+    let mut flow = ControlFlow {
+        kind,
+        loop_depth: 0,
+        labels: Vec::new(),
+        errors: &mut errors,
+    };
+    flow.visit_expr(&input.body.body);
+
+    errors
+        .into_iter()
+        .reduce(|mut all, e| {
+            all.combine(e);
+            all
+        })
+        .map_or(Ok(()), Err)
+}
+
+/// Finds `break`, `return`, `?` and labels that leave the body. Nested closures, async
+/// blocks and items have their own control flow and are not looked into.
+struct ControlFlow<'a> {
+    kind: LoopKind,
+    loop_depth: usize,
+    labels: Vec<String>,
+    errors: &'a mut Vec<Error>,
+}
+
+impl ControlFlow<'_> {
+    fn in_loop(&mut self, label: Option<&Lifetime>, f: impl FnOnce(&mut Self)) {
+        self.loop_depth += 1;
+        self.labelled(label, f);
+        self.loop_depth -= 1;
+    }
+
+    fn labelled(&mut self, label: Option<&Lifetime>, f: impl FnOnce(&mut Self)) {
+        if let Some(label) = label {
+            self.labels.push(label.ident.to_string());
+        }
+        f(self);
+        if label.is_some() {
+            self.labels.pop();
+        }
+    }
+
+    fn check_label(&mut self, keyword: &str, label: Option<&Lifetime>) {
+        if let Some(label) = label {
+            if !self.labels.contains(&label.ident.to_string()) {
+                self.errors.push(Error::new_spanned(
+                    label,
+                    format!(
+                        "cannot `{keyword}` to the label `{label}` from the body of `{}`: \
+                         the label is outside the loop body, which runs on its own for every \
+                         {}",
+                        self.kind.macro_name(),
+                        self.kind.unit()
+                    ),
+                ));
+            }
+        }
+    }
+
+    fn leaves_body(&mut self, tokens: &dyn quote::ToTokens, keyword: &str) {
+        let (unit, article) = match self.kind {
+            LoopKind::Async => ("index", "an"),
+            LoopKind::Sync => ("mini-batch", "a"),
+        };
+        self.errors.push(Error::new_spanned(
+            tokens,
+            format!(
+                "`{keyword}` is not supported in the body of `{}`: the loop body runs for every \
+                 {unit}; skip the rest of {article} {unit} with `continue`",
+                self.kind.macro_name(),
+            ),
+        ));
+    }
+}
+
+impl<'ast> Visit<'ast> for ControlFlow<'_> {
+    fn visit_expr_for_loop(&mut self, e: &'ast syn::ExprForLoop) {
+        self.visit_expr(&e.expr);
+        self.in_loop(e.label.as_ref().map(|l| &l.name), |c| {
+            c.visit_block(&e.body);
+        });
+    }
+
+    fn visit_expr_while(&mut self, e: &'ast syn::ExprWhile) {
+        self.in_loop(e.label.as_ref().map(|l| &l.name), |c| {
+            c.visit_expr(&e.cond);
+            c.visit_block(&e.body);
+        });
+    }
+
+    fn visit_expr_loop(&mut self, e: &'ast syn::ExprLoop) {
+        self.in_loop(e.label.as_ref().map(|l| &l.name), |c| {
+            c.visit_block(&e.body);
+        });
+    }
+
+    fn visit_expr_block(&mut self, e: &'ast syn::ExprBlock) {
+        self.labelled(e.label.as_ref().map(|l| &l.name), |c| {
+            c.visit_block(&e.block);
+        });
+    }
+
+    fn visit_expr_break(&mut self, e: &'ast syn::ExprBreak) {
+        match &e.label {
+            Some(label) => self.check_label("break", Some(label)),
+            None if self.loop_depth == 0 => self.leaves_body(e, "break"),
+            None => {}
+        }
+        visit::visit_expr_break(self, e);
+    }
+
+    fn visit_expr_continue(&mut self, e: &'ast syn::ExprContinue) {
+        self.check_label("continue", e.label.as_ref());
+    }
+
+    fn visit_expr_return(&mut self, e: &'ast syn::ExprReturn) {
+        self.leaves_body(e, "return");
+        visit::visit_expr_return(self, e);
+    }
+
+    fn visit_expr_try(&mut self, e: &'ast syn::ExprTry) {
+        self.errors.push(Error::new(
+            e.question_token.span,
+            format!(
+                "the `?` operator is not supported in the body of `{}`: the loop body cannot \
+                 return an error; handle the error inside the body, e.g. with `match`, or \
+                 panic with a message",
+                self.kind.macro_name()
+            ),
+        ));
+        visit::visit_expr_try(self, e);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        match MacroArgs::parse(mac) {
+            MacroArgs::Exprs { exprs, .. } => exprs.iter().for_each(|e| self.visit_expr(e)),
+            MacroArgs::Repeat(elem, len) => {
+                self.visit_expr(&elem);
+                self.visit_expr(&len);
+            }
+            MacroArgs::Matches(expr, _, guard) => {
+                self.visit_expr(&expr);
+                if let Some(guard) = &guard {
+                    self.visit_expr(guard);
+                }
+            }
+            MacroArgs::Stmts(stmts) => stmts.iter().for_each(|s| self.visit_stmt(s)),
+            MacroArgs::Opaque => {}
+        }
+    }
+
+    fn visit_expr_closure(&mut self, _: &'ast syn::ExprClosure) {}
+
+    fn visit_expr_async(&mut self, _: &'ast syn::ExprAsync) {}
+
+    fn visit_expr_try_block(&mut self, _: &'ast syn::ExprTryBlock) {}
+
+    fn visit_expr_const(&mut self, _: &'ast syn::ExprConst) {}
+
+    fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::captures::analyze;
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    fn errors(kind: LoopKind, tokens: TokenStream) -> Vec<String> {
+        let input = Input::parse(kind, tokens).expect("valid arguments");
+        let analysis = analyze(&input.body.param, &input.body.body);
+        match check(&input, &analysis) {
+            Ok(()) => Vec::new(),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn sgdmf_body_is_accepted() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                let r = &ratings[k];
+                let (u, v) = (r.user as usize, r.item as usize);
+                let wu = &mut w[u];
+                let hv = &mut h[v];
+                let mut err = r.rating;
+                for f in 0..RANK {
+                    err -= wu[f] * hv[f];
+                }
+                for f in 0..RANK {
+                    let (a, b) = (wu[f], hv[f]);
+                    wu[f] += gamma * (err * b - lambda * a);
+                    hv[f] += gamma * (err * a - lambda * b);
+                }
+            }),
+        );
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn assignment_to_capture() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                gamma = 0.1;
+                gamma *= 0.5;
+                cfg.lr = 1.0;
+                w[k] = 1.0;
+                w[k][0] += 1.0;
+                let mut s = 0.0;
+                s += 1.0;
+            }),
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(
+            found[0],
+            "cannot assign to captured variable `gamma` inside `async_for!`: the loop body \
+             runs on many threads and ranks, each with its own copy of plain captured values, \
+             so the change would be lost. Keep the value in a DVector (e.g. \
+             `DVector::from_fn(1, ..)`) and write it through indexing, or compute it after \
+             the loop with `reduce`."
+        );
+        assert!(found[2].contains("`cfg` inside `async_for!`"));
+
+        let found = errors(
+            LoopKind::Sync,
+            quote!(d, 8, m, |b| {
+                total += b.len();
+            }),
+        );
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains("`total` inside `sync_for!`"), "{found:?}");
+    }
+
+    #[test]
+    fn assignment_in_nested_closure() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                let mut f = || count += 1;
+                f();
+            }),
+        );
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains("`count`"));
+    }
+
+    #[test]
+    fn top_level_break_and_return() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                if k == 0 {
+                    continue;
+                }
+                if k == 1 {
+                    break;
+                }
+                if k == 2 {
+                    return;
+                }
+                for i in 0..k {
+                    if i == 3 {
+                        break;
+                    }
+                }
+                loop {
+                    break;
+                }
+                let f = || {
+                    return 1;
+                };
+                while k > 9 {
+                    return;
+                }
+            }),
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(
+            found[0],
+            "`break` is not supported in the body of `async_for!`: the loop body runs for \
+             every index; skip the rest of an index with `continue`"
+        );
+        assert!(found[1].starts_with("`return` is not supported"));
+        assert!(found[2].starts_with("`return` is not supported"));
+
+        let found = errors(
+            LoopKind::Sync,
+            quote!(d, 8, m, |b| {
+                break;
+            }),
+        );
+        assert!(found[0].contains("every mini-batch; skip the rest of a mini-batch"));
+    }
+
+    #[test]
+    fn question_mark() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                let x = parse(k)?;
+                let y = || -> Result<u8, E> { Ok(parse(k)?) };
+                let z = async { fetch(k)? };
+                assert!(check(k)?);
+            }),
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(
+            found[0],
+            "the `?` operator is not supported in the body of `async_for!`: the loop body \
+             cannot return an error; handle the error inside the body, e.g. with `match`, or \
+             panic with a message"
+        );
+    }
+
+    #[test]
+    fn labels_outside_the_body() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                'inner: for i in 0..k {
+                    if i > 2 {
+                        continue 'inner;
+                    }
+                    break 'inner;
+                }
+                'blk: {
+                    if k > 1 {
+                        break 'blk;
+                    }
+                }
+                if k > 5 {
+                    continue 'epochs;
+                }
+                break 'epochs;
+            }),
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("cannot `continue` to the label `'epochs`"));
+        assert!(found[1].contains("cannot `break` to the label `'epochs`"));
+    }
+
+    #[test]
+    fn self_is_refused_once() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                w[k] = self.a + self.b;
+            }),
+        );
+        assert_eq!(
+            found,
+            [
+                "`self` cannot be captured by a loop body; bind the field you need to a local \
+              variable before the loop"
+            ]
+        );
+    }
+
+    #[test]
+    fn all_errors_are_reported_together() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                g = 1;
+                let v = f(k)?;
+                return;
+                self.x;
+            }),
+        );
+        assert_eq!(found.len(), 4, "{found:?}");
+    }
+}

@@ -1,0 +1,223 @@
+//! The job a process belongs to: its rank, the world size, its worker threads.
+//!
+//! A program calls [`init`] once (or lets the first operator do it). Without a launcher the
+//! job is a *world of one*: rank 0 of 1, using every core. The launcher describes a larger
+//! job through `STRADS_*` environment variables (see [`env`]); the cluster runtime reads
+//! them here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// The environment variables that make up the launcher ↔ program contract.
+pub mod env {
+    /// This process's rank, `0..STRADS_WORLD_SIZE`. Rank 0 is the driver.
+    pub const RANK: &str = "STRADS_RANK";
+    /// Number of processes in the job.
+    pub const WORLD_SIZE: &str = "STRADS_WORLD_SIZE";
+    /// Worker threads per process (default: all cores).
+    pub const THREADS: &str = "STRADS_THREADS";
+    /// Seed for the runtime's own randomness (task shuffles in the planner).
+    pub const SEED: &str = "STRADS_SEED";
+}
+
+/// How a process takes part in a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// This process's rank.
+    pub rank: usize,
+    /// Number of processes.
+    pub world_size: usize,
+    /// Worker threads in this process.
+    pub threads: usize,
+    /// Seed of the planner's shuffles; fixed so runs are repeatable.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rank: 0,
+            world_size: 1,
+            threads: default_threads(),
+            seed: 0x5eed_5eed,
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl Config {
+    /// A world of one process with `threads` worker threads.
+    pub fn local(threads: usize) -> Self {
+        Config {
+            threads: threads.max(1),
+            ..Config::default()
+        }
+    }
+
+    /// Reads the `STRADS_*` variables; absent ones take the world-of-one defaults.
+    pub fn from_env() -> Result<Self> {
+        let mut config = Config::default();
+        let read = |name: &str| -> Result<Option<u64>> {
+            match std::env::var(name) {
+                Ok(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
+                    Error::Config(format!("{name}={v:?} is not a non-negative integer"))
+                }),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(e) => Err(Error::Config(format!("{name}: {e}"))),
+            }
+        };
+        if let Some(rank) = read(env::RANK)? {
+            config.rank = rank as usize;
+        }
+        if let Some(world) = read(env::WORLD_SIZE)? {
+            config.world_size = world as usize;
+        }
+        if let Some(threads) = read(env::THREADS)? {
+            if threads == 0 {
+                return Err(Error::Config(format!(
+                    "{}=0: need at least one thread",
+                    env::THREADS
+                )));
+            }
+            config.threads = threads as usize;
+        }
+        if let Some(seed) = read(env::SEED)? {
+            config.seed = seed;
+        }
+        if config.world_size == 0 || config.rank >= config.world_size {
+            return Err(Error::Config(format!(
+                "rank {} is not in a world of {} processes",
+                config.rank, config.world_size
+            )));
+        }
+        if config.world_size > 1 {
+            return Err(Error::Config(format!(
+                "{}={} asks for a multi-process job, which this build does not support yet; \
+                 run without the launcher for a world of one",
+                env::WORLD_SIZE,
+                config.world_size
+            )));
+        }
+        Ok(config)
+    }
+}
+
+/// The process-wide runtime state.
+pub struct Context {
+    config: Config,
+    next_table: AtomicU64,
+    pools: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
+}
+
+static CONTEXT: OnceLock<Context> = OnceLock::new();
+
+/// Joins the job the launcher described, or starts a world of one using all cores.
+///
+/// Calling it again with the same configuration is harmless; operators call it themselves
+/// if the program did not.
+///
+/// # Examples
+/// ```
+/// strads_ap_runtime::init().unwrap();
+/// assert!(strads_ap_runtime::is_driver());
+/// ```
+pub fn init() -> Result<()> {
+    let config = Config::from_env()?;
+    init_with(config)
+}
+
+/// Starts the runtime with an explicit configuration (tests, embedding).
+///
+/// Fails if the runtime was already started with a different configuration, except that
+/// the thread count may differ (operators can choose their thread count per call).
+pub fn init_with(config: Config) -> Result<()> {
+    let mut fresh = false;
+    let ctx = CONTEXT.get_or_init(|| {
+        fresh = true;
+        Context::new(config.clone())
+    });
+    if !fresh && (ctx.config.rank != config.rank || ctx.config.world_size != config.world_size) {
+        return Err(Error::Config(format!(
+            "init called twice with different jobs: rank {}/{} then {}/{}",
+            ctx.config.rank, ctx.config.world_size, config.rank, config.world_size
+        )));
+    }
+    Ok(())
+}
+
+/// The runtime context, started on first use.
+pub(crate) fn context() -> &'static Context {
+    CONTEXT.get_or_init(|| {
+        let config = Config::from_env().unwrap_or_else(|e| {
+            tracing::warn!("{e}; falling back to a world of one");
+            Config::default()
+        });
+        Context::new(config)
+    })
+}
+
+impl Context {
+    fn new(config: Config) -> Self {
+        Context {
+            config,
+            next_table: AtomicU64::new(1),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The configuration this process runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A fresh table id. Ids are handed out in program order, so every rank of an SPMD
+    /// job gives the same DDS the same id.
+    pub(crate) fn new_table_id(&self) -> u64 {
+        self.next_table.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A rayon pool with exactly `threads` workers (cached per size).
+    pub(crate) fn pool(&self, threads: usize) -> Arc<rayon::ThreadPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools
+            .entry(threads)
+            .or_insert_with(|| {
+                Arc::new(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .thread_name(|i| format!("strads-worker-{i}"))
+                        .build()
+                        .expect("failed to start worker threads"),
+                )
+            })
+            .clone()
+    }
+}
+
+/// This process's rank (0 is the driver).
+pub fn rank() -> usize {
+    context().config.rank
+}
+
+/// Number of processes in the job.
+pub fn world_size() -> usize {
+    context().config.world_size
+}
+
+/// Whether this process is the driver (rank 0), whose output is authoritative.
+pub fn is_driver() -> bool {
+    rank() == 0
+}
+
+/// Default worker threads per process.
+pub fn threads() -> usize {
+    context().config.threads
+}

@@ -1,0 +1,348 @@
+//! Reading DVectors from text files; saving and loading DDS snapshots.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use super::vector::DVector;
+use super::Element;
+use crate::cluster::context;
+use crate::error::{Error, Result};
+use crate::util::{excerpt, fnv1a};
+
+/// Reads `path` line by line into a DVector, parsing each line with `parser`.
+///
+/// Empty lines are skipped. The file is split into byte ranges aligned to line boundaries
+/// and parsed in parallel; element order is line order. A line the parser rejects fails
+/// the whole read with an error naming the file and line; see [`ReadOptions`] to skip
+/// bad lines, skip a header or comments instead.
+///
+/// # Examples
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("strads-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// # let path = dir.join("ratings.txt");
+/// std::fs::write(&path, "1 2 5.0\n3 4 1.5\n")?;
+/// let parse = |line: &str| -> Result<(u32, u32, f32), String> {
+///     let f: Vec<&str> = line.split_whitespace().collect();
+///     if f.len() != 3 { return Err(format!("expected 3 fields, found {}", f.len())); }
+///     Ok((f[0].parse().map_err(|e| format!("user: {e}"))?,
+///         f[1].parse().map_err(|e| format!("item: {e}"))?,
+///         f[2].parse().map_err(|e| format!("rating: {e}"))?))
+/// };
+/// let ratings = strads_ap_runtime::read_from_file(&path, parse)?;
+/// assert_eq!(ratings.get(1)?, (3, 4, 1.5));
+///
+/// std::fs::write(&path, "1 2 5.0\n3 x 1.5\n")?;
+/// let err = strads_ap_runtime::read_from_file(&path, parse).unwrap_err();
+/// assert!(err.to_string().contains("ratings.txt:2: item"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_from_file<T, E, F>(path: impl AsRef<Path>, parser: F) -> Result<DVector<T>>
+where
+    T: Element,
+    E: Display,
+    F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
+{
+    Ok(ReadOptions::new().read(path, parser)?.0)
+}
+
+/// Options of [`read_from_file`]: header lines, comments, skipping bad lines.
+///
+/// # Examples
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("strads-doc2-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// # let path = dir.join("values.tsv");
+/// std::fs::write(&path, "value\n# a comment\n1\ntwo\n3\n")?;
+/// let (v, report) = strads_ap_runtime::ReadOptions::new()
+///     .header_lines(1)
+///     .comment_prefix("#")
+///     .skip_bad_lines(true)
+///     .read(&path, |l: &str| l.trim().parse::<i64>())?;
+/// assert_eq!(v.to_vec()?, vec![1, 3]);
+/// assert_eq!(report.skipped, 1);
+/// assert_eq!(report.first_skipped.as_ref().unwrap().0, 4);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    header_lines: usize,
+    comment_prefix: Option<String>,
+    skip_bad_lines: bool,
+    allow_empty: bool,
+}
+
+/// What [`ReadOptions::read`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadReport {
+    /// Lines parsed into elements.
+    pub parsed: usize,
+    /// Bad lines skipped (only with `skip_bad_lines`).
+    pub skipped: usize,
+    /// The first skipped line: its number and the parser's message.
+    pub first_skipped: Option<(usize, String)>,
+}
+
+struct Chunk<T> {
+    items: Vec<T>,
+    lines: usize,
+    bad: Vec<(usize, String, String)>,
+}
+
+impl ReadOptions {
+    /// Defaults: no header, no comments, bad lines are errors, an empty file is an error.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Skips the first `n` lines (headers).
+    pub fn header_lines(mut self, n: usize) -> Self {
+        self.header_lines = n;
+        self
+    }
+
+    /// Skips lines starting with `prefix` (after leading whitespace).
+    pub fn comment_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.comment_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Skips lines the parser rejects instead of failing; the report counts them and a
+    /// warning names the first.
+    pub fn skip_bad_lines(mut self, skip: bool) -> Self {
+        self.skip_bad_lines = skip;
+        self
+    }
+
+    /// Accepts a file with no data lines (default: an error).
+    pub fn allow_empty(mut self, allow: bool) -> Self {
+        self.allow_empty = allow;
+        self
+    }
+
+    /// Reads `path` with these options.
+    pub fn read<T, E, F>(
+        &self,
+        path: impl AsRef<Path>,
+        parser: F,
+    ) -> Result<(DVector<T>, ReadReport)>
+    where
+        T: Element,
+        E: Display,
+        F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
+    {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            let line = bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
+            Error::Parse {
+                path: path.to_path_buf(),
+                line,
+                message: "the line is not valid UTF-8".into(),
+                text: String::new(),
+            }
+        })?;
+        let mut body_start = 0;
+        for _ in 0..self.header_lines {
+            match text[body_start..].find('\n') {
+                Some(at) => body_start += at + 1,
+                None => body_start = text.len(),
+            }
+        }
+        let text = &text[body_start..];
+        let threads = context().config().threads;
+        let ranges = split_lines(text, threads * 4);
+        let pool = context().pool(threads);
+        let chunks: Vec<Chunk<T>> = pool.install(|| {
+            ranges
+                .par_iter()
+                .map(|r| self.parse_chunk(&text[r.clone()], &parser))
+                .collect()
+        });
+        let mut report = ReadReport::default();
+        let mut items = Vec::with_capacity(chunks.iter().map(|c| c.items.len()).sum());
+        let mut first_line = self.header_lines + 1;
+        for chunk in chunks {
+            for (line, message, text) in chunk.bad {
+                let line = first_line + line;
+                if !self.skip_bad_lines {
+                    return Err(Error::Parse {
+                        path: path.to_path_buf(),
+                        line,
+                        message,
+                        text,
+                    });
+                }
+                report.skipped += 1;
+                report.first_skipped.get_or_insert((line, message));
+            }
+            first_line += chunk.lines;
+            items.extend(chunk.items);
+        }
+        report.parsed = items.len();
+        if let Some((line, message)) = &report.first_skipped {
+            tracing::warn!(
+                "{}: skipped {} bad lines; the first, line {line}: {message}",
+                path.display(),
+                report.skipped
+            );
+        }
+        if items.is_empty() && !self.allow_empty {
+            return Err(Error::EmptyFile {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok((DVector::from_data(items), report))
+    }
+
+    fn parse_chunk<T, E: Display>(
+        &self,
+        text: &str,
+        parser: &(impl Fn(&str) -> std::result::Result<T, E> + Sync),
+    ) -> Chunk<T> {
+        let mut chunk = Chunk {
+            items: Vec::new(),
+            lines: 0,
+            bad: Vec::new(),
+        };
+        // `first_line` of a chunk is only known after the fact, so numbers are relative.
+        for line in text.split_inclusive('\n') {
+            let number = chunk.lines;
+            chunk.lines += 1;
+            let content = line.trim_end_matches(['\n', '\r']);
+            if content.trim().is_empty() {
+                continue;
+            }
+            if let Some(prefix) = &self.comment_prefix {
+                if content.trim_start().starts_with(prefix.as_str()) {
+                    continue;
+                }
+            }
+            match parser(content) {
+                Ok(item) => chunk.items.push(item),
+                Err(e) => chunk.bad.push((number, e.to_string(), excerpt(content))),
+            }
+        }
+        chunk
+    }
+}
+
+/// Splits `text` into about `parts` byte ranges that end at line ends.
+fn split_lines(text: &str, parts: usize) -> Vec<std::ops::Range<usize>> {
+    let bytes = text.as_bytes();
+    let target = (bytes.len() / parts.max(1)).max(1 << 16);
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    while start < bytes.len() {
+        let mut end = (start + target).min(bytes.len());
+        while end < bytes.len() && bytes[end - 1] != b'\n' {
+            end += 1;
+        }
+        ranges.push(start..end);
+        start = end;
+    }
+    ranges
+}
+
+const MAGIC: &[u8; 8] = b"STRADSv1";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Header {
+    kind: String,
+    element: String,
+    len: u64,
+    checksum: u64,
+}
+
+/// Writes a snapshot atomically: temp file, fsync, rename.
+pub(crate) fn save_snapshot<T: serde::Serialize>(
+    path: &Path,
+    kind: &str,
+    items: &[T],
+) -> Result<()> {
+    let payload = postcard::to_stdvec(items).map_err(|e| Error::Codec {
+        what: format!("{kind} for {}", path.display()),
+        message: e.to_string(),
+    })?;
+    let header = Header {
+        kind: kind.to_string(),
+        element: std::any::type_name::<T>().to_string(),
+        len: items.len() as u64,
+        checksum: fnv1a(&payload),
+    };
+    let header = postcard::to_stdvec(&header).map_err(|e| Error::Codec {
+        what: "snapshot header".into(),
+        message: e.to_string(),
+    })?;
+    let tmp: PathBuf = {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".tmp.{}", std::process::id()));
+        path.with_file_name(name)
+    };
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(MAGIC)?;
+        f.write_all(&(header.len() as u32).to_le_bytes())?;
+        f.write_all(&header)?;
+        f.write_all(&payload)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// Reads a snapshot, checking magic, kind, element type, length and checksum.
+pub(crate) fn load_snapshot<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    kind: &str,
+) -> Result<Vec<T>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bad = |message: String| Error::BadSnapshot {
+        path: path.to_path_buf(),
+        message,
+    };
+    if bytes.len() < 12 || &bytes[..8] != MAGIC {
+        return Err(bad("not a strads-ap snapshot (bad magic)".into()));
+    }
+    let hlen = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
+    let body = bytes
+        .get(12..12 + hlen)
+        .ok_or_else(|| bad("truncated header".into()))?;
+    let header: Header = postcard::from_bytes(body).map_err(|e| bad(format!("bad header: {e}")))?;
+    if header.kind != kind {
+        return Err(bad(format!("holds a {}, not a {kind}", header.kind)));
+    }
+    let element = std::any::type_name::<T>();
+    if header.element != element {
+        return Err(bad(format!(
+            "holds elements of type {}, but {element} was asked for",
+            header.element
+        )));
+    }
+    let payload = &bytes[12 + hlen..];
+    if fnv1a(payload) != header.checksum {
+        return Err(bad(
+            "checksum mismatch: the file is damaged or truncated".into()
+        ));
+    }
+    let items: Vec<T> =
+        postcard::from_bytes(payload).map_err(|e| bad(format!("bad payload: {e}")))?;
+    if items.len() as u64 != header.len {
+        return Err(bad(format!(
+            "header says {} elements, payload has {}",
+            header.len,
+            items.len()
+        )));
+    }
+    Ok(items)
+}

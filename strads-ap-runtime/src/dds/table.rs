@@ -1,0 +1,254 @@
+//! Type-erased access to tables, for the engines: lock a table for an operator, bind it,
+//! make per-worker replicas and merge them.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
+
+use super::aggregate::{Aggregate, Aggregation};
+use crate::error::{Error, Result};
+
+/// Live tables by id, so that a handle deserialized from the wire finds its table.
+fn registry() -> &'static Mutex<HashMap<u64, Weak<dyn Any + Send + Sync>>> {
+    static REG: OnceLock<Mutex<HashMap<u64, Weak<dyn Any + Send + Sync>>>> = OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+pub(crate) fn register_table<T: Any + Send + Sync>(id: u64, table: &Arc<T>) {
+    let weak: Weak<dyn Any + Send + Sync> =
+        Arc::downgrade(&(table.clone() as Arc<dyn Any + Send + Sync>));
+    let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+    reg.retain(|_, w| w.strong_count() > 0);
+    reg.insert(id, weak);
+}
+
+pub(crate) fn lookup_table<T: Any + Send + Sync>(id: u64) -> std::result::Result<Arc<T>, String> {
+    let reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+    let any = reg
+        .get(&id)
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| format!("no live DDS table with id {id} in this process"))?;
+    any.downcast::<T>()
+        .map_err(|_| format!("DDS table {id} holds a different element type"))
+}
+
+/// A captured table as the engines see it.
+pub(crate) trait TableHandle: Send + Sync {
+    fn id(&self) -> u64;
+    /// Size of the key space: elements of a vector; 0 for maps (keys are hashed).
+    fn key_space(&self) -> usize;
+    fn is_relaxed(&self) -> bool;
+    /// Exclusive use for the duration of an operator.
+    fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
+}
+
+/// A locked table: where its elements are.
+pub(crate) trait TableLock {
+    fn ptr(&mut self) -> *mut u8;
+    fn len(&self) -> usize;
+}
+
+/// The storage of a [`DVector`](super::DVector) on this rank.
+pub(crate) struct VectorTable<T> {
+    pub id: u64,
+    pub len: usize,
+    /// The elements of this rank's partition (a world of one holds all of them).
+    pub data: RwLock<Vec<T>>,
+    pub relaxed: AtomicBool,
+    pub aggregation: RwLock<Option<Aggregation<T>>>,
+}
+
+impl<T: Send + Sync + 'static> VectorTable<T> {
+    pub fn new(id: u64, data: Vec<T>) -> Arc<Self> {
+        let table = Arc::new(VectorTable {
+            id,
+            len: data.len(),
+            data: RwLock::new(data),
+            relaxed: AtomicBool::new(false),
+            aggregation: RwLock::new(None),
+        });
+        register_table(id, &table);
+        table
+    }
+
+    pub fn read(&self, op: &'static str) -> Result<std::sync::RwLockReadGuard<'_, Vec<T>>> {
+        self.data.try_read().map_err(|e| match e {
+            std::sync::TryLockError::Poisoned(p) => {
+                drop(p);
+                Error::Busy { op }
+            }
+            std::sync::TryLockError::WouldBlock => Error::Busy { op },
+        })
+    }
+
+    pub fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Vec<T>>> {
+        match self.data.try_write() {
+            Ok(g) => Ok(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy { op }),
+        }
+    }
+}
+
+struct VectorLock<'a, T>(RwLockWriteGuard<'a, Vec<T>>);
+
+impl<T> TableLock for VectorLock<'_, T> {
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr() as *mut u8
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<T: Send + Sync + 'static> TableHandle for VectorTable<T> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn key_space(&self) -> usize {
+        self.len
+    }
+    fn is_relaxed(&self) -> bool {
+        self.relaxed.load(Ordering::Relaxed)
+    }
+    fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
+        Ok(Box::new(VectorLock(self.write(op)?)))
+    }
+}
+
+/// Per-worker copies of an aggregatable table and the merging of their deltas.
+pub(crate) trait Merger: Send + Sync {
+    /// A replica: a copy of `len` elements at `master`.
+    ///
+    /// # Safety
+    /// `master` must point to `len` initialised elements of the table's type that no one
+    /// writes during the call.
+    unsafe fn replica(&self, master: *const u8, len: usize) -> Replica;
+    /// Adds the replica's delta since its last refresh to the master, then refreshes it.
+    ///
+    /// # Safety
+    /// `master` as for [`Merger::replica`], and no one else reads or writes it during the
+    /// call.
+    unsafe fn push(&self, master: *mut u8, replica: &mut Replica);
+    /// Aggregates the deltas of all replicas (each started from the same master values)
+    /// into the master with the table's [`Aggregation`], then refreshes them all.
+    ///
+    /// # Safety
+    /// As for [`Merger::push`].
+    unsafe fn merge_all(&self, master: *mut u8, replicas: &mut [Replica]);
+}
+
+/// A worker's copy of a table: the values it started from and the values it works on.
+pub(crate) struct Replica(Box<dyn Any + Send>);
+
+struct ReplicaBuf<T> {
+    base: Vec<T>,
+    work: Vec<T>,
+}
+
+impl Replica {
+    /// A placeholder while a replica is moved out.
+    pub fn empty() -> Self {
+        Replica(Box::new(()))
+    }
+
+    pub fn ptr<T: 'static>(&mut self) -> *mut T {
+        self.buf::<T>().work.as_mut_ptr()
+    }
+
+    fn buf<T: 'static>(&mut self) -> &mut ReplicaBuf<T> {
+        self.0
+            .downcast_mut::<ReplicaBuf<T>>()
+            .expect("strads-ap internal error: replica of another element type")
+    }
+}
+
+pub(crate) struct VectorMerger<T> {
+    pub table: Arc<VectorTable<T>>,
+}
+
+impl<T: Aggregate> VectorMerger<T> {
+    fn aggregation(&self) -> Aggregation<T> {
+        self.table
+            .aggregation
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or(Aggregation::Average)
+    }
+}
+
+impl<T: Aggregate> Merger for VectorMerger<T> {
+    unsafe fn replica(&self, master: *const u8, len: usize) -> Replica {
+        // SAFETY: the caller guarantees `master` points to `len` initialised `T`s that are
+        // not written while we copy them.
+        let master = unsafe { std::slice::from_raw_parts(master as *const T, len) };
+        Replica(Box::new(ReplicaBuf {
+            base: master.to_vec(),
+            work: master.to_vec(),
+        }))
+    }
+
+    unsafe fn push(&self, master: *mut u8, replica: &mut Replica) {
+        let buf = replica.buf::<T>();
+        // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
+        let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, buf.work.len()) };
+        let aggregation = self.aggregation();
+        for ((m, w), b) in master.iter_mut().zip(&mut buf.work).zip(&mut buf.base) {
+            let mut delta = w.clone();
+            delta.sub_delta(b);
+            aggregation.apply(m, &[&delta]);
+            w.clone_from(m);
+            b.clone_from(m);
+        }
+    }
+
+    unsafe fn merge_all(&self, master: *mut u8, replicas: &mut [Replica]) {
+        let Some(first) = replicas.first_mut() else {
+            return;
+        };
+        let len = first.buf::<T>().work.len();
+        // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
+        let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, len) };
+        let aggregation = self.aggregation();
+        let bufs: Vec<&mut ReplicaBuf<T>> = replicas.iter_mut().map(|r| r.buf::<T>()).collect();
+        match &aggregation {
+            Aggregation::Average | Aggregation::Sum => {
+                let scale = match aggregation {
+                    Aggregation::Average if bufs.len() > 1 => Some(1.0 / bufs.len() as f64),
+                    _ => None,
+                };
+                for (i, m) in master.iter_mut().enumerate() {
+                    let mut total = bufs[0].work[i].clone();
+                    total.sub_delta(&bufs[0].base[i]);
+                    for b in &bufs[1..] {
+                        total.add_delta(&b.work[i]);
+                        total.sub_delta(&b.base[i]);
+                    }
+                    if let Some(f) = scale {
+                        total.scale(f);
+                    }
+                    m.add_delta(&total);
+                }
+            }
+            Aggregation::Custom(_) => {
+                let mut deltas: Vec<T> = Vec::with_capacity(bufs.len());
+                for (i, m) in master.iter_mut().enumerate() {
+                    deltas.clear();
+                    for b in &bufs {
+                        let mut d = b.work[i].clone();
+                        d.sub_delta(&b.base[i]);
+                        deltas.push(d);
+                    }
+                    let refs: Vec<&T> = deltas.iter().collect();
+                    aggregation.apply(m, &refs);
+                }
+            }
+        }
+        for b in bufs {
+            b.work.clone_from_slice(master);
+            b.base.clone_from_slice(master);
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Views: how a captured DVector is indexed inside a loop body.
+//!
+//! Generated code turns each captured value into a binding with two method calls:
+//! `__strads_enter` (or `__strads_record` in reconnaissance) then `__strads_bind`. For a
+//! DDS the inherent methods win and yield a view; for a plain value the fallback traits
+//! yield an owned copy (so mutating it is a compile error rather than a lost update).
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
+
+use super::vector::VectorRef;
+use crate::engine::ctx::{raise, ExecCtx, Fault, SHARED};
+use crate::recon::Recorder;
+
+/// A DVector as a loop body sees it: indexable like a `Vec`.
+///
+/// Every access is bounds-checked; in `async_for!` it is also checked against the
+/// conflict-free plan (one load and compare), so a body can never race with another group
+/// even if its accesses differ from what reconnaissance recorded.
+pub struct VectorView<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    tags: *const u32,
+    allowed: u32,
+    writable: bool,
+    read_only_reason: &'static str,
+    name: &'static str,
+    _life: PhantomData<&'a mut [T]>,
+}
+
+impl<T> VectorRef<T> {
+    /// Binds the captured DVector for the running group.
+    #[doc(hidden)]
+    #[inline]
+    pub fn __strads_enter<'a>(&'a self, ctx: &'a ExecCtx, name: &'static str) -> VectorView<'a, T> {
+        let b = ctx.binding(self.table.id);
+        VectorView {
+            ptr: b.ptr as *mut T,
+            len: b.len,
+            tags: b.tags,
+            allowed: b.allowed,
+            writable: b.writable,
+            read_only_reason: b.read_only_reason,
+            name,
+            _life: PhantomData,
+        }
+    }
+
+    /// Binds the captured DVector for reconnaissance.
+    #[doc(hidden)]
+    pub fn __strads_record<'a>(
+        &'a self,
+        rec: &'a Recorder,
+        name: &'static str,
+    ) -> RecordVectorView<'a, T> {
+        let (slot, ptr, len) = rec.table(self.table.id);
+        RecordVectorView {
+            // SAFETY: the engine holds the table's lock for the whole reconnaissance and
+            // nothing writes it meanwhile (recording views write to scratch).
+            data: unsafe { std::slice::from_raw_parts(ptr as *const T, len) },
+            scratch: HashMap::new(),
+            slot,
+            rec,
+            name,
+        }
+    }
+}
+
+impl<'a, T> VectorView<'a, T> {
+    /// Number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `i`, or `None` past the end.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&T> {
+        (i < self.len).then(|| &self[i])
+    }
+
+    /// Element `i` mutably, or `None` past the end.
+    #[inline]
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        (i < self.len).then(|| &mut self[i])
+    }
+
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_bind(&mut self) -> &mut Self {
+        self
+    }
+
+    #[inline(always)]
+    fn check(&self, i: usize, write: bool) {
+        if i >= self.len {
+            raise(Fault::OutOfBounds {
+                table: self.name,
+                index: i,
+                len: self.len,
+            });
+        }
+        if write && !self.writable {
+            raise(Fault::Outside {
+                table: self.name,
+                key: i as u64,
+                write,
+                reason: self.read_only_reason,
+            });
+        }
+        if !self.tags.is_null() {
+            // SAFETY: `tags` has one entry per element (the planner sizes it to the
+            // table), and `i < len` was checked above.
+            let tag = unsafe { *self.tags.add(i) };
+            if tag != self.allowed && (write || tag != SHARED) {
+                self.outside(i, write, tag);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, i: usize, write: bool, tag: u32) -> ! {
+        let reason = match tag {
+            crate::engine::ctx::UNTOUCHED => "no task touched this element during reconnaissance",
+            SHARED => "reconnaissance saw only reads of this element",
+            _ => "the element belongs to another task group of the plan",
+        };
+        raise(Fault::Outside {
+            table: self.name,
+            key: i as u64,
+            write,
+            reason,
+        })
+    }
+}
+
+impl<T> Index<usize> for VectorView<'_, T> {
+    type Output = T;
+
+    #[inline(always)]
+    fn index(&self, i: usize) -> &T {
+        self.check(i, false);
+        // SAFETY: `i < len` was checked, and `ptr` points to `len` initialised elements
+        // that the engine keeps alive and locked for the operator. No other thread writes
+        // element `i` now: the plan gives each written element to one group at a time and
+        // `check` refused the access unless this group holds the element or it is shared
+        // read-only (tag SHARED, which no group may write).
+        unsafe { &*self.ptr.add(i) }
+    }
+}
+
+impl<T> IndexMut<usize> for VectorView<'_, T> {
+    #[inline(always)]
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        self.check(i, true);
+        // SAFETY: as for `index`; a write needs the element's tag to equal this group's, so
+        // no other thread holds a reference to element `i`, and `&mut self` rules out a
+        // second reference from this thread.
+        unsafe { &mut *self.ptr.add(i) }
+    }
+}
+
+/// A DVector as a body sees it during reconnaissance: reads return real values, writes
+/// go to a scratch copy, every access is logged.
+pub struct RecordVectorView<'a, T> {
+    data: &'a [T],
+    scratch: HashMap<usize, T>,
+    slot: usize,
+    rec: &'a Recorder,
+    name: &'static str,
+}
+
+impl<'a, T: Clone> RecordVectorView<'a, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Element `i`, or `None` past the end.
+    pub fn get(&self, i: usize) -> Option<&T> {
+        (i < self.data.len()).then(|| &self[i])
+    }
+
+    /// Element `i` mutably, or `None` past the end.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        (i < self.data.len()).then(|| &mut self[i])
+    }
+
+    #[doc(hidden)]
+    pub fn __strads_bind(&mut self) -> &mut Self {
+        self
+    }
+
+    fn bounds(&self, i: usize) {
+        if i >= self.data.len() {
+            raise(Fault::OutOfBounds {
+                table: self.name,
+                index: i,
+                len: self.data.len(),
+            });
+        }
+    }
+}
+
+impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
+    type Output = T;
+
+    fn index(&self, i: usize) -> &T {
+        self.bounds(i);
+        self.rec.log(self.slot, i as u64, false);
+        self.scratch.get(&i).unwrap_or(&self.data[i])
+    }
+}
+
+impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        self.bounds(i);
+        self.rec.log(self.slot, i as u64, true);
+        let data = self.data;
+        self.scratch.entry(i).or_insert_with(|| data[i].clone())
+    }
+}
+
+/// A captured plain value on its way to its binding in a loop body.
+#[doc(hidden)]
+pub struct Plain<T>(Option<T>);
+
+impl<T> Plain<T> {
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_bind(&mut self) -> T {
+        match self.0.take() {
+            Some(v) => v,
+            None => unreachable!("a capture is bound once"),
+        }
+    }
+}
+
+/// Fallback of `__strads_enter` for captured plain values: an owned copy.
+#[doc(hidden)]
+pub trait EnterFallback: Clone {
+    #[inline(always)]
+    fn __strads_enter(&self, _ctx: &ExecCtx, _name: &'static str) -> Plain<Self> {
+        Plain(Some(self.clone()))
+    }
+}
+
+impl<T: Clone> EnterFallback for T {}
+
+/// Fallback of `__strads_record` for captured plain values: an owned copy.
+#[doc(hidden)]
+pub trait RecordFallback: Clone {
+    fn __strads_record(&self, _rec: &Recorder, _name: &'static str) -> Plain<Self> {
+        Plain(Some(self.clone()))
+    }
+}
+
+impl<T: Clone> RecordFallback for T {}

@@ -1,0 +1,456 @@
+//! The serializable engine: runs `async_for!` bodies in conflict-free groups.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
+use super::{body_error, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr};
+use crate::cluster::context;
+use crate::dds::table::{Replica, TableLock};
+use crate::error::{Error, Result};
+use crate::plan::{self, GroupRef, Plan, PlanConfig, Schedule, SlotMode, TableInfo};
+use crate::recon::{AccessLog, Recorder, MAX_TABLES};
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PlanKey {
+    site: usize,
+    start: usize,
+    end: usize,
+    threads: usize,
+    blocks: Option<usize>,
+    tables: Vec<u64>,
+}
+
+fn plan_cache() -> &'static Mutex<HashMap<PlanKey, Plan>> {
+    static CACHE: OnceLock<Mutex<HashMap<PlanKey, Plan>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
+///
+/// Called by generated code; see the `async_for!` macro for the user-facing contract.
+#[doc(hidden)]
+pub fn run_async_for<Task: Sync, I: LoopIndex>(
+    site: &'static CallSite,
+    range: Range<I>,
+    task: &Task,
+    opts: Opts,
+    register: fn(&Task, &mut Registry),
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    record: fn(&Task, &Recorder, I),
+) -> Result<()> {
+    let ctx = context();
+    let threads = opts.threads.unwrap_or(ctx.config().threads);
+    let bounds = |i: I| {
+        i.to_usize().ok_or_else(|| {
+            Error::invalid(
+                "async_for!",
+                format!("{site}: the index range must not be negative"),
+            )
+        })
+    };
+    let (start, end) = (bounds(range.start)?, bounds(range.end)?);
+    let n = end.saturating_sub(start);
+    if n > u32::MAX as usize {
+        return Err(Error::invalid(
+            "async_for!",
+            format!("{site}: {n} indices; at most 2^32 per call are supported"),
+        ));
+    }
+    let mut registry = Registry::default();
+    register(task, &mut registry);
+    if registry.entries.len() > MAX_TABLES {
+        return Err(Error::invalid(
+            "async_for!",
+            format!("{site}: the body captures more than {MAX_TABLES} DDSs"),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+
+    let mut locks: Vec<Box<dyn TableLock + '_>> = registry
+        .entries
+        .iter()
+        .map(|e| {
+            e.table.lock("async_for!").map_err(|_| {
+                Error::invalid(
+                    "async_for!",
+                    format!(
+                        "{site}: DDS `{}` is in use by another running operator \
+                         (loop operators cannot be nested)",
+                        e.name
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    let bases: Vec<(u64, SharedPtr<u8>, usize)> = registry
+        .entries
+        .iter()
+        .zip(&mut locks)
+        .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
+        .collect();
+
+    let key = PlanKey {
+        site: site as *const CallSite as usize,
+        start,
+        end,
+        threads,
+        blocks: opts.blocks,
+        tables: bases.iter().map(|b| b.0).collect(),
+    };
+    let cached = if opts.recheck {
+        None
+    } else {
+        plan_cache()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key)
+    };
+    let mut plan = match cached {
+        Some(plan) => plan,
+        None => {
+            let t0 = Instant::now();
+            let log = reconnoitre(site, start, n, task, record, &bases, threads)?;
+            let t1 = Instant::now();
+            let tables: Vec<TableInfo> = registry
+                .entries
+                .iter()
+                .map(|e| TableInfo {
+                    key_space: e.table.key_space(),
+                    relaxed: e.table.is_relaxed() && e.merger.is_some(),
+                })
+                .collect();
+            let config = PlanConfig {
+                threads,
+                blocks: opts.blocks,
+                seed: opts.seed.unwrap_or(ctx.config().seed),
+            };
+            let plan = plan::plan(log, &tables, &config);
+            let t2 = Instant::now();
+            tracing::debug!(
+                "{site}: planned {} tasks with {}: {} groups in {} batches, largest {} ({:?} recon, {:?} plan)",
+                plan.stats.tasks,
+                plan.stats.strategy,
+                plan.stats.groups,
+                plan.stats.batches,
+                plan.stats.largest_group,
+                t1 - t0,
+                t2 - t1
+            );
+            if threads > 1 && plan.stats.largest_group * 2 > n && n >= 64 {
+                tracing::warn!(
+                    "{site}: most tasks conflict with each other ({} of {n} in one group), so \
+                     the loop runs nearly serially; declare the hot table relaxed if \
+                     approximate merging is acceptable",
+                    plan.stats.largest_group
+                );
+            }
+            record_stats(site, |s| {
+                s.recon += t1 - t0;
+                s.planning += t2 - t1;
+                s.strategy = plan.stats.strategy;
+                s.groups = plan.stats.groups;
+            });
+            plan
+        }
+    };
+
+    let t0 = Instant::now();
+    let outcome = execute(
+        site, start, task, run, &registry, &bases, &mut plan, threads,
+    );
+    record_stats(site, |s| {
+        s.calls += 1;
+        s.running += t0.elapsed();
+    });
+    drop(locks);
+    match &outcome {
+        Err(Error::AccessOutsidePlan { .. }) => {}
+        _ => {
+            plan_cache()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, plan);
+        }
+    }
+    outcome
+}
+
+/// Reconnaissance: runs `record` for every index, in parallel chunks, and returns the
+/// per-task access log in index order.
+fn reconnoitre<Task: Sync, I: LoopIndex>(
+    site: &CallSite,
+    start: usize,
+    n: usize,
+    task: &Task,
+    record: fn(&Task, &Recorder, I),
+    bases: &[(u64, SharedPtr<u8>, usize)],
+    threads: usize,
+) -> Result<AccessLog> {
+    let chunk = n.div_ceil(threads * 8).max(1024);
+    let chunks: Vec<Range<usize>> = (0..n)
+        .step_by(chunk)
+        .map(|s| start + s..start + (s + chunk).min(n))
+        .collect();
+    let pool = context().pool(threads);
+    let logs: Vec<Result<AccessLog>> = pool.install(|| {
+        chunks
+            .par_iter()
+            .map(|r| {
+                let rec = Recorder::new(
+                    bases
+                        .iter()
+                        .map(|b| (b.0, b.1 .0 as *const u8, b.2))
+                        .collect(),
+                );
+                let mut current = r.start;
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    for k in r.clone() {
+                        current = k;
+                        record(task, &rec, I::from_usize(k));
+                        rec.end_task();
+                    }
+                }));
+                match outcome {
+                    Ok(()) => Ok(rec.into_log()),
+                    Err(payload) => {
+                        rec.abort_task();
+                        Err(body_error(site, current, payload))
+                    }
+                }
+            })
+            .collect()
+    });
+    let mut log = AccessLog::new();
+    for l in logs {
+        log.append(l?);
+    }
+    Ok(log)
+}
+
+/// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
+struct Worker {
+    ctx: ExecCtx,
+    replicas: Vec<(usize, Replica)>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute<Task: Sync, I: LoopIndex>(
+    site: &CallSite,
+    start: usize,
+    task: &Task,
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    registry: &Registry,
+    bases: &[(u64, SharedPtr<u8>, usize)],
+    plan: &mut Plan,
+    threads: usize,
+) -> Result<()> {
+    let merge_lock = Mutex::new(());
+    let errors = FirstError::new();
+    let new_worker = |plan: &Plan| -> Worker {
+        let mut replicas = Vec::new();
+        let bindings = bases
+            .iter()
+            .enumerate()
+            .map(|(slot, &(id, SharedPtr(ptr), len))| {
+                let mut b = Binding {
+                    id,
+                    ptr,
+                    len,
+                    tags: std::ptr::null(),
+                    allowed: 0,
+                    writable: true,
+                    read_only_reason: "",
+                };
+                match plan.modes[slot] {
+                    SlotMode::ReadOnly => {
+                        b.writable = false;
+                        b.read_only_reason = "reconnaissance saw no task write this table";
+                    }
+                    SlotMode::Checked => b.tags = plan.tags[slot].as_ptr(),
+                    SlotMode::Relaxed => {
+                        let merger = registry.entries[slot]
+                            .merger
+                            .as_ref()
+                            .expect("relaxed tables have a merger");
+                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                        // SAFETY: the master holds `len` elements, locked by this engine;
+                        // masters of relaxed tables are only touched under `merge_lock`.
+                        let mut r = unsafe { merger.replica(ptr, len) };
+                        b.ptr = r.ptr::<u8>();
+                        replicas.push((slot, r));
+                    }
+                }
+                b
+            })
+            .collect();
+        Worker {
+            ctx: ExecCtx::new(bindings),
+            replicas,
+        }
+    };
+    let run_group = |w: &mut Worker, plan: &Plan, group: GroupRef, tasks: &[u32]| {
+        for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
+            if plan.modes[slot] == SlotMode::Checked {
+                b.allowed = plan.allowed(slot, group);
+            }
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
+        }));
+        if let Err(payload) = outcome {
+            errors.set(body_error(site, w.ctx.current(), payload));
+        }
+        if !w.replicas.is_empty() {
+            let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+            for (slot, r) in &mut w.replicas {
+                let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+                // SAFETY: the master is locked by this engine and only touched under
+                // `merge_lock`, which we hold.
+                unsafe { merger.push(bases[*slot].1 .0, r) };
+            }
+        }
+    };
+
+    let pool = context().pool(threads);
+    match &plan.schedule {
+        Schedule::Rotation(rot) => {
+            let order = {
+                let mut o: Vec<(usize, usize, usize)> = rot
+                    .cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (i, c.row as usize, c.col as usize))
+                    .collect();
+                o.sort_by_key(|&(i, _, _)| std::cmp::Reverse(rot.cells[i].tasks.len()));
+                o
+            };
+            let sched = CellScheduler::new(rot.rows, rot.cols, order);
+            let plan_ref: &Plan = plan;
+            let work = || {
+                let mut w = new_worker(plan_ref);
+                while let Some(c) = sched.take(&errors) {
+                    let cell = &rot.cells[c];
+                    run_group(&mut w, plan_ref, GroupRef::Cell(c), &cell.tasks);
+                    sched.finish(cell.row as usize, cell.col as usize);
+                }
+            };
+            if threads == 1 {
+                work();
+            } else {
+                pool.scope(|s| {
+                    for _ in 0..threads {
+                        s.spawn(|_| work());
+                    }
+                });
+            }
+        }
+        Schedule::Components(batches) => {
+            let batches = batches.clone();
+            for (b, batch) in batches.iter().enumerate() {
+                if errors.failed() {
+                    break;
+                }
+                if batches.len() > 1 {
+                    plan::retag(&plan.log, &plan.modes, batch, &mut plan.tags);
+                }
+                let plan_ref: &Plan = plan;
+                let next = AtomicUsize::new(0);
+                let work = || {
+                    let mut w = new_worker(plan_ref);
+                    loop {
+                        let g = next.fetch_add(1, Ordering::Relaxed);
+                        if g >= batch.groups.len() || errors.failed() {
+                            break;
+                        }
+                        let group = GroupRef::Group { batch: b, group: g };
+                        run_group(&mut w, plan_ref, group, &batch.groups[g].tasks);
+                    }
+                };
+                if threads == 1 || batch.groups.len() == 1 {
+                    work();
+                } else {
+                    pool.scope(|s| {
+                        for _ in 0..threads.min(batch.groups.len()) {
+                            s.spawn(|_| work());
+                        }
+                    });
+                }
+            }
+        }
+    }
+    errors.into_result()
+}
+
+/// Hands out rotation cells whose row and column blocks are both free, heaviest first.
+struct CellScheduler {
+    state: Mutex<CellState>,
+    wake: Condvar,
+}
+
+struct CellState {
+    row_busy: Vec<bool>,
+    col_busy: Vec<bool>,
+    /// Cells not yet taken (index, row, column), heaviest first.
+    pending: Vec<(usize, usize, usize)>,
+    one_dimensional: bool,
+    running: usize,
+}
+
+impl CellScheduler {
+    fn new(rows: usize, cols: usize, order: Vec<(usize, usize, usize)>) -> Self {
+        CellScheduler {
+            state: Mutex::new(CellState {
+                row_busy: vec![false; rows],
+                col_busy: vec![false; cols],
+                pending: order,
+                one_dimensional: cols == 1,
+                running: 0,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// The next cell to run, or `None` when all are taken (or a run failed).
+    fn take(&self, errors: &FirstError) -> Option<usize> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if st.pending.is_empty() || errors.failed() {
+                return None;
+            }
+            let free = st
+                .pending
+                .iter()
+                .position(|&(_, r, c)| !st.row_busy[r] && (st.one_dimensional || !st.col_busy[c]));
+            if let Some(i) = free {
+                let (cell, r, c) = st.pending.remove(i);
+                st.row_busy[r] = true;
+                st.col_busy[c] = true;
+                st.running += 1;
+                return Some(cell);
+            }
+            if st.running == 0 {
+                // Unreachable for a valid plan: nothing runs, so every block is free.
+                return None;
+            }
+            st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn finish(&self, row: usize, col: usize) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.row_busy[row] = false;
+        st.col_busy[col] = false;
+        st.running -= 1;
+        drop(st);
+        self.wake.notify_all();
+    }
+}

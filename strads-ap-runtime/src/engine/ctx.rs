@@ -1,0 +1,147 @@
+//! What a loop body sees while it runs: the bindings of its captured DDSs.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+
+/// Tag of a key that any group may read and none may write.
+pub(crate) const SHARED: u32 = u32::MAX;
+/// Tag of a key that reconnaissance execution saw no task touch.
+pub(crate) const UNTOUCHED: u32 = u32::MAX - 1;
+
+/// How one captured table is bound for the group that is running.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Binding {
+    pub id: u64,
+    /// Element 0 of the table's storage (type-erased `*mut T`).
+    pub ptr: *mut u8,
+    pub len: usize,
+    /// Per-key tags to check against `allowed`, or null for no check.
+    pub tags: *const u32,
+    pub allowed: u32,
+    pub writable: bool,
+    /// Why writes are refused when `writable` is false.
+    pub read_only_reason: &'static str,
+}
+
+// SAFETY: a `Binding` is a description (pointers as values); it is dereferenced only by
+// views and mergers, whose own SAFETY arguments cover concurrent use.
+unsafe impl Send for Binding {}
+// SAFETY: as above.
+unsafe impl Sync for Binding {}
+
+/// Why a loop body stopped early; carried as a panic payload by views so that the engine
+/// can turn it into an [`Error`](crate::Error) with the call site and loop index.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    OutOfBounds {
+        table: &'static str,
+        index: usize,
+        len: usize,
+    },
+    MissingKey {
+        table: &'static str,
+        key: String,
+    },
+    Outside {
+        table: &'static str,
+        key: u64,
+        write: bool,
+        reason: &'static str,
+    },
+}
+
+/// The execution context of one worker thread running a loop body.
+///
+/// Generated code passes it to each captured DDS to obtain a view; users never name it.
+pub struct ExecCtx {
+    pub(crate) bindings: Vec<Binding>,
+    pub(crate) current: Cell<usize>,
+    /// Views borrow raw pointers from the bindings; the context is tied to one thread.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl ExecCtx {
+    pub(crate) fn new(bindings: Vec<Binding>) -> Self {
+        ExecCtx {
+            bindings,
+            current: Cell::new(0),
+            _not_send: PhantomData,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn binding(&self, id: u64) -> &Binding {
+        match self.bindings.iter().find(|b| b.id == id) {
+            Some(b) => b,
+            None => unreachable_binding(id),
+        }
+    }
+
+    /// The loop index (async_for) or mini-batch start (sync_for) being run.
+    pub(crate) fn current(&self) -> usize {
+        self.current.get()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn unreachable_binding(id: u64) -> ! {
+    panic!("strads-ap internal error: table {id} was captured but not bound by the engine")
+}
+
+/// Raises a [`Fault`] out of a loop body without running the panic hook.
+#[cold]
+#[inline(never)]
+pub(crate) fn raise(fault: Fault) -> ! {
+    std::panic::resume_unwind(Box::new(fault))
+}
+
+/// A loop index type: `usize`, `u32`, `u64`, `i32`, `i64`.
+pub trait LoopIndex: Copy + Send + Sync + 'static {
+    /// The index as an offset from zero.
+    fn to_usize(self) -> Option<usize>;
+    /// Back from an offset.
+    fn from_usize(i: usize) -> Self;
+}
+
+macro_rules! loop_index {
+    ($($t:ty),*) => {$(
+        impl LoopIndex for $t {
+            #[inline(always)]
+            fn to_usize(self) -> Option<usize> { usize::try_from(self).ok() }
+            #[inline(always)]
+            fn from_usize(i: usize) -> Self { i as $t }
+        }
+    )*};
+}
+loop_index!(usize, u32, u64, i32, i64);
+
+/// The loop indices one call of a generated body runs, in order.
+pub struct Indices<'a, I> {
+    base: usize,
+    iter: std::slice::Iter<'a, u32>,
+    current: &'a Cell<usize>,
+    _index: PhantomData<I>,
+}
+
+impl<'a, I> Indices<'a, I> {
+    pub(crate) fn list(base: usize, list: &'a [u32], ctx: &'a ExecCtx) -> Self {
+        Indices {
+            base,
+            iter: list.iter(),
+            current: &ctx.current,
+            _index: PhantomData,
+        }
+    }
+}
+
+impl<I: LoopIndex> Iterator for Indices<'_, I> {
+    type Item = I;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<I> {
+        let i = self.base + *self.iter.next()? as usize;
+        self.current.set(i);
+        Some(I::from_usize(i))
+    }
+}

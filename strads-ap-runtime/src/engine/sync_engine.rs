@@ -1,0 +1,322 @@
+//! The data-parallel engine: runs `sync_for!` bodies over mini-batches.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use super::ctx::{Binding, ExecCtx};
+use super::{body_error, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr, SyncMode};
+use crate::cluster::context;
+use crate::dds::table::{Replica, TableHandle, TableLock};
+use crate::dds::{DVector, Element};
+use crate::error::{Error, Result};
+use crate::recon::Recorder;
+
+/// Per call site: which captured tables reconnaissance saw written (with `Opts::re`).
+fn written_cache() -> &'static Mutex<HashMap<(usize, Vec<u64>), Vec<bool>>> {
+    static CACHE: OnceLock<Mutex<HashMap<(usize, Vec<u64>), Vec<bool>>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Runs a `sync_for!` loop: `run` once per mini-batch of `data`.
+///
+/// Called by generated code; see the `sync_for!` macro for the user-facing contract.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn run_sync_for<Task: Sync, D: Element>(
+    site: &'static CallSite,
+    data: &DVector<D>,
+    minibatch: usize,
+    mode: SyncMode,
+    task: &Task,
+    opts: Opts,
+    register: fn(&Task, &mut Registry),
+    run: fn(&Task, &ExecCtx, &[D]),
+    record: fn(&Task, &Recorder, &[D]),
+) -> Result<()> {
+    if minibatch == 0 {
+        return Err(Error::invalid(
+            "sync_for!",
+            format!("{site}: the mini-batch size must be at least 1"),
+        ));
+    }
+    let ctx = context();
+    let threads = opts.threads.unwrap_or(ctx.config().threads);
+    let mut registry = Registry::default();
+    register(task, &mut registry);
+    let data_captured = registry.entries.iter().any(|e| e.table.id() == data.id());
+
+    let mut locks: Vec<Box<dyn TableLock + '_>> = registry
+        .entries
+        .iter()
+        .map(|e| {
+            e.table.lock("sync_for!").map_err(|_| {
+                Error::invalid(
+                    "sync_for!",
+                    format!(
+                        "{site}: DDS `{}` is in use by another running operator \
+                         (loop operators cannot be nested)",
+                        e.name
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    let bases: Vec<(u64, SharedPtr<u8>, usize)> = registry
+        .entries
+        .iter()
+        .zip(&mut locks)
+        .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
+        .collect();
+    let mut data_lock = if data_captured {
+        None
+    } else {
+        Some(data.table.lock("sync_for!")?)
+    };
+    let items: &[D] = {
+        let (ptr, len) = match &mut data_lock {
+            Some(l) => (l.ptr(), l.len()),
+            None => {
+                let b = bases.iter().find(|b| b.0 == data.id()).expect("captured");
+                (b.1 .0, b.2)
+            }
+        };
+        // SAFETY: the table is locked by this engine for the whole call. Bodies only read
+        // the mini-batch slices; if the body also captures the data table, it is bound
+        // read-only below, so nothing writes these elements while the slice lives.
+        unsafe { std::slice::from_raw_parts(ptr as *const D, len) }
+    };
+    let batches: Vec<&[D]> = items.chunks(minibatch).collect();
+    let batch_start = |b: usize| b * minibatch;
+
+    // Which tables get per-worker replicas: aggregatable ones the body may write.
+    let key = (
+        site as *const CallSite as usize,
+        bases.iter().map(|b| b.0).collect::<Vec<_>>(),
+    );
+    let mut written: Option<Vec<bool>> = None;
+    if opts.re {
+        let cached = written_cache()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        written = Some(match cached {
+            Some(w) => w,
+            None => {
+                let t0 = Instant::now();
+                let w = reconnoitre(site, task, record, &bases, &batches, minibatch)?;
+                record_stats(site, |s| s.recon += t0.elapsed());
+                written_cache()
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, w.clone());
+                w
+            }
+        });
+    }
+    let replicate: Vec<bool> = registry
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(slot, e)| {
+            e.merger.is_some()
+                && e.table.id() != data.id()
+                && written.as_ref().is_none_or(|w| w[slot])
+                && threads > 1
+        })
+        .collect();
+
+    let template: Vec<Binding> = registry
+        .entries
+        .iter()
+        .zip(&bases)
+        .enumerate()
+        .map(|(slot, (e, &(id, SharedPtr(ptr), len)))| {
+            let direct_write = threads == 1 && e.merger.is_some() && e.table.id() != data.id();
+            let writable = replicate[slot] || direct_write;
+            Binding {
+                id,
+                ptr,
+                len,
+                tags: std::ptr::null(),
+                allowed: 0,
+                writable,
+                read_only_reason: read_only_reason(
+                    &*e.table,
+                    e.table.id() == data.id(),
+                    e.merger.is_some(),
+                ),
+            }
+        })
+        .collect();
+
+    let t0 = Instant::now();
+    let errors = FirstError::new();
+    let merge_lock = Mutex::new(());
+    let new_worker = || -> (ExecCtx, Vec<(usize, Replica)>) {
+        let mut bindings = template.clone();
+        let mut replicas = Vec::new();
+        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+        for (slot, b) in bindings.iter_mut().enumerate() {
+            if replicate[slot] {
+                let merger = registry.entries[slot].merger.as_ref().expect("merger");
+                // SAFETY: the master is locked by this engine; masters are only read or
+                // written under `merge_lock`, which we hold.
+                let mut r = unsafe { merger.replica(b.ptr, b.len) };
+                b.ptr = r.ptr::<u8>();
+                replicas.push((slot, r));
+            }
+        }
+        (ExecCtx::new(bindings), replicas)
+    };
+    let run_batch = |ctx: &ExecCtx, b: usize| {
+        ctx.current.set(batch_start(b));
+        let outcome = catch_unwind(AssertUnwindSafe(|| run(task, ctx, batches[b])));
+        if let Err(payload) = outcome {
+            errors.set(body_error(site, batch_start(b), payload));
+        }
+    };
+    let pool = ctx.pool(threads);
+    match mode {
+        _ if threads == 1 => {
+            let (ctx, _) = new_worker();
+            for b in 0..batches.len() {
+                if errors.failed() {
+                    break;
+                }
+                run_batch(&ctx, b);
+            }
+        }
+        SyncMode::Hybrid => {
+            let next = AtomicUsize::new(0);
+            pool.scope(|s| {
+                for _ in 0..threads.min(batches.len()) {
+                    s.spawn(|_| {
+                        let (ctx, mut replicas) = new_worker();
+                        loop {
+                            let b = next.fetch_add(1, Ordering::Relaxed);
+                            if b >= batches.len() || errors.failed() {
+                                break;
+                            }
+                            run_batch(&ctx, b);
+                            let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                            for (slot, r) in &mut replicas {
+                                let merger =
+                                    registry.entries[*slot].merger.as_ref().expect("merger");
+                                // SAFETY: the master is locked by this engine and only
+                                // touched under `merge_lock`, which we hold.
+                                unsafe { merger.push(bases[*slot].1 .0, r) };
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        SyncMode::Bsp => {
+            let mut workers: Vec<SendWorker> =
+                (0..threads).map(|_| SendWorker(new_worker())).collect();
+            let slots: Vec<usize> = workers[0].0 .1.iter().map(|(slot, _)| *slot).collect();
+            for first in (0..batches.len()).step_by(threads) {
+                if errors.failed() {
+                    break;
+                }
+                let count = threads.min(batches.len() - first);
+                let run_batch = &run_batch;
+                pool.scope(|s| {
+                    for (i, w) in workers.iter_mut().take(count).enumerate() {
+                        s.spawn(move |_| run_batch(&w.0 .0, first + i));
+                    }
+                });
+                // Aggregate the round: every worker started from the same values.
+                for (k, &slot) in slots.iter().enumerate() {
+                    let merger = registry.entries[slot].merger.as_ref().expect("merger");
+                    let master = bases[slot].1 .0;
+                    let mut round: Vec<Replica> = workers[..count]
+                        .iter_mut()
+                        .map(|w| std::mem::replace(&mut w.0 .1[k].1, Replica::empty()))
+                        .collect();
+                    // SAFETY: every worker of the round has finished; the master is locked
+                    // by this engine and nothing else touches it now.
+                    unsafe { merger.merge_all(master, &mut round) };
+                    for (w, r) in workers.iter_mut().zip(round) {
+                        w.0 .1[k].1 = r;
+                    }
+                    // Workers idle in a short last round just refresh (their delta is 0).
+                    for w in &mut workers[count..] {
+                        // SAFETY: as above.
+                        unsafe { merger.push(master, &mut w.0 .1[k].1) };
+                    }
+                }
+            }
+        }
+    }
+    record_stats(site, |s| {
+        s.calls += 1;
+        s.running += t0.elapsed();
+        s.strategy = match mode {
+            SyncMode::Bsp => "bsp",
+            SyncMode::Hybrid => "hybrid",
+        };
+        s.groups = batches.len();
+    });
+    drop(locks);
+    drop(data_lock);
+    errors.into_result()
+}
+
+/// A worker's context and replicas, moved between rayon threads under a mutex.
+struct SendWorker((ExecCtx, Vec<(usize, Replica)>));
+
+// SAFETY: an `ExecCtx` holds raw pointers into tables and replicas that the engine keeps
+// alive for the whole call; a `SendWorker` is only used by one thread at a time (it sits
+// behind a `Mutex`), so moving it between threads cannot create shared mutable access.
+unsafe impl Send for SendWorker {}
+
+fn read_only_reason(table: &dyn TableHandle, is_data: bool, aggregatable: bool) -> &'static str {
+    if is_data {
+        "it is the input of this sync_for!, which is read-only"
+    } else if table.key_space() == 0 {
+        "maps are read-only inside loop bodies"
+    } else if !aggregatable {
+        "its element type does not implement Aggregate, so sync_for! cannot merge workers' updates of it"
+    } else {
+        "reconnaissance saw no mini-batch write this table"
+    }
+}
+
+/// Reconnaissance over every mini-batch; returns which slots some mini-batch wrote.
+fn reconnoitre<Task, D>(
+    site: &CallSite,
+    task: &Task,
+    record: fn(&Task, &Recorder, &[D]),
+    bases: &[(u64, SharedPtr<u8>, usize)],
+    batches: &[&[D]],
+    minibatch: usize,
+) -> Result<Vec<bool>> {
+    let rec = Recorder::new(
+        bases
+            .iter()
+            .map(|b| (b.0, b.1 .0 as *const u8, b.2))
+            .collect(),
+    );
+    for (i, batch) in batches.iter().enumerate() {
+        let outcome = catch_unwind(AssertUnwindSafe(|| record(task, &rec, batch)));
+        if let Err(payload) = outcome {
+            return Err(body_error(site, i * minibatch, payload));
+        }
+        rec.end_task();
+    }
+    let log = rec.into_log();
+    let mut written = vec![false; bases.len()];
+    for t in 0..log.tasks() {
+        for a in log.task(t) {
+            if a.write() {
+                written[a.slot()] = true;
+            }
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,140 @@
+//! Errors of the runtime, one enum for every layer a user can reach.
+
+use std::path::PathBuf;
+
+/// The result type of every fallible strads-ap operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong in a strads-ap operation.
+///
+/// Every variant names *where*: the file and line of bad input, or the call site of the
+/// loop operator and the loop index whose body failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be opened, read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of an input file could not be parsed.
+    #[error("{}:{line}: {message} (line: {text:?})", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The parser's message.
+        message: String,
+        /// The offending line, shortened to 80 characters.
+        text: String,
+    },
+    /// An input file has no data lines.
+    #[error("{}: the file has no data lines", path.display())]
+    EmptyFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A saved DDS file is not what the caller asked for, or is damaged.
+    #[error("{}: {message}", path.display())]
+    BadSnapshot {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// An operator was given arguments it cannot work with (sizes, ranges, options).
+    #[error("{op}: {message}")]
+    InvalidArgument {
+        /// The operator, e.g. `DVector::set`.
+        op: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// An element index past the end of a DVector, in driver code.
+    #[error("{op}: index {index} is out of bounds for a DVector of length {len}")]
+    IndexOutOfBounds {
+        /// The operator.
+        op: &'static str,
+        /// The index asked for.
+        index: usize,
+        /// The DVector's length.
+        len: usize,
+    },
+    /// A reduction over a DDS with no elements.
+    #[error("{op}: the DDS is empty, so there is nothing to reduce")]
+    Empty {
+        /// The operator.
+        op: &'static str,
+    },
+    /// A loop body panicked (for example an index out of bounds inside the body).
+    #[error("{site}: the loop body panicked at loop index {index}: {message}")]
+    BodyPanicked {
+        /// Call site of the loop operator, `file:line:column`.
+        site: String,
+        /// The loop index (async_for) or first element of the mini-batch (sync_for).
+        index: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// A loop body touched an element that reconnaissance execution did not record for it,
+    /// so the conflict-free plan may not cover the access.
+    #[error(
+        "{site}: loop index {index} {access} `{table}[{key}]`, which reconnaissance execution \
+         did not record for this index ({reason}). The body's accesses depend on values that \
+         changed since the plan was made. Pass `Opts::new().recheck(true)` to re-run \
+         reconnaissance before every call; the cached plan of this call site was dropped, so \
+         the next call re-plans"
+    )]
+    AccessOutsidePlan {
+        /// Call site of the loop operator.
+        site: String,
+        /// The loop index whose body made the access.
+        index: usize,
+        /// `read` or `wrote`.
+        access: &'static str,
+        /// The captured variable's name.
+        table: &'static str,
+        /// The element key.
+        key: u64,
+        /// Why the access was refused.
+        reason: &'static str,
+    },
+    /// A DDS was used by two operators at once (for example a loop operator inside a body).
+    #[error("{op}: the DDS is in use by a running operator; nested operators are not supported")]
+    Busy {
+        /// The operator that found it busy.
+        op: &'static str,
+    },
+    /// The runtime was configured inconsistently (environment variables, init twice).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A value could not be encoded or decoded.
+    #[error("encoding {what}: {message}")]
+    Codec {
+        /// What was being encoded.
+        what: String,
+        /// The codec's message.
+        message: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(op: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            op,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,293 @@
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::recon::Access;
+
+/// Every (group, batch) pair of a plan with the tasks of the group.
+fn groups_of(plan: &Plan) -> Vec<(GroupRef, Vec<u32>)> {
+    match &plan.schedule {
+        Schedule::Rotation(r) => r
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (GroupRef::Cell(i), c.tasks.clone()))
+            .collect(),
+        Schedule::Components(batches) => batches
+            .iter()
+            .enumerate()
+            .flat_map(|(b, batch)| {
+                batch.groups.iter().enumerate().map(move |(g, group)| {
+                    (GroupRef::Group { batch: b, group: g }, group.tasks.clone())
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Whether two groups may run at the same time.
+fn concurrent(plan: &Plan, a: GroupRef, b: GroupRef) -> bool {
+    match (&plan.schedule, a, b) {
+        (Schedule::Rotation(r), GroupRef::Cell(x), GroupRef::Cell(y)) => {
+            let (cx, cy) = (&r.cells[x], &r.cells[y]);
+            cx.row != cy.row && (r.col_slot.is_none() || cx.col != cy.col)
+        }
+        (
+            Schedule::Components(_),
+            GroupRef::Group {
+                batch: b1,
+                group: g1,
+            },
+            GroupRef::Group {
+                batch: b2,
+                group: g2,
+            },
+        ) => b1 == b2 && g1 != g2,
+        _ => false,
+    }
+}
+
+fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
+    let plan = plan(
+        log.clone(),
+        tables,
+        &PlanConfig {
+            threads,
+            blocks: None,
+            seed: 7,
+        },
+    );
+    let groups = groups_of(&plan);
+
+    // Every task exactly once.
+    let mut seen = vec![0u32; log.tasks()];
+    for (_, tasks) in &groups {
+        for &t in tasks {
+            seen[t as usize] += 1;
+        }
+    }
+    assert!(
+        seen.iter().all(|&c| c == 1),
+        "a task is missing or repeated"
+    );
+
+    // No two concurrent groups share a key that either writes (relaxed tables aside).
+    let mut touch: Vec<HashMap<(usize, u64), bool>> = Vec::new();
+    for (_, tasks) in &groups {
+        let mut m: HashMap<(usize, u64), bool> = HashMap::new();
+        for &t in tasks {
+            for a in log.task(t as usize) {
+                if tables[a.slot()].relaxed {
+                    continue;
+                }
+                *m.entry((a.slot(), a.key())).or_default() |= a.write();
+            }
+        }
+        touch.push(m);
+    }
+    for i in 0..groups.len() {
+        for j in i + 1..groups.len() {
+            if !concurrent(&plan, groups[i].0, groups[j].0) {
+                continue;
+            }
+            for (key, &w) in &touch[i] {
+                if let Some(&w2) = touch[j].get(key) {
+                    assert!(
+                        !(w || w2),
+                        "groups {i} and {j} may run together but share {key:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    // The tags admit every access the log recorded (components: after re-tagging).
+    let mut tags = plan.tags.clone();
+    let mut last_batch = usize::MAX;
+    for (g, tasks) in &groups {
+        if let (Schedule::Components(batches), GroupRef::Group { batch, .. }) = (&plan.schedule, g)
+        {
+            if *batch != last_batch {
+                retag(&plan.log, &plan.modes, &batches[*batch], &mut tags);
+                last_batch = *batch;
+            }
+        }
+        for &t in tasks {
+            for a in log.task(t as usize) {
+                if plan.modes[a.slot()] != SlotMode::Checked {
+                    continue;
+                }
+                let tag = tags[a.slot()][a.key() as usize];
+                let allowed = plan.allowed(a.slot(), *g);
+                assert!(
+                    tag == allowed || (!a.write() && tag == crate::engine::ctx::SHARED),
+                    "task {t}'s access {a:?} refused by its own plan"
+                );
+            }
+        }
+    }
+}
+
+fn arb_log(slots: usize, keys: u64) -> impl Strategy<Value = AccessLog> {
+    let access = (0..slots, 0..keys, any::<bool>());
+    prop::collection::vec(prop::collection::vec(access, 0..5), 0..120).prop_map(|tasks| {
+        AccessLog::from_tasks(tasks.into_iter().map(|t| {
+            t.into_iter()
+                .map(|(s, k, w)| Access::new(s, k, w))
+                .collect::<Vec<_>>()
+        }))
+    })
+}
+
+fn arb_rotation_log(rows: u64, cols: u64) -> impl Strategy<Value = AccessLog> {
+    prop::collection::vec((0..rows, 0..cols, 0..1000u64), 0..300).prop_map(|tasks| {
+        AccessLog::from_tasks(tasks.into_iter().map(|(r, c, d)| {
+            vec![
+                Access::new(0, d, false),
+                Access::new(1, r, true),
+                Access::new(2, c, true),
+            ]
+        }))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn random_patterns_are_conflict_free(log in arb_log(3, 20), threads in 1usize..5) {
+        let tables = vec![TableInfo { key_space: 20, relaxed: false }; 3];
+        check_plan(&log, &tables, threads);
+    }
+
+    #[test]
+    fn random_patterns_with_a_relaxed_table(log in arb_log(3, 8), threads in 1usize..5) {
+        let mut tables = vec![TableInfo { key_space: 8, relaxed: false }; 3];
+        tables[2].relaxed = true;
+        check_plan(&log, &tables, threads);
+    }
+
+    #[test]
+    fn matrix_factorisation_patterns_rotate(log in arb_rotation_log(30, 12), threads in 1usize..5) {
+        let tables = vec![
+            TableInfo { key_space: 1000, relaxed: false },
+            TableInfo { key_space: 30, relaxed: false },
+            TableInfo { key_space: 12, relaxed: false },
+        ];
+        check_plan(&log, &tables, threads);
+    }
+}
+
+#[test]
+fn sgdmf_shape_picks_rotation_and_rotates_both_tables() {
+    let tasks = (0..2000u64).map(|i| {
+        vec![
+            Access::new(0, i, false),
+            Access::new(1, i % 97, true),
+            Access::new(2, (i * 7) % 31, true),
+        ]
+    });
+    let log = AccessLog::from_tasks(tasks);
+    let tables = [
+        TableInfo {
+            key_space: 2000,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: 97,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: 31,
+            relaxed: false,
+        },
+    ];
+    let p = plan(
+        log,
+        &tables,
+        &PlanConfig {
+            threads: 2,
+            blocks: None,
+            seed: 1,
+        },
+    );
+    assert_eq!(p.stats.strategy, "rotation");
+    assert_eq!(
+        p.modes,
+        vec![SlotMode::ReadOnly, SlotMode::Checked, SlotMode::Checked]
+    );
+    match &p.schedule {
+        Schedule::Rotation(r) => {
+            assert_eq!((r.row_slot, r.col_slot, r.rows, r.cols), (1, Some(2), 8, 8));
+            let sizes: Vec<usize> = r.cells.iter().map(|c| c.tasks.len()).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), 2000);
+        }
+        other => panic!("expected rotation, got {other:?}"),
+    }
+}
+
+#[test]
+fn private_tables_do_not_conflict() {
+    // Each task writes its own key of table 0 and reads a shared table 1: one batch of
+    // singletons packed onto bins.
+    let log = AccessLog::from_tasks(
+        (0..500u64).map(|i| vec![Access::new(0, i, true), Access::new(1, i % 3, false)]),
+    );
+    let tables = [
+        TableInfo {
+            key_space: 500,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: 3,
+            relaxed: false,
+        },
+    ];
+    let p = plan(
+        log,
+        &tables,
+        &PlanConfig {
+            threads: 4,
+            blocks: None,
+            seed: 1,
+        },
+    );
+    assert_eq!(p.stats.batches, 1);
+    assert_eq!(p.stats.largest_component, 1);
+    assert_eq!(p.modes[1], SlotMode::ReadOnly);
+    assert!(p.stats.groups >= 4);
+}
+
+#[test]
+fn a_hot_key_makes_one_serial_component() {
+    let log = AccessLog::from_tasks(
+        (0..100u64).map(|i| vec![Access::new(0, 0, true), Access::new(0, i, true)]),
+    );
+    let tables = [TableInfo {
+        key_space: 100,
+        relaxed: false,
+    }];
+    let p = plan(
+        log.clone(),
+        &tables,
+        &PlanConfig {
+            threads: 2,
+            blocks: None,
+            seed: 3,
+        },
+    );
+    assert_eq!(p.stats.strategy, "components");
+    assert_eq!(p.stats.largest_component, p.stats.largest_group);
+    check_plan(&log, &tables, 2);
+}
+
+#[test]
+fn balanced_blocks_split_weight_evenly() {
+    let w = vec![1u32; 100];
+    let b = balanced_blocks(&w, 4);
+    for blk in 0..4 {
+        assert_eq!(b.iter().filter(|&&x| x == blk).count(), 25);
+    }
+    assert!(b.windows(2).all(|p| p[0] <= p[1]));
+}

@@ -1,0 +1,220 @@
+//! Reconnaissance execution: what each task reads and writes.
+//!
+//! Before the first real run of a loop operator the engine runs the body once per task in
+//! *recording* mode: reads return real values, writes go to a per-task scratch copy, and
+//! every access is logged as (table slot, key, read or write). The log of a task is sorted
+//! and deduplicated as soon as the task ends, then appended to a compact CSR-style
+//! [`AccessLog`]: one flat `Vec<u64>` of entries and one offset per task.
+
+use std::cell::RefCell;
+
+/// Most tables one loop may capture.
+pub const MAX_TABLES: usize = 255;
+const SLOT_SHIFT: u32 = 56;
+const KEY_MASK: u64 = (1 << (SLOT_SHIFT - 1)) - 1;
+
+/// One logged access, packed: table slot (8 bits), key (55 bits), write flag (1 bit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Access(u64);
+
+impl Access {
+    /// Packs an access. Keys above 2^55 (hashed map keys) are folded into range.
+    #[inline]
+    pub fn new(slot: usize, key: u64, write: bool) -> Self {
+        debug_assert!(slot < MAX_TABLES);
+        Access(((slot as u64) << SLOT_SHIFT) | ((key & KEY_MASK) << 1) | write as u64)
+    }
+    /// The table slot (position among the loop's captured tables).
+    #[inline]
+    pub fn slot(self) -> usize {
+        (self.0 >> SLOT_SHIFT) as usize
+    }
+    /// The element key.
+    #[inline]
+    pub fn key(self) -> u64 {
+        (self.0 >> 1) & KEY_MASK
+    }
+    /// Whether the access writes (or may write: `IndexMut` counts as a write).
+    #[inline]
+    pub fn write(self) -> bool {
+        self.0 & 1 == 1
+    }
+}
+
+/// Per-task access sets of one loop, in task order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessLog {
+    offsets: Vec<usize>,
+    entries: Vec<Access>,
+}
+
+impl AccessLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        AccessLog {
+            offsets: vec![0],
+            entries: Vec::new(),
+        }
+    }
+
+    /// Builds a log from explicit per-task sets (tests, tools).
+    pub fn from_tasks<I, J>(tasks: I) -> Self
+    where
+        I: IntoIterator<Item = J>,
+        J: IntoIterator<Item = Access>,
+    {
+        let mut log = AccessLog::new();
+        for task in tasks {
+            let mut set: Vec<Access> = task.into_iter().collect();
+            normalize(&mut set);
+            log.entries.extend_from_slice(&set);
+            log.offsets.push(log.entries.len());
+        }
+        log
+    }
+
+    /// Number of tasks.
+    pub fn tasks(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The deduplicated accesses of task `t`, sorted by (slot, key).
+    #[inline]
+    pub fn task(&self, t: usize) -> &[Access] {
+        &self.entries[self.offsets[t]..self.offsets[t + 1]]
+    }
+
+    /// Total number of entries (after deduplication).
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Appends the logs of later tasks.
+    pub fn append(&mut self, other: AccessLog) {
+        let base = self.entries.len();
+        self.entries.extend(other.entries);
+        self.offsets
+            .extend(other.offsets[1..].iter().map(|o| o + base));
+    }
+
+    fn push_task(&mut self, set: &mut Vec<Access>) {
+        normalize(set);
+        self.entries.extend_from_slice(set);
+        self.offsets.push(self.entries.len());
+        set.clear();
+    }
+}
+
+/// Sorts by (slot, key) and keeps one entry per key, a write if any access wrote.
+fn normalize(set: &mut Vec<Access>) {
+    set.sort_unstable();
+    // Entries of one key are adjacent, the write (flag 1) last: keep the last of each run.
+    let mut out = 0;
+    for i in 0..set.len() {
+        let last_of_run = i + 1 == set.len() || set[i + 1].0 >> 1 != set[i].0 >> 1;
+        if last_of_run {
+            set[out] = set[i];
+            out += 1;
+        }
+    }
+    set.truncate(out);
+}
+
+/// The recorder a recording view logs into. One per worker thread during reconnaissance.
+pub struct Recorder {
+    current: RefCell<Vec<Access>>,
+    log: RefCell<AccessLog>,
+    /// Captured tables in slot order: id, first element, length.
+    tables: Vec<(u64, *const u8, usize)>,
+}
+
+impl Recorder {
+    /// A recorder for a loop whose captured tables are these (id, data, length), in slot
+    /// order. The data must stay valid and unwritten while the recorder is used.
+    pub(crate) fn new(tables: Vec<(u64, *const u8, usize)>) -> Self {
+        Recorder {
+            current: RefCell::new(Vec::new()),
+            log: RefCell::new(AccessLog::new()),
+            tables,
+        }
+    }
+
+    /// The slot, data and length of a table.
+    pub(crate) fn table(&self, id: u64) -> (usize, *const u8, usize) {
+        let slot = self
+            .tables
+            .iter()
+            .position(|t| t.0 == id)
+            .unwrap_or_else(|| panic!("strads-ap internal error: table {id} not registered"));
+        (slot, self.tables[slot].1, self.tables[slot].2)
+    }
+
+    #[inline]
+    pub(crate) fn log(&self, slot: usize, key: u64, write: bool) {
+        self.current
+            .borrow_mut()
+            .push(Access::new(slot, key, write));
+    }
+
+    /// Closes the current task's set.
+    pub(crate) fn end_task(&self) {
+        let mut current = self.current.borrow_mut();
+        self.log.borrow_mut().push_task(&mut current);
+    }
+
+    /// Drops the accesses of a task that failed.
+    pub(crate) fn abort_task(&self) {
+        self.current.borrow_mut().clear();
+    }
+
+    pub(crate) fn into_log(self) -> AccessLog {
+        self.log.into_inner()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_packs_and_unpacks() {
+        let a = Access::new(3, 12345, true);
+        assert_eq!((a.slot(), a.key(), a.write()), (3, 12345, true));
+        let b = Access::new(254, KEY_MASK, false);
+        assert_eq!((b.slot(), b.key(), b.write()), (254, KEY_MASK, false));
+    }
+
+    #[test]
+    fn a_task_log_is_deduplicated_and_writes_win() {
+        let rec = Recorder::new(vec![(10, std::ptr::null(), 0), (11, std::ptr::null(), 0)]);
+        rec.log(0, 5, false);
+        rec.log(0, 5, true);
+        rec.log(0, 5, false);
+        rec.log(1, 2, false);
+        rec.log(0, 1, false);
+        rec.end_task();
+        rec.log(1, 2, true);
+        rec.end_task();
+        let log = rec.into_log();
+        assert_eq!(log.tasks(), 2);
+        assert_eq!(
+            log.task(0),
+            &[
+                Access::new(0, 1, false),
+                Access::new(0, 5, true),
+                Access::new(1, 2, false)
+            ]
+        );
+        assert_eq!(log.task(1), &[Access::new(1, 2, true)]);
+    }
+
+    #[test]
+    fn logs_append_in_task_order() {
+        let mut a = AccessLog::from_tasks([vec![Access::new(0, 1, true)]]);
+        let b = AccessLog::from_tasks([vec![Access::new(0, 2, false)], vec![]]);
+        a.append(b);
+        assert_eq!(a.tasks(), 3);
+        assert_eq!(a.task(1), &[Access::new(0, 2, false)]);
+        assert!(a.task(2).is_empty());
+    }
+}

@@ -1,0 +1,83 @@
+//! Small helpers shared by several modules.
+
+use std::hash::{Hash, Hasher};
+
+/// FNV-1a, 64 bit: a stable checksum and hash that does not change between processes,
+/// builds or Rust versions.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A hasher with a fixed seed, so that a key lands in the same shard on every rank.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct StableHasher(u64);
+
+impl Hasher for StableHasher {
+    fn finish(&self) -> u64 {
+        // A final avalanche (splitmix64) so that consecutive integer keys spread out.
+        let mut z = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0 ^ i).wrapping_mul(0x0100_0000_01b3).rotate_left(29) ^ i;
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64)
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64)
+    }
+}
+
+/// The stable hash of a map key.
+pub(crate) fn stable_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    let mut h = StableHasher::default();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// Shortens a line for an error message.
+pub(crate) fn excerpt(line: &str) -> String {
+    const MAX: usize = 80;
+    if line.chars().count() <= MAX {
+        line.to_string()
+    } else {
+        let mut s: String = line.chars().take(MAX).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// The message of a caught panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
+    }
+}
