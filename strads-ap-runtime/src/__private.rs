@@ -62,6 +62,23 @@ impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for DMultiMap<K, 
     }
 }
 
+/// Marker with no implementations: names the nested-DDS mistake in the error.
+#[diagnostic::on_unimplemented(
+    message = "a loop body cannot capture `{Self}`: a collection of DDS handles is a nested DDS",
+    label = "captured by the loop body here",
+    note = "nested DDSs are not supported: capture each DVector/DMap as its own variable, or \
+            keep the rows in one DVector whose elements are Vecs"
+)]
+pub trait NestedDdsIsNotCapturable {}
+
+impl<T: Element> Capturable for Vec<DVector<T>>
+where
+    Vec<DVector<T>>: NestedDdsIsNotCapturable,
+{
+    type Captured = ();
+    fn __strads_capture_value(&self) {}
+}
+
 /// Captures a variable for a task.
 #[inline]
 pub fn capture<X: Capturable + ?Sized>(x: &X) -> X::Captured {

@@ -140,7 +140,16 @@ pub(crate) trait Merger: Send + Sync {
 }
 
 /// A worker's copy of a table: the values it started from and the values it works on.
-pub(crate) struct Replica(Box<dyn Any + Send>);
+pub(crate) struct Replica {
+    buf: Box<dyn Any + Send>,
+    /// First element of the working copy (its buffer never reallocates: merges copy
+    /// element by element into it).
+    work: *mut u8,
+}
+
+// SAFETY: `work` points into `buf`, which the replica owns; moving the replica to another
+// thread moves the ownership of both.
+unsafe impl Send for Replica {}
 
 struct ReplicaBuf<T> {
     base: Vec<T>,
@@ -150,15 +159,19 @@ struct ReplicaBuf<T> {
 impl Replica {
     /// A placeholder while a replica is moved out.
     pub fn empty() -> Self {
-        Replica(Box::new(()))
+        Replica {
+            buf: Box::new(()),
+            work: std::ptr::null_mut(),
+        }
     }
 
-    pub fn ptr<T: 'static>(&mut self) -> *mut T {
-        self.buf::<T>().work.as_mut_ptr()
+    /// The first element of the working copy.
+    pub fn ptr(&self) -> *mut u8 {
+        self.work
     }
 
     fn buf<T: 'static>(&mut self) -> &mut ReplicaBuf<T> {
-        self.0
+        self.buf
             .downcast_mut::<ReplicaBuf<T>>()
             .expect("strads-ap internal error: replica of another element type")
     }
@@ -184,10 +197,12 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         // SAFETY: the caller guarantees `master` points to `len` initialised `T`s that are
         // not written while we copy them.
         let master = unsafe { std::slice::from_raw_parts(master as *const T, len) };
-        Replica(Box::new(ReplicaBuf {
+        let mut buf = Box::new(ReplicaBuf {
             base: master.to_vec(),
             work: master.to_vec(),
-        }))
+        });
+        let work = buf.work.as_mut_ptr() as *mut u8;
+        Replica { buf, work }
     }
 
     unsafe fn push(&self, master: *mut u8, replica: &mut Replica) {

@@ -65,6 +65,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     }
     let mut registry = Registry::default();
     register(task, &mut registry);
+    registry.check(site)?;
     if registry.entries.len() > MAX_TABLES {
         return Err(Error::invalid(
             "async_for!",
@@ -284,8 +285,8 @@ fn execute<Task: Sync, I: LoopIndex>(
                         let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
                         // SAFETY: the master holds `len` elements, locked by this engine;
                         // masters of relaxed tables are only touched under `merge_lock`.
-                        let mut r = unsafe { merger.replica(ptr, len) };
-                        b.ptr = r.ptr::<u8>();
+                        let r = unsafe { merger.replica(ptr, len) };
+                        b.ptr = r.ptr();
                         replicas.push((slot, r));
                     }
                 }

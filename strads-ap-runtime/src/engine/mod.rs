@@ -142,6 +142,8 @@ impl std::fmt::Display for CallSite {
 #[derive(Default)]
 pub struct Registry {
     pub(crate) entries: Vec<Registered>,
+    /// Two captured variables naming one table (first, second).
+    duplicate: Option<(&'static str, &'static str)>,
 }
 
 pub(crate) struct Registered {
@@ -157,12 +159,33 @@ impl Registry {
         name: &'static str,
         merger: Option<Arc<dyn Merger>>,
     ) {
-        if self.entries.iter().all(|e| e.table.id() != table.id()) {
-            self.entries.push(Registered {
+        match self.entries.iter().find(|e| e.table.id() == table.id()) {
+            Some(first) => {
+                self.duplicate.get_or_insert((first.name, name));
+            }
+            None => self.entries.push(Registered {
                 table,
                 name,
                 merger,
-            });
+            }),
+        }
+    }
+
+    /// Refuses two captured handles of one table: their views would alias.
+    pub(crate) fn check(&self, site: &CallSite) -> crate::Result<()> {
+        match self.duplicate {
+            Some((a, b)) => Err(Error::invalid(
+                if site.kind == LoopKind::Async {
+                    "async_for!"
+                } else {
+                    "sync_for!"
+                },
+                format!(
+                    "{site}: `{a}` and `{b}` are handles of the same DDS; a body must capture \
+                     each DDS through one variable"
+                ),
+            )),
+            None => Ok(()),
         }
     }
 }

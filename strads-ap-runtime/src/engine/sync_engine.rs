@@ -46,6 +46,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     let threads = opts.threads.unwrap_or(ctx.config().threads);
     let mut registry = Registry::default();
     register(task, &mut registry);
+    registry.check(site)?;
     let data_captured = registry.entries.iter().any(|e| e.table.id() == data.id());
 
     let mut locks: Vec<Box<dyn TableLock + '_>> = registry
@@ -165,8 +166,8 @@ pub fn run_sync_for<Task: Sync, D: Element>(
                 let merger = registry.entries[slot].merger.as_ref().expect("merger");
                 // SAFETY: the master is locked by this engine; masters are only read or
                 // written under `merge_lock`, which we hold.
-                let mut r = unsafe { merger.replica(b.ptr, b.len) };
-                b.ptr = r.ptr::<u8>();
+                let r = unsafe { merger.replica(b.ptr, b.len) };
+                b.ptr = r.ptr();
                 replicas.push((slot, r));
             }
         }

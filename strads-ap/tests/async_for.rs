@@ -1,0 +1,119 @@
+//! `async_for!` beyond serializability: relaxed tables, index types, captures, maps.
+
+use strads_ap::prelude::*;
+
+#[test]
+fn a_relaxed_table_does_not_serialize_the_loop_and_sums_exactly() {
+    let n = 20_000;
+    let docs = DVector::from_fn(n, |k| (k % 500) as u32).unwrap();
+    let per_doc = DVector::from_fn(500, |_| 0u64).unwrap();
+    let total = DVector::from_fn(4, |_| 0u64).unwrap().relaxed(Relaxed::Sum);
+    for threads in [1, 2, 4] {
+        async_for!(
+            0..docs.len(),
+            |k| {
+                let d = docs[k] as usize;
+                per_doc[d] += 1;
+                total[k % 4] += 1;
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap();
+    }
+    assert_eq!(total.to_vec().unwrap(), vec![3 * n as u64 / 4; 4]);
+    assert!(per_doc.to_vec().unwrap().iter().all(|&c| c == 3 * 40));
+    let stats = strads_ap::loop_stats();
+    let site = stats
+        .iter()
+        .find(|s| s.site.contains("async_for.rs"))
+        .unwrap();
+    assert!(
+        site.groups > 1,
+        "the relaxed table must not join all tasks: {site:?}"
+    );
+}
+
+#[test]
+fn index_types_and_offsets() {
+    let v = DVector::from_fn(30, |_| 0i64).unwrap();
+    let base = 10u32;
+    async_for!(base..20u32, |k| {
+        v[k as usize] += k as i64;
+    })
+    .unwrap();
+    let out = v.to_vec().unwrap();
+    assert_eq!(out[..10], [0; 10]);
+    assert_eq!(out[10..20], (10..20).collect::<Vec<i64>>()[..]);
+    assert_eq!(out[20..], [0; 10]);
+    // An empty range does nothing.
+    async_for!(5..5usize, |k| {
+        v[k] += 1;
+    })
+    .unwrap();
+    assert_eq!(v.get(5).unwrap(), 0);
+}
+
+#[test]
+fn maps_are_readable_inside_bodies() {
+    let weights = DMap::from_pairs(vec![(1u32, 10.0f64), (2, 20.0), (3, 30.0)]).unwrap();
+    let lists = DMultiMap::from_pairs(vec![(0usize, 1u32), (0, 2), (1, 3)]).unwrap();
+    let out = DVector::from_fn(3, |_| 0.0f64).unwrap();
+    async_for!(0..out.len(), |k| {
+        for key in lists.get_all(&k) {
+            out[k] += weights[key];
+        }
+        if weights.contains_key(&(k as u32 + 7)) {
+            out[k] = -1.0;
+        }
+    })
+    .unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![30.0, 30.0, 0.0]);
+
+    let missing = async_for!(0..1usize, |k| {
+        out[k] = weights[&99];
+    })
+    .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("key 99 is not in map `weights`"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn captured_plain_values_are_copies() {
+    #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    struct Hyper {
+        rate: f64,
+        names: Vec<String>,
+    }
+    let hyper = Hyper {
+        rate: 0.5,
+        names: vec!["a".into(), "b".into()],
+    };
+    let v = DVector::from_fn(4, |i| i as f64).unwrap();
+    async_for!(0..v.len(), |k| {
+        v[k] *= hyper.rate * hyper.names.len() as f64;
+    })
+    .unwrap();
+    assert_eq!(v.to_vec().unwrap(), vec![0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(hyper.names.len(), 2);
+}
+
+#[test]
+fn two_handles_of_one_table_in_one_body_are_refused() {
+    // Their views would alias one element mutably and immutably.
+    let v = DVector::from_fn(4, |_| 1u32).unwrap();
+    let w = v.clone();
+    let err = async_for!(0..w.len(), |k| {
+        w[k] += v[k];
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("`w` and `v` are handles of the same DDS"),
+        "{err}"
+    );
+    assert_eq!(v.to_vec().unwrap(), vec![1; 4]);
+}

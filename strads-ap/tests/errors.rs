@@ -1,0 +1,276 @@
+//! Bad input and misuse get clear errors: file and line, or call site and index.
+
+use strads_ap::prelude::*;
+use strads_ap::Error;
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("strads-ap-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn parse_rating(line: &str) -> Result<(u32, u32, f32), String> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() != 3 {
+        return Err(format!("expected 3 fields, found {}", f.len()));
+    }
+    Ok((
+        f[0].parse().map_err(|e| format!("user id: {e}"))?,
+        f[1].parse().map_err(|e| format!("item id: {e}"))?,
+        f[2].parse().map_err(|e| format!("rating: {e}"))?,
+    ))
+}
+
+#[test]
+fn a_malformed_line_names_file_and_line() {
+    let dir = temp_dir("malformed");
+    let path = dir.join("ratings.txt");
+    let mut text = String::new();
+    for i in 0..50_000 {
+        text.push_str(&format!("{} {} 3.5\n", i % 100, i % 7));
+    }
+    text.push_str("12 7 four\n");
+    std::fs::write(&path, &text).unwrap();
+    let err = read_from_file(&path, parse_rating).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Parse { line: 50_001, .. }), "{msg}");
+    assert!(
+        msg.contains("ratings.txt:50001: rating: invalid float literal"),
+        "{msg}"
+    );
+
+    // The documented option skips it and reports it.
+    let (v, report) = ReadOptions::new()
+        .skip_bad_lines(true)
+        .read(&path, parse_rating)
+        .unwrap();
+    assert_eq!(v.len(), 50_000);
+    assert_eq!(report.skipped, 1);
+    assert_eq!(report.first_skipped.unwrap().0, 50_001);
+}
+
+#[test]
+fn line_numbers_count_headers_and_blank_lines() {
+    let dir = temp_dir("header");
+    let path = dir.join("with-header.tsv");
+    std::fs::write(&path, "user item rating\n1 2 3\n\n# note\n4 5\n").unwrap();
+    let err = ReadOptions::new()
+        .header_lines(1)
+        .comment_prefix("#")
+        .read(&path, parse_rating)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("with-header.tsv:5: expected 3 fields, found 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_or_missing_file_is_an_error() {
+    let dir = temp_dir("empty");
+    let path = dir.join("empty.txt");
+    std::fs::write(&path, "\n\n").unwrap();
+    let err = read_from_file(&path, parse_rating).unwrap_err();
+    assert!(matches!(err, Error::EmptyFile { .. }));
+    assert!(err
+        .to_string()
+        .contains("empty.txt: the file has no data lines"));
+
+    let missing = dir.join("missing.txt");
+    let err = read_from_file(&missing, parse_rating).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }));
+    assert!(err.to_string().contains("missing.txt"), "{err}");
+}
+
+#[test]
+fn driver_side_index_errors() {
+    let v = DVector::from_fn(10, |i| i as u64).unwrap();
+    let err = v.get(10).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "DVector::get: index 10 is out of bounds for a DVector of length 10"
+    );
+    assert!(v.set(11, 0).is_err());
+    let empty = DVector::<f32>::from_vec(Vec::new()).unwrap();
+    assert!(matches!(
+        empty.reduce(|a, b| a + b),
+        Err(Error::Empty { .. })
+    ));
+}
+
+#[test]
+fn an_index_out_of_bounds_inside_a_body_names_site_variable_and_index() {
+    let w = DVector::from_fn(100, |_| 0.0f32).unwrap();
+    // A range past the DVector's end.
+    let err = async_for!(0..101usize, |k| {
+        w[k] += 1.0;
+    })
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::BodyPanicked { index: 100, .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("async_for! at strads-ap/tests/errors.rs:"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("index 100 is out of bounds for DVector `w` of length 100"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_panic_in_a_body_becomes_an_error() {
+    let v = DVector::from_fn(64, |i| i as i64).unwrap();
+    let err = async_for!(0..v.len(), |k| {
+        if v[k] == 17 {
+            panic!("bad value at {k}");
+        }
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("bad value at 17"), "{err}");
+    assert!(matches!(err, Error::BodyPanicked { index: 17, .. }));
+}
+
+/// A body whose accesses depend on a value that changes between calls must be caught,
+/// not raced: the first call plans for `target[k] == k`, the second call writes elsewhere.
+#[test]
+fn a_parameter_dependent_access_is_detected() {
+    for threads in [1, 2] {
+        let target = DVector::from_fn(100, |k| k).unwrap();
+        let w = DVector::from_fn(200, |_| 0u32).unwrap();
+        let run = |opts: Opts| {
+            async_for!(
+                0..target.len(),
+                |k| {
+                    let t = target[k];
+                    w[t] += 1;
+                },
+                opts
+            )
+        };
+        run(Opts::new().threads(threads)).unwrap();
+        target.set(40, 150).unwrap();
+        let err = run(Opts::new().threads(threads)).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                err,
+                Error::AccessOutsidePlan {
+                    index: 40,
+                    key: 150,
+                    table: "w",
+                    ..
+                }
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("wrote `w[150]`"), "{msg}");
+        assert!(msg.contains("recheck(true)"), "{msg}");
+        // The next call re-plans (the cached plan was dropped) and succeeds.
+        run(Opts::new().threads(threads)).unwrap();
+        // With recheck, every call re-plans.
+        target.set(41, 160).unwrap();
+        run(Opts::new().threads(threads).recheck(true)).unwrap();
+        let w = w.to_vec().unwrap();
+        assert_eq!(w[150], 2, "threads={threads}");
+        assert_eq!(w[160], 1);
+    }
+}
+
+#[test]
+fn writing_a_table_reconnaissance_saw_only_read_is_detected() {
+    let flag = DVector::from_fn(1, |_| false).unwrap();
+    let counts = DVector::from_fn(10, |_| 0u32).unwrap();
+    let run = || {
+        async_for!(
+            0..counts.len(),
+            |k| {
+                if flag[0] {
+                    counts[0] += 1;
+                } else {
+                    counts[k] += 1;
+                }
+            },
+            Opts::new().threads(2)
+        )
+    };
+    run().unwrap();
+    flag.set(0, true).unwrap();
+    let err = run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::AccessOutsidePlan {
+                table: "counts",
+                key: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn sync_for_rejects_a_zero_minibatch_and_unmergeable_writes() {
+    let data = DVector::from_fn(10, |i| i as u32).unwrap();
+    let total = DVector::from_fn(1, |_| 0.0f64).unwrap();
+    let err = sync_for!(data, 0, SyncMode::Bsp, |batch| {
+        for x in batch {
+            total[0] += *x as f64;
+        }
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("mini-batch size must be at least 1"),
+        "{err}"
+    );
+
+    // Strings cannot be merged as deltas, so sync_for! refuses to write them.
+    let names = DVector::from_fn(1, |_| String::new()).unwrap();
+    let err = sync_for!(
+        data,
+        2,
+        SyncMode::Hybrid,
+        |batch| {
+            names[0].push_str(&batch.len().to_string());
+        },
+        Opts::new().threads(2)
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("does not implement Aggregate"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_snapshot_of_another_type_or_a_damaged_one_is_refused() {
+    let dir = temp_dir("snapshot");
+    let path = dir.join("w.dv");
+    let v = DVector::from_fn(1000, |i| i as f32).unwrap();
+    v.save(&path).unwrap();
+    assert_eq!(
+        DVector::<f32>::load(&path).unwrap().to_vec().unwrap(),
+        v.to_vec().unwrap()
+    );
+    let err = DVector::<f64>::load(&path).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("holds elements of type f32, but f64 was asked for"),
+        "{err}"
+    );
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = DVector::<f32>::load(&path).unwrap_err();
+    assert!(err.to_string().contains("checksum mismatch"), "{err}");
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(DVector::<f32>::load(&path).is_err());
+}

@@ -1,0 +1,157 @@
+//! `sync_for!`: mini-batches, BSP aggregation and Hybrid merging against serial results.
+
+use strads_ap::prelude::*;
+
+/// Sums every element of every mini-batch into a counter; with summing aggregation every
+/// mode and thread count must give the exact total, since deltas are integers.
+#[test]
+fn every_minibatch_runs_once_and_sum_aggregation_is_exact() {
+    let data = DVector::from_fn(10_007, |i| i as i64).unwrap();
+    let expected: i64 = (0..10_007).sum();
+    for mode in [SyncMode::Bsp, SyncMode::Hybrid] {
+        for threads in 1..=4 {
+            let total = DVector::from_fn(2, |_| 0i64)
+                .unwrap()
+                .aggregate_with(Aggregation::Sum);
+            sync_for!(
+                data,
+                100,
+                mode,
+                |batch| {
+                    for x in batch {
+                        total[0] += *x;
+                    }
+                    total[1] += 1;
+                },
+                Opts::new().threads(threads)
+            )
+            .unwrap();
+            assert_eq!(
+                total.get(0).unwrap(),
+                expected,
+                "{mode:?} with {threads} threads"
+            );
+            assert_eq!(
+                total.get(1).unwrap(),
+                101,
+                "{mode:?} with {threads} threads: batches"
+            );
+        }
+    }
+}
+
+/// BSP with the default averaging: each round of `threads` mini-batches starts from the
+/// same value and the value then moves by the mean of the round's deltas.
+#[test]
+fn bsp_averages_the_deltas_of_a_round() {
+    let data = DVector::from_fn(8, |i| (i + 1) as f64).unwrap();
+    let acc = DVector::from_fn(1, |_| 0.0f64).unwrap();
+    sync_for!(
+        data,
+        2,
+        SyncMode::Bsp,
+        |batch| {
+            for x in batch {
+                acc[0] += *x;
+            }
+        },
+        Opts::new().threads(2)
+    )
+    .unwrap();
+    // Batches: [1,2] [3,4] | [5,6] [7,8]: rounds move by mean(3, 7) = 5 and mean(11, 15) = 13.
+    assert_eq!(acc.get(0).unwrap(), 18.0);
+}
+
+/// A custom aggregation function sees the value and every worker's delta.
+#[test]
+fn a_custom_aggregation_is_used() {
+    let data = DVector::from_fn(6, |i| i as f64).unwrap();
+    let maxed = DVector::from_fn(1, |_| 0.0f64)
+        .unwrap()
+        .aggregate_with(Aggregation::Custom(std::sync::Arc::new(
+            |value: &mut f64, deltas: &[&f64]| {
+                *value += deltas.iter().map(|d| **d).fold(f64::MIN, f64::max);
+            },
+        )));
+    sync_for!(
+        data,
+        1,
+        SyncMode::Bsp,
+        |batch| {
+            maxed[0] += batch[0];
+        },
+        Opts::new().threads(3)
+    )
+    .unwrap();
+    // Rounds {0,1,2} and {3,4,5}: the value grows by the largest delta of each.
+    assert_eq!(maxed.get(0).unwrap(), 2.0 + 5.0);
+}
+
+/// With one thread both modes are exactly the serial loop over `chunks`.
+#[test]
+fn one_thread_equals_the_serial_loop() {
+    let n = 5000;
+    let xs: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 101.0).collect();
+    let ys: Vec<f64> = xs.iter().map(|x| 3.0 * x - 1.0).collect();
+    let pairs: Vec<(f64, f64)> = xs.iter().copied().zip(ys.iter().copied()).collect();
+    let lr = 0.1;
+
+    // Serial twin.
+    let mut w = vec![0.0f64, 0.0];
+    for batch in pairs.chunks(16) {
+        let mut g = [0.0, 0.0];
+        for &(x, y) in batch {
+            let e = w[0] * x + w[1] - y;
+            g[0] += e * x;
+            g[1] += e;
+        }
+        w[0] -= lr * g[0] / batch.len() as f64;
+        w[1] -= lr * g[1] / batch.len() as f64;
+    }
+
+    for mode in [SyncMode::Bsp, SyncMode::Hybrid] {
+        let data = DVector::from_vec(pairs.clone()).unwrap();
+        let wd = DVector::from_fn(2, |_| 0.0f64).unwrap();
+        sync_for!(
+            data,
+            16,
+            mode,
+            |batch| {
+                let mut g = [0.0, 0.0];
+                for &(x, y) in batch {
+                    let e = wd[0] * x + wd[1] - y;
+                    g[0] += e * x;
+                    g[1] += e;
+                }
+                wd[0] -= lr * g[0] / batch.len() as f64;
+                wd[1] -= lr * g[1] / batch.len() as f64;
+            },
+            Opts::new().threads(1)
+        )
+        .unwrap();
+        assert_eq!(wd.to_vec().unwrap(), w, "{mode:?}");
+    }
+}
+
+/// With reconnaissance on, a table the body only reads is shared, not copied.
+#[test]
+fn reconnaissance_shares_read_only_tables() {
+    let data = DVector::from_fn(100, |i| i as f32).unwrap();
+    let scale = DVector::from_fn(1, |_| 2.0f32).unwrap();
+    let out = DVector::from_fn(1, |_| 0.0f32)
+        .unwrap()
+        .aggregate_with(Aggregation::Sum);
+    sync_for!(
+        data,
+        10,
+        SyncMode::Hybrid,
+        |batch| {
+            for x in batch {
+                out[0] += scale[0] * *x;
+            }
+        },
+        Opts::new().threads(2).re(true)
+    )
+    .unwrap();
+    assert_eq!(out.get(0).unwrap(), 2.0 * 4950.0);
+}
