@@ -2,7 +2,7 @@
 //!
 //! A program calls [`init`] once (or lets the first operator do it). Without a launcher the
 //! job is a *world of one*: rank 0 of 1, using every core. The launcher describes a larger
-//! job through `STRADS_*` environment variables (see [`env`]); the cluster runtime reads
+//! job through `STRADS_*` environment variables (see [`mod@env`]); the cluster runtime reads
 //! them here.
 
 use std::collections::HashMap;

@@ -118,6 +118,9 @@ tuple_aggregate!(0 A, 1 B);
 tuple_aggregate!(0 A, 1 B, 2 C);
 tuple_aggregate!(0 A, 1 B, 2 C, 3 D);
 
+/// A custom aggregation: updates the value from the workers' deltas.
+pub type AggregateFn<T> = Arc<dyn Fn(&mut T, &[&T]) + Send + Sync>;
+
 /// How a table merges the deltas several workers computed from the same starting value.
 ///
 /// The default is [`Aggregation::Average`] (STRADS-AP's default, model averaging).
@@ -127,7 +130,7 @@ pub enum Aggregation<T> {
     /// `value += sum(deltas)`: each worker's steps all count, as in the serial program.
     Sum,
     /// A function of the current value and the workers' deltas.
-    Custom(Arc<dyn Fn(&mut T, &[&T]) + Send + Sync>),
+    Custom(AggregateFn<T>),
 }
 
 impl<T> Clone for Aggregation<T> {

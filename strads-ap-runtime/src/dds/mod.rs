@@ -13,7 +13,7 @@ pub(crate) mod table;
 mod vector;
 mod view;
 
-pub use aggregate::{Aggregate, Aggregation};
+pub use aggregate::{Aggregate, AggregateFn, Aggregation};
 pub use io::{read_from_file, ReadOptions, ReadReport};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use vector::{DVector, Relaxed, VectorRef};

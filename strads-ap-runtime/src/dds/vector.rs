@@ -213,7 +213,7 @@ impl<T: Element> DVector<T> {
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let data = self.table.read("DVector::save")?;
-        super::io::save_snapshot(path.as_ref(), "DVector", &*data)
+        super::io::save_snapshot(path.as_ref(), "DVector", &data)
     }
 
     /// Reads a DVector written by [`DVector::save`]; checks the element type and checksum.

@@ -4,7 +4,7 @@
 //! Both lock the captured tables for the duration of the operator, bind them to views
 //! through an [`ExecCtx`] per worker thread, and run the generated body on a rayon pool.
 //! A panic inside a body (an index out of bounds, an access outside the plan, a user
-//! `panic!`) is caught per group and returned as an [`Error`](crate::Error) naming the
+//! `panic!`) is caught per group and returned as an [`Error`](crate::Error::BodyPanicked) naming the
 //! call site and the loop index.
 
 mod async_engine;

@@ -15,8 +15,11 @@ use crate::error::{Error, Result};
 use crate::recon::Recorder;
 
 /// Per call site: which captured tables reconnaissance saw written (with `Opts::re`).
-fn written_cache() -> &'static Mutex<HashMap<(usize, Vec<u64>), Vec<bool>>> {
-    static CACHE: OnceLock<Mutex<HashMap<(usize, Vec<u64>), Vec<bool>>>> = OnceLock::new();
+/// (call site, table ids) → written per slot.
+type WrittenCache = Mutex<HashMap<(usize, Vec<u64>), Vec<bool>>>;
+
+fn written_cache() -> &'static WrittenCache {
+    static CACHE: OnceLock<WrittenCache> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
