@@ -21,6 +21,8 @@ pub mod env {
     pub const THREADS: &str = "STRADS_THREADS";
     /// Seed for the runtime's own randomness (task shuffles in the planner).
     pub const SEED: &str = "STRADS_SEED";
+    /// `1` to print what the runtime does (reconnaissance, plans) to stderr.
+    pub const VERBOSE: &str = "STRADS_VERBOSE";
 }
 
 /// How a process takes part in a job.
@@ -34,6 +36,8 @@ pub struct Config {
     pub threads: usize,
     /// Seed of the planner's shuffles; fixed so runs are repeatable.
     pub seed: u64,
+    /// Print what the runtime does (reconnaissance, plans) to stderr.
+    pub verbose: bool,
 }
 
 impl Default for Config {
@@ -43,6 +47,7 @@ impl Default for Config {
             world_size: 1,
             threads: default_threads(),
             seed: 0x5eed_5eed,
+            verbose: false,
         }
     }
 }
@@ -60,6 +65,12 @@ impl Config {
             threads: threads.max(1),
             ..Config::default()
         }
+    }
+
+    /// The same, printing what the runtime does to stderr.
+    pub fn verbose(mut self, verbose: bool) -> Self {
+        self.verbose = verbose;
+        self
     }
 
     /// Reads the `STRADS_*` variables; absent ones take the world-of-one defaults.
@@ -91,6 +102,9 @@ impl Config {
         }
         if let Some(seed) = read(env::SEED)? {
             config.seed = seed;
+        }
+        if let Some(verbose) = read(env::VERBOSE)? {
+            config.verbose = verbose != 0;
         }
         if config.world_size == 0 || config.rank >= config.world_size {
             return Err(Error::Config(format!(

@@ -59,7 +59,7 @@ impl<T> VectorRef<T> {
             // SAFETY: the engine holds the table's lock for the whole reconnaissance and
             // nothing writes it meanwhile (recording views write to scratch).
             data: unsafe { std::slice::from_raw_parts(ptr as *const T, len) },
-            scratch: HashMap::new(),
+            scratch: Scratch::default(),
             slot,
             rec,
             name,
@@ -172,7 +172,7 @@ impl<T> IndexMut<usize> for VectorView<'_, T> {
 /// go to a scratch copy, every access is logged.
 pub struct RecordVectorView<'a, T> {
     data: &'a [T],
-    scratch: HashMap<usize, T>,
+    scratch: Scratch<T>,
     slot: usize,
     rec: &'a Recorder,
     name: &'static str,
@@ -221,7 +221,7 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, false);
-        self.scratch.get(&i).unwrap_or(&self.data[i])
+        self.scratch.get(i).unwrap_or(&self.data[i])
     }
 }
 
@@ -230,7 +230,65 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, true);
         let data = self.data;
-        self.scratch.entry(i).or_insert_with(|| data[i].clone())
+        self.scratch.get_or_insert_with(i, || data[i].clone())
+    }
+}
+
+/// The scratch copies of the elements a task wrote during reconnaissance: a short list
+/// (tasks usually write a few elements), indexed by a map once it grows.
+struct Scratch<T> {
+    items: Vec<(usize, T)>,
+    index: Option<HashMap<usize, usize>>,
+}
+
+impl<T> Default for Scratch<T> {
+    fn default() -> Self {
+        Scratch {
+            items: Vec::new(),
+            index: None,
+        }
+    }
+}
+
+impl<T> Scratch<T> {
+    const LINEAR: usize = 16;
+
+    fn position(&self, key: usize) -> Option<usize> {
+        match &self.index {
+            Some(map) => map.get(&key).copied(),
+            None => self.items.iter().position(|(k, _)| *k == key),
+        }
+    }
+
+    fn get(&self, key: usize) -> Option<&T> {
+        self.position(key).map(|p| &self.items[p].1)
+    }
+
+    fn get_or_insert_with(&mut self, key: usize, make: impl FnOnce() -> T) -> &mut T {
+        let p = match self.position(key) {
+            Some(p) => p,
+            None => {
+                self.items.push((key, make()));
+                let p = self.items.len() - 1;
+                match &mut self.index {
+                    Some(map) => {
+                        map.insert(key, p);
+                    }
+                    None if self.items.len() > Self::LINEAR => {
+                        self.index = Some(
+                            self.items
+                                .iter()
+                                .enumerate()
+                                .map(|(p, (k, _))| (*k, p))
+                                .collect(),
+                        );
+                    }
+                    None => {}
+                }
+                p
+            }
+        };
+        &mut self.items[p].1
     }
 }
 
@@ -269,3 +327,24 @@ pub trait RecordFallback: Clone {
 }
 
 impl<T: Clone> RecordFallback for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::Scratch;
+
+    #[test]
+    fn scratch_keeps_the_first_copy_and_switches_to_a_map() {
+        let mut s = Scratch::default();
+        for k in 0..40usize {
+            *s.get_or_insert_with(k, || k * 10) += 1;
+        }
+        // A second write of a key updates the same copy.
+        *s.get_or_insert_with(3, || 999) += 1;
+        *s.get_or_insert_with(33, || 999) += 1;
+        assert!(s.index.is_some());
+        assert_eq!(s.get(3), Some(&32));
+        assert_eq!(s.get(33), Some(&332));
+        assert_eq!(s.get(39), Some(&391));
+        assert_eq!(s.get(40), None);
+    }
+}

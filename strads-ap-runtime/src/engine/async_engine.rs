@@ -136,16 +136,20 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
             };
             let plan = plan::plan(log, &tables, &config);
             let t2 = Instant::now();
-            tracing::debug!(
-                "{site}: planned {} tasks with {}: {} groups in {} batches, largest {} ({:?} recon, {:?} plan)",
-                plan.stats.tasks,
+            let summary = format!(
+                "{site}: reconnaissance of {n} tasks in {:.3} s; {} plan with {} groups in {} \
+                 batches, largest {} tasks, in {:.3} s",
+                (t1 - t0).as_secs_f64(),
                 plan.stats.strategy,
                 plan.stats.groups,
                 plan.stats.batches,
                 plan.stats.largest_group,
-                t1 - t0,
-                t2 - t1
+                (t2 - t1).as_secs_f64()
             );
+            if ctx.config().verbose {
+                eprintln!("strads-ap: {summary}");
+            }
+            tracing::debug!("{summary}");
             if threads > 1 && plan.stats.largest_group * 2 > n && n >= 64 {
                 tracing::warn!(
                     "{site}: most tasks conflict with each other ({} of {n} in one group), so \
