@@ -1,0 +1,201 @@
+//! Bench runner: runs an example's serial twin and strads-ap twin alternately and
+//! summarises their speed and statistical progress.
+//!
+//! ```text
+//! cargo build --release -p strads-ap-examples
+//! target/release/bench --app sgdmf --reps 3 --threads 2 -- --epochs 5
+//! ```
+//!
+//! The twins are found next to this executable. Every run's JSON result line is printed
+//! as it comes, then one summary line:
+//!
+//! * SGDMF: `{"bench":"sgdmf","reps":R,"threads":T,"serial_secs_per_epoch":..,
+//!   "strads_secs_per_epoch":..,"speedup":..,"setup_vs_serial_epoch":..,"rmse_ratio":..}`
+//! * MLR: the same with `"loss_ratio"` (strads-ap / serial train loss) and
+//!   `"accuracy_diff"` (strads-ap − serial test accuracy) instead of `"rmse_ratio"`.
+//!
+//! Every figure is a median over the repetitions; ratios are of medians.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+use serde_json::Value;
+use strads_ap_examples::report::{median, print_json_line};
+
+/// Which example to bench.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum App {
+    /// SGD matrix factorisation (`sgdmf-serial` vs `sgdmf`).
+    Sgdmf,
+    /// Multinomial logistic regression (`mlr-serial` vs `mlr`).
+    Mlr,
+}
+
+impl App {
+    fn name(self) -> &'static str {
+        match self {
+            App::Sgdmf => "sgdmf",
+            App::Mlr => "mlr",
+        }
+    }
+}
+
+/// Runs an example's serial and strads-ap twins alternately and summarises them.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// The example.
+    #[arg(long, value_enum)]
+    app: App,
+
+    /// Runs of each twin.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+
+    /// Worker threads of the strads-ap twin (passed as `--threads` to both twins; the
+    /// serial twin ignores it) [default: the twins' default, all cores].
+    #[arg(long)]
+    threads: Option<usize>,
+
+    /// Further arguments, passed to both twins (after `--`).
+    #[arg(last = true)]
+    extra: Vec<String>,
+}
+
+/// The summary line.
+#[derive(Serialize)]
+struct Summary {
+    bench: &'static str,
+    reps: usize,
+    threads: usize,
+    serial_secs_per_epoch: f64,
+    strads_secs_per_epoch: f64,
+    speedup: f64,
+    setup_vs_serial_epoch: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rmse_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loss_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    accuracy_diff: Option<f64>,
+}
+
+/// The twin binary `name` in `dir`, or an error saying how to build it.
+fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !path.is_file() {
+        bail!(
+            "the example binary {} is missing; build with cargo build --release -p strads-ap-examples",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Runs one twin and returns its JSON result line (the last line of its stdout).
+fn run(binary: &Path, args: &[String]) -> Result<Value> {
+    let output = Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} {} failed: {}",
+            binary.display(),
+            args.join(" "),
+            output.status
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .with_context(|| format!("{} printed no result line", binary.display()))?;
+    let value: Value = serde_json::from_str(line)
+        .with_context(|| format!("{} printed a bad result line: {line}", binary.display()))?;
+    println!("{line}");
+    Ok(value)
+}
+
+/// The numeric field `key` of every result.
+fn field(results: &[Value], key: &str) -> Result<Vec<f64>> {
+    results
+        .iter()
+        .map(|r| {
+            r.get(key)
+                .and_then(Value::as_f64)
+                .with_context(|| format!("result line without a number `{key}`: {r}"))
+        })
+        .collect()
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    let exe = std::env::current_exe().context("cannot find the bench executable")?;
+    let dir = exe
+        .parent()
+        .context("the bench executable has no directory")?;
+    let app = args.app.name();
+    let serial = sibling(dir, &format!("{app}-serial"))?;
+    let strads = sibling(dir, app)?;
+
+    let mut twin_args: Vec<String> = Vec::new();
+    if let Some(t) = args.threads {
+        twin_args.extend(["--threads".to_string(), t.to_string()]);
+    }
+    twin_args.extend(args.extra.iter().cloned());
+
+    let (mut serial_runs, mut strads_runs) = (Vec::new(), Vec::new());
+    for rep in 1..=args.reps {
+        eprintln!("bench {app}: repetition {rep} of {}", args.reps);
+        serial_runs.push(run(&serial, &twin_args)?);
+        strads_runs.push(run(&strads, &twin_args)?);
+    }
+
+    let serial_epoch = median(&field(&serial_runs, "secs_per_epoch")?);
+    let strads_epoch = median(&field(&strads_runs, "secs_per_epoch")?);
+    let setup = median(&field(&strads_runs, "setup_secs")?);
+    let threads = strads_runs[0]
+        .get("threads")
+        .and_then(Value::as_u64)
+        .unwrap_or(0) as usize;
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    let mut summary = Summary {
+        bench: app,
+        reps: args.reps,
+        threads,
+        serial_secs_per_epoch: serial_epoch,
+        strads_secs_per_epoch: strads_epoch,
+        speedup: ratio(serial_epoch, strads_epoch),
+        setup_vs_serial_epoch: ratio(setup, serial_epoch),
+        rmse_ratio: None,
+        loss_ratio: None,
+        accuracy_diff: None,
+    };
+    match args.app {
+        App::Sgdmf => {
+            let s = median(&field(&serial_runs, "train_rmse")?);
+            let p = median(&field(&strads_runs, "train_rmse")?);
+            summary.rmse_ratio = Some(ratio(p, s));
+        }
+        App::Mlr => {
+            let sl = median(&field(&serial_runs, "train_loss")?);
+            let pl = median(&field(&strads_runs, "train_loss")?);
+            let sa = median(&field(&serial_runs, "test_accuracy")?);
+            let pa = median(&field(&strads_runs, "test_accuracy")?);
+            summary.loss_ratio = Some(ratio(pl, sl));
+            summary.accuracy_diff = Some(pa - sa);
+        }
+    }
+    print_json_line(&summary);
+    Ok(())
+}

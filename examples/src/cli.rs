@@ -1,0 +1,136 @@
+//! Command-line arguments. Both twins of an example parse the same arguments, so the bench
+//! can pass one argument list to both.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, ValueEnum};
+
+/// Arguments every example takes.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct CommonArgs {
+    /// Read the data from this file instead of generating it (SGDMF: `user item rating`
+    /// lines; MLR: libsvm lines). The size arguments of the generator are then ignored.
+    #[arg(long, value_name = "PATH")]
+    pub data: Option<PathBuf>,
+
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 10)]
+    pub epochs: usize,
+
+    /// Worker threads of the strads-ap twin [default: all cores]; the serial twin always
+    /// runs on one.
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// Seed of the synthetic data, the train/test split and the initial parameters.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl CommonArgs {
+    /// The worker thread count: `--threads`, or the number of cores.
+    pub fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+}
+
+/// Arguments of SGD matrix factorisation (`sgdmf`, `sgdmf-serial`).
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    version,
+    about = "SGD matrix factorisation: learns user and item factors from ratings"
+)]
+pub struct SgdmfArgs {
+    /// Common arguments.
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Users of the synthetic data set.
+    #[arg(long, default_value_t = 50_000)]
+    pub users: usize,
+
+    /// Items of the synthetic data set.
+    #[arg(long, default_value_t = 5_000)]
+    pub items: usize,
+
+    /// Ratings of the synthetic data set (before the 90/10 train/test split).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub ratings: usize,
+
+    /// Rank of the factorisation (length of the user and item rows).
+    #[arg(long, default_value_t = 32)]
+    pub rank: usize,
+
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f32,
+
+    /// L2 regularisation of the factors.
+    #[arg(long, default_value_t = 0.05)]
+    pub reg: f32,
+}
+
+/// How `sync_for!` merges the workers' updates (`--sync`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncArg {
+    /// Workers of a process share progress after every mini-batch.
+    Hybrid,
+    /// Bulk-synchronous: workers' updates are merged after every step.
+    Bsp,
+}
+
+impl SyncArg {
+    /// The strads-ap synchronisation mode.
+    pub fn mode(self) -> strads_ap::SyncMode {
+        match self {
+            SyncArg::Hybrid => strads_ap::SyncMode::Hybrid,
+            SyncArg::Bsp => strads_ap::SyncMode::Bsp,
+        }
+    }
+
+    /// The name used on the command line and in result lines (`hybrid`, `bsp`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncArg::Hybrid => "hybrid",
+            SyncArg::Bsp => "bsp",
+        }
+    }
+}
+
+/// Arguments of multinomial logistic regression (`mlr`, `mlr-serial`).
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    version,
+    about = "Multinomial logistic (softmax) regression trained by mini-batch SGD"
+)]
+pub struct MlrArgs {
+    /// Common arguments.
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Samples of the synthetic data set (before the 90/10 train/test split).
+    #[arg(long, default_value_t = 100_000)]
+    pub samples: usize,
+
+    /// Features of the synthetic data set.
+    #[arg(long, default_value_t = 50)]
+    pub features: usize,
+
+    /// Classes of the synthetic data set.
+    #[arg(long, default_value_t = 10)]
+    pub classes: usize,
+
+    /// Samples per mini-batch.
+    #[arg(long, default_value_t = 100)]
+    pub minibatch: usize,
+
+    /// Learning rate (of the mini-batch mean gradient).
+    #[arg(long, default_value_t = 0.5)]
+    pub lr: f32,
+
+    /// Synchronisation of the strads-ap twin's `sync_for!` (the serial twin ignores it).
+    #[arg(long, value_enum, default_value_t = SyncArg::Hybrid)]
+    pub sync: SyncArg,
+}

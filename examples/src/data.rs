@@ -1,0 +1,552 @@
+//! Data sets of the examples: synthetic generators, text loaders and the train/test split.
+//!
+//! Everything here is plain Rust over `Vec`s, so the serial twins use it as it is; the
+//! strads-ap twins either convert the result with `DVector::from_vec` or read the file with
+//! strads-ap's own reader and the same line parsers ([`parse_rating_line`],
+//! [`parse_libsvm_line`]) and remapping ([`remap_ratings`], [`remap_samples`]), so both
+//! twins of an example always see the same data in the same order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// One rating of a matrix-factorisation data set, with dense ids.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rating {
+    /// User id, in `0..users`.
+    pub user: u32,
+    /// Item id, in `0..items`.
+    pub item: u32,
+    /// The rating value.
+    pub rating: f32,
+}
+
+/// A ratings data set: ratings with dense ids and the id ranges.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratings {
+    /// The ratings, in file (or generation) order.
+    pub ratings: Vec<Rating>,
+    /// Number of users: every `Rating::user` is below it.
+    pub users: usize,
+    /// Number of items: every `Rating::item` is below it.
+    pub items: usize,
+}
+
+/// One labelled sample of a classification data set, with sparse features.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Class, in `0..classes`.
+    pub label: u32,
+    /// `(feature index, value)` pairs, feature indices in `0..features`.
+    pub x: Vec<(u32, f32)>,
+}
+
+/// A classification data set: samples and the sizes of its label and feature spaces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Samples {
+    /// The samples, in file (or generation) order.
+    pub samples: Vec<Sample>,
+    /// Number of features: every feature index is below it.
+    pub features: usize,
+    /// Number of classes: every label is below it.
+    pub classes: usize,
+}
+
+// ---------------------------------------------------------------------------------------
+// Random helpers
+// ---------------------------------------------------------------------------------------
+
+/// A standard normal deviate (Box-Muller), from any random source.
+pub fn gaussian(rng: &mut impl Rng) -> f64 {
+    let u1: f64 = 1.0 - rng.gen::<f64>(); // in (0, 1]
+    let u2: f64 = rng.gen();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// A random generator for stream `stream` of `seed`: independent streams for independent
+/// uses of one seed (data, split, initial parameters).
+pub fn rng_for(seed: u64, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
+}
+
+/// Samples ranks `0..n` with probability proportional to `1 / (rank + 1)^exponent`.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::{rng_for, Zipf};
+/// let zipf = Zipf::new(1000, 1.0);
+/// let mut rng = rng_for(7, 0);
+/// let draws: Vec<usize> = (0..10_000).map(|_| zipf.sample(&mut rng)).collect();
+/// let zeros = draws.iter().filter(|&&d| d == 0).count();
+/// let tail = draws.iter().filter(|&&d| d == 999).count();
+/// assert!(zeros > 50 * tail.max(1) / 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    /// A Zipf-like distribution over `n` ranks (`n >= 1`).
+    pub fn new(n: usize, exponent: f64) -> Self {
+        let mut total = 0.0;
+        let mut cdf: Vec<f64> = (0..n.max(1))
+            .map(|r| {
+                total += 1.0 / ((r + 1) as f64).powf(exponent);
+                total
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= total);
+        Zipf { cdf }
+    }
+
+    /// Draws a rank.
+    pub fn sample(&self, rng: &mut impl Rng) -> usize {
+        let u: f64 = rng.gen();
+        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+    }
+}
+
+/// A seeded random permutation of `0..n` (Fisher-Yates).
+fn permutation(n: usize, rng: &mut impl Rng) -> Vec<u32> {
+    let mut p: Vec<u32> = (0..n as u32).collect();
+    for i in (1..n).rev() {
+        p.swap(i, rng.gen_range(0..=i));
+    }
+    p
+}
+
+// ---------------------------------------------------------------------------------------
+// Synthetic data
+// ---------------------------------------------------------------------------------------
+
+/// Rank of the hidden model behind [`synthetic_ratings`].
+pub const HIDDEN_RANK: usize = 8;
+
+/// Zipf exponent of user popularity in [`synthetic_ratings`].
+pub const USER_EXPONENT: f64 = 0.6;
+
+/// Zipf exponent of item popularity in [`synthetic_ratings`].
+pub const ITEM_EXPONENT: f64 = 0.8;
+
+/// A seeded synthetic ratings data set.
+///
+/// Users and items are drawn with power-law (Zipf-like) popularity (exponents
+/// [`USER_EXPONENT`], [`ITEM_EXPONENT`]; which ids are popular is a seeded permutation, so
+/// popularity is not sorted by id). A rating is `3 + b_u + b_i + p_u·q_i + noise` from a
+/// hidden model of rank [`HIDDEN_RANK`] with user and item biases and Gaussian noise
+/// (σ = 0.3), clipped to `[1, 5]`; its standard deviation is about 1. Duplicate
+/// `(user, item)` pairs may occur, as repeated ratings do in real logs. The same arguments
+/// always give the same data.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::synthetic_ratings;
+/// let a = synthetic_ratings(100, 50, 1000, 1);
+/// assert_eq!(a, synthetic_ratings(100, 50, 1000, 1));
+/// assert_eq!(a.ratings.len(), 1000);
+/// assert!(a.ratings.iter().all(|r| (1.0..=5.0).contains(&r.rating) && r.user < 100 && r.item < 50));
+/// ```
+pub fn synthetic_ratings(users: usize, items: usize, ratings: usize, seed: u64) -> Ratings {
+    let (users, items) = (users.max(1), items.max(1));
+    let mut rng = rng_for(seed, 1);
+    let factor_sd = 0.53; // p·q has sd ≈ sqrt(8) · 0.53² ≈ 0.8
+    let mut factors = |n: usize, bias_sd: f64| -> Vec<(f64, [f64; HIDDEN_RANK])> {
+        (0..n)
+            .map(|_| {
+                let bias = bias_sd * gaussian(&mut rng);
+                let mut f = [0.0; HIDDEN_RANK];
+                f.iter_mut()
+                    .for_each(|x| *x = factor_sd * gaussian(&mut rng));
+                (bias, f)
+            })
+            .collect()
+    };
+    let p = factors(users, 0.4);
+    let q = factors(items, 0.5);
+    let user_of_rank = permutation(users, &mut rng);
+    let item_of_rank = permutation(items, &mut rng);
+    let user_pop = Zipf::new(users, USER_EXPONENT);
+    let item_pop = Zipf::new(items, ITEM_EXPONENT);
+    let ratings = (0..ratings)
+        .map(|_| {
+            let user = user_of_rank[user_pop.sample(&mut rng)];
+            let item = item_of_rank[item_pop.sample(&mut rng)];
+            let (bu, pu) = &p[user as usize];
+            let (bi, qi) = &q[item as usize];
+            let dot: f64 = pu.iter().zip(qi).map(|(a, b)| a * b).sum();
+            let value = 3.0 + bu + bi + dot + 0.3 * gaussian(&mut rng);
+            Rating {
+                user,
+                item,
+                rating: value.clamp(1.0, 5.0) as f32,
+            }
+        })
+        .collect();
+    Ratings {
+        ratings,
+        users,
+        items,
+    }
+}
+
+/// A seeded synthetic classification data set of `classes` Gaussian classes in
+/// `features` dimensions, stored as (dense) sparse samples.
+///
+/// Each class has a centre with standard-normal coordinates; a sample of class `c` is its
+/// centre plus Gaussian noise (σ = 2), scaled by `1/sqrt(features)` so that the squared
+/// norm of a sample is about 5 whatever the dimension. Labels are uniform. The classes
+/// overlap a little, so accuracy is high but not perfect.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::synthetic_samples;
+/// let s = synthetic_samples(200, 10, 3, 5);
+/// assert_eq!((s.samples.len(), s.features, s.classes), (200, 10, 3));
+/// assert!(s.samples.iter().all(|x| x.label < 3 && x.x.len() == 10));
+/// ```
+pub fn synthetic_samples(samples: usize, features: usize, classes: usize, seed: u64) -> Samples {
+    let (features, classes) = (features.max(1), classes.max(1));
+    let mut rng = rng_for(seed, 2);
+    let centres: Vec<Vec<f64>> = (0..classes)
+        .map(|_| (0..features).map(|_| gaussian(&mut rng)).collect())
+        .collect();
+    let scale = 1.0 / (features as f64).sqrt();
+    let samples = (0..samples)
+        .map(|_| {
+            let label = rng.gen_range(0..classes);
+            let x = centres[label]
+                .iter()
+                .enumerate()
+                .map(|(f, c)| (f as u32, ((c + 2.0 * gaussian(&mut rng)) * scale) as f32))
+                .collect();
+            Sample {
+                label: label as u32,
+                x,
+            }
+        })
+        .collect();
+    Samples {
+        samples,
+        features,
+        classes,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Train/test split
+// ---------------------------------------------------------------------------------------
+
+/// Fraction of the data [`split_train_test`] puts in the test set.
+pub const TEST_FRACTION: f64 = 0.1;
+
+/// Splits `items` into a training and a test set, about 90/10, seeded: each element goes
+/// to the test set with probability [`TEST_FRACTION`]. Both sets keep the input order.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::split_train_test;
+/// let (train, test) = split_train_test((0..1000).collect(), 3);
+/// assert_eq!(train.len() + test.len(), 1000);
+/// assert!((50..150).contains(&test.len()));
+/// assert_eq!((train.clone(), test.clone()), split_train_test((0..1000).collect(), 3));
+/// ```
+pub fn split_train_test<T>(items: Vec<T>, seed: u64) -> (Vec<T>, Vec<T>) {
+    let mut rng = rng_for(seed, 3);
+    let mut train = Vec::with_capacity(items.len());
+    let mut test = Vec::with_capacity(items.len() / 8);
+    for item in items {
+        if rng.gen_bool(TEST_FRACTION) {
+            test.push(item);
+        } else {
+            train.push(item);
+        }
+    }
+    (train, test)
+}
+
+// ---------------------------------------------------------------------------------------
+// Loaders
+// ---------------------------------------------------------------------------------------
+
+/// A loader error: the file, the line (1-based) when a line is at fault, and what is wrong.
+///
+/// Displays as `path:line: message` (or `path: message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    /// The file.
+    pub path: PathBuf,
+    /// The 1-based line at fault, if any.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.path.display(), self.message),
+            None => write!(f, "{}: {}", self.path.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl LoadError {
+    fn file(path: &Path, message: impl Into<String>) -> Self {
+        LoadError {
+            path: path.to_path_buf(),
+            line: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// A rating as written in a file: ids as they are there (not yet dense).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawRating {
+    /// User id in the file.
+    pub user: u64,
+    /// Item id in the file.
+    pub item: u64,
+    /// Rating value.
+    pub rating: f32,
+}
+
+/// Parses a `user item rating [more fields...]` line (whitespace or tab separated;
+/// fields after the third, such as a timestamp, are ignored).
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::parse_rating_line;
+/// let r = parse_rating_line("196\t242\t3\t881250949").unwrap();
+/// assert_eq!((r.user, r.item, r.rating), (196, 242, 3.0));
+/// assert!(parse_rating_line("1 2").unwrap_err().contains("3 fields"));
+/// ```
+pub fn parse_rating_line(line: &str) -> Result<RawRating, String> {
+    let mut fields = line.split_whitespace();
+    let mut next = |what: &str| {
+        fields.next().ok_or_else(|| {
+            format!("expected at least 3 fields (user item rating), the {what} is missing")
+        })
+    };
+    let (user, item, rating) = (next("user")?, next("item")?, next("rating")?);
+    let user = user
+        .parse()
+        .map_err(|_| format!("user id `{user}` is not a non-negative integer"))?;
+    let item = item
+        .parse()
+        .map_err(|_| format!("item id `{item}` is not a non-negative integer"))?;
+    let rating = match rating.parse::<f32>() {
+        Ok(v) if v.is_finite() => v,
+        _ => return Err(format!("rating `{rating}` is not a finite number")),
+    };
+    Ok(RawRating { user, item, rating })
+}
+
+/// Whether `line` is a header rather than data: its first field is not a number.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::is_header;
+/// assert!(is_header("user_id:token\titem_id:token\trating:float"));
+/// assert!(!is_header("1 2 3.5"));
+/// ```
+pub fn is_header(line: &str) -> bool {
+    match line.split_whitespace().next() {
+        Some(first) => first.parse::<f64>().is_err(),
+        None => false,
+    }
+}
+
+/// How many header lines `path` has (0 or 1): 1 when its first line is a header
+/// ([`is_header`]).
+pub fn header_lines(path: &Path) -> Result<usize, LoadError> {
+    let file = std::fs::File::open(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    let mut first = String::new();
+    std::io::BufReader::new(file)
+        .read_line(&mut first)
+        .map_err(|e| LoadError::file(path, e.to_string()))?;
+    Ok(usize::from(is_header(&first)))
+}
+
+/// Dense ids for the distinct values of `ids`, in increasing order of the original id.
+fn dense_ids(ids: impl Iterator<Item = u64>) -> BTreeMap<u64, u32> {
+    let distinct: BTreeSet<u64> = ids.collect();
+    distinct
+        .into_iter()
+        .enumerate()
+        .map(|(dense, id)| (id, dense as u32))
+        .collect()
+}
+
+/// Remaps file ids to dense ids `0..users` and `0..items`, in increasing order of the
+/// original id (so 1-based ids `1..=n` become `0..n`, and gaps close up).
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::{remap_ratings, RawRating};
+/// let raw = [RawRating { user: 7, item: 1, rating: 4.0 }, RawRating { user: 3, item: 9, rating: 2.0 }];
+/// let r = remap_ratings(&raw);
+/// assert_eq!((r.users, r.items), (2, 2));
+/// assert_eq!((r.ratings[0].user, r.ratings[0].item), (1, 0));
+/// ```
+pub fn remap_ratings(raw: &[RawRating]) -> Ratings {
+    let users = dense_ids(raw.iter().map(|r| r.user));
+    let items = dense_ids(raw.iter().map(|r| r.item));
+    let ratings = raw
+        .iter()
+        .map(|r| Rating {
+            user: users[&r.user],
+            item: items[&r.item],
+            rating: r.rating,
+        })
+        .collect();
+    Ratings {
+        ratings,
+        users: users.len(),
+        items: items.len(),
+    }
+}
+
+/// Reads the data lines of a text file: skips blank lines, `#` comment lines and `header`
+/// leading lines, and parses the rest with `parse`; a bad line is an error naming the file
+/// and line, a file without data lines is an error too.
+fn read_lines<T>(
+    path: &Path,
+    header: usize,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(header) {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        out.push(parse(line).map_err(|message| LoadError {
+            path: path.to_path_buf(),
+            line: Some(i + 1),
+            message,
+        })?);
+    }
+    if out.is_empty() {
+        return Err(LoadError::file(path, "the file has no data lines"));
+    }
+    Ok(out)
+}
+
+/// Loads a ratings file: `user item rating` lines (whitespace or tab separated, more
+/// fields ignored), an optional header line (detected by [`is_header`]), blank and `#`
+/// lines skipped; ids (0- or 1-based, or sparse) are remapped to dense ids with
+/// [`remap_ratings`].
+///
+/// Errors name the file and, for a bad line, the line: `ratings.txt:3: item id ...`. A
+/// file without ratings is an error.
+pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, LoadError> {
+    let path = path.as_ref();
+    let raw = read_lines(path, header_lines(path)?, parse_rating_line)?;
+    Ok(remap_ratings(&raw))
+}
+
+/// A sample as written in a libsvm file: the label and feature indices as they are there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawSample {
+    /// The label as written (e.g. `1`, `-1`, `+1`, `3.0`).
+    pub label: f64,
+    /// `(index, value)` pairs as written.
+    pub x: Vec<(u32, f32)>,
+}
+
+/// Parses a libsvm line `label idx:val idx:val ...` (a trailing `# comment` is ignored).
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::parse_libsvm_line;
+/// let s = parse_libsvm_line("+1 3:0.5 10:-2 # note").unwrap();
+/// assert_eq!((s.label, s.x), (1.0, vec![(3, 0.5), (10, -2.0)]));
+/// assert!(parse_libsvm_line("1 3=0.5").unwrap_err().contains("idx:val"));
+/// ```
+pub fn parse_libsvm_line(line: &str) -> Result<RawSample, String> {
+    let line = line.split('#').next().unwrap_or("");
+    let mut fields = line.split_whitespace();
+    let label = fields.next().ok_or("the line has no label")?;
+    let label = match label.parse::<f64>() {
+        Ok(v) if v.is_finite() => v,
+        _ => return Err(format!("label `{label}` is not a number")),
+    };
+    let x = fields
+        .map(|field| {
+            let (idx, val) = field
+                .split_once(':')
+                .ok_or_else(|| format!("feature `{field}` is not of the form idx:val"))?;
+            let idx = idx
+                .parse::<u32>()
+                .map_err(|_| format!("feature index `{idx}` is not a non-negative integer"))?;
+            match val.parse::<f32>() {
+                Ok(v) if v.is_finite() => Ok((idx, v)),
+                _ => Err(format!("feature value `{val}` is not a finite number")),
+            }
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(RawSample { label, x })
+}
+
+/// Remaps libsvm samples: labels to classes `0..classes` in increasing order of the label
+/// value; feature indices to `0..features` (shifted down by one when no index is 0, i.e.
+/// the usual 1-based libsvm indices).
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::{remap_samples, RawSample};
+/// let raw = vec![RawSample { label: -1.0, x: vec![(1, 1.0)] }, RawSample { label: 1.0, x: vec![(4, 2.0)] }];
+/// let s = remap_samples(raw);
+/// assert_eq!((s.classes, s.features), (2, 4));
+/// assert_eq!(s.samples[1].label, 1);
+/// assert_eq!(s.samples[1].x, vec![(3, 2.0)]);
+/// ```
+pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
+    let mut labels: Vec<f64> = raw.iter().map(|s| s.label).collect();
+    labels.sort_by(f64::total_cmp);
+    labels.dedup();
+    let min_index = raw.iter().flat_map(|s| s.x.iter().map(|p| p.0)).min();
+    let shift = u32::from(min_index.is_some_and(|m| m >= 1));
+    let features = raw
+        .iter()
+        .flat_map(|s| s.x.iter().map(|p| p.0 - shift + 1))
+        .max()
+        .unwrap_or(0) as usize;
+    let samples = raw
+        .into_iter()
+        .map(|s| Sample {
+            label: labels
+                .binary_search_by(|l| l.total_cmp(&s.label))
+                .expect("every label is in the list") as u32,
+            x: s.x.into_iter().map(|(i, v)| (i - shift, v)).collect(),
+        })
+        .collect();
+    Samples {
+        samples,
+        features: features.max(1),
+        classes: labels.len(),
+    }
+}
+
+/// Loads a libsvm file (`label idx:val ...` lines; blank and `#` lines skipped) and
+/// remaps it with [`remap_samples`].
+///
+/// Errors name the file and, for a bad line, the line. A file without samples is an
+/// error.
+pub fn load_libsvm(path: impl AsRef<Path>) -> Result<Samples, LoadError> {
+    let path = path.as_ref();
+    let raw = read_lines(path, 0, parse_libsvm_line)?;
+    Ok(remap_samples(raw))
+}

@@ -1,0 +1,91 @@
+//! Metrics: squared rating error and RMSE for matrix factorisation; softmax loss and
+//! accuracy for multinomial logistic regression.
+//!
+//! The per-element functions take the parameters as plain slices of rows, so the serial
+//! twins call them from iterators and the strads-ap twins from `DVector::map_reduce` over
+//! a snapshot of the parameters (`w.to_vec()?`).
+
+use crate::data::{Rating, Sample};
+use crate::model::{dot, score, softmax};
+
+/// Squared error of the prediction `w[user] · h[item]` for one rating.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::{data::Rating, metrics::squared_error};
+/// let w = vec![vec![1.0, 1.0]];
+/// let h = vec![vec![1.0, 2.0]];
+/// let r = Rating { user: 0, item: 0, rating: 4.0 };
+/// assert_eq!(squared_error(&w, &h, &r), 1.0);
+/// ```
+pub fn squared_error(w: &[Vec<f32>], h: &[Vec<f32>], r: &Rating) -> f64 {
+    let err = r.rating - dot(&w[r.user as usize], &h[r.item as usize]);
+    f64::from(err) * f64::from(err)
+}
+
+/// Root mean square from a sum of squared errors over `count` elements (0 when empty).
+pub fn rmse(sum_squared: f64, count: usize) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        (sum_squared / count as f64).sqrt()
+    }
+}
+
+/// Mean and standard deviation of the ratings (both 0 when empty).
+pub fn rating_mean_std(ratings: &[Rating]) -> (f64, f64) {
+    if ratings.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = ratings.len() as f64;
+    let mean = ratings.iter().map(|r| f64::from(r.rating)).sum::<f64>() / n;
+    let var = ratings
+        .iter()
+        .map(|r| (f64::from(r.rating) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    (mean, var.sqrt())
+}
+
+/// The class probabilities of a sample under weight rows `w` (one row per class, bias
+/// last).
+pub fn class_probabilities(w: &[Vec<f32>], s: &Sample) -> Vec<f32> {
+    let mut p: Vec<f32> = w.iter().map(|row| score(row, &s.x)).collect();
+    softmax(&mut p);
+    p
+}
+
+/// Softmax (cross-entropy) loss of one sample: `-ln p(label)`, with `p` floored at 1e-12.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::{data::Sample, metrics::softmax_loss};
+/// let w = vec![vec![0.0, 0.0], vec![0.0, 0.0]]; // two classes, one feature, biases 0
+/// let s = Sample { label: 1, x: vec![(0, 1.0)] };
+/// assert!((softmax_loss(&w, &s) - 2f64.ln()).abs() < 1e-6);
+/// ```
+pub fn softmax_loss(w: &[Vec<f32>], s: &Sample) -> f64 {
+    let p = class_probabilities(w, s);
+    let pl = p.get(s.label as usize).copied().unwrap_or(0.0);
+    -f64::from(pl).max(1e-12).ln()
+}
+
+/// The predicted class of a sample: the class with the highest score.
+pub fn predict(w: &[Vec<f32>], s: &Sample) -> usize {
+    w.iter()
+        .map(|row| score(row, &s.x))
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (c, v)| {
+            if v > best.1 {
+                (c, v)
+            } else {
+                best
+            }
+        })
+        .0
+}
+
+/// 1 if the sample is classified correctly, else 0 (summable into a count).
+pub fn correct(w: &[Vec<f32>], s: &Sample) -> usize {
+    usize::from(predict(w, s) == s.label as usize)
+}
