@@ -72,13 +72,12 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
     let (kind, run_fn, head, run, record) = match &input.head {
         Head::Async { range } => {
             let idx = local("__strads_idx");
-            let k = local("__strads_k");
             (
                 quote!(Async),
                 quote!(run_async_for),
                 quote!(#range),
                 gen.body_fn(Pass::Run, &idx, quote!(#idx)),
-                gen.body_fn(Pass::Record, &k, quote!(::core::iter::once(#k))),
+                gen.body_fn(Pass::Record, &idx, quote!(#idx)),
             )
         }
         Head::Sync {
@@ -328,9 +327,8 @@ mod tests {
             s.contains("let__strads_slot_h=&mut__strads_t.h.__strads_record(__strads_rec,\"h\");")
         );
         assert!(s.contains("forkin__strads_idx{letr=&ratings[k];"));
-        assert!(s.contains("forkin::core::iter::once(__strads_k){letr=&ratings[k];"));
+        assert!(s.contains("|__strads_t,__strads_rec,__strads_idx|"));
         assert!(s.contains("|__strads_t,__strads_ctx,__strads_idx|"));
-        assert!(s.contains("|__strads_t,__strads_rec,__strads_k|"));
     }
 
     #[test]

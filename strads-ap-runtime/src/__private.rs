@@ -6,7 +6,7 @@ pub use crate::dds::{EnterFallback, Plain, RecordFallback};
 pub use crate::engine::{
     run_async_for, run_sync_for, CallSite, ExecCtx, Indices, LoopKind, Opts, Registry, SyncMode,
 };
-pub use crate::recon::Recorder;
+pub use crate::recon::{RecordIndices, Recorder};
 
 use std::sync::Arc;
 

@@ -64,13 +64,16 @@ fn main() -> Result<()> {
     let w: DVector<Vec<f32>> = DVector::from_fn(users, |u| init_row(seed, 0, u, rank, scale))?;
     let h: DVector<Vec<f32>> = DVector::from_fn(items, |v| init_row(seed, 1, v, rank, scale))?;
 
-    // Squared error summed over a DVector of ratings, on a snapshot of the parameters.
+    // Squared error summed over a DVector of ratings, reading the parameters in place.
     let sum_squared = |set: &DVector<data::Rating>| -> Result<f64> {
-        let (wv, hv) = (w.to_vec()?, h.to_vec()?);
         if set.is_empty() {
             return Ok(0.0);
         }
-        Ok(set.map_reduce(|r| squared_error(&wv, &hv, r), |a, b| a + b)?)
+        // One `?` per operator: with_all(w), with_all(h), map_reduce.
+        let sum = w.with_all(|wv| {
+            h.with_all(|hv| set.map_reduce(|r| squared_error(wv, hv, r), |a, b| a + b))
+        })???;
+        Ok(sum)
     };
 
     let mut epoch_secs = Vec::new();

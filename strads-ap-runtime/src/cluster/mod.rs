@@ -179,7 +179,11 @@ pub(crate) fn context() -> &'static Context {
 }
 
 impl Context {
-    fn new(config: Config) -> Self {
+    fn new(mut config: Config) -> Self {
+        // STRADS_VERBOSE=1 turns progress lines on whatever the program configured.
+        if std::env::var(env::VERBOSE).is_ok_and(|v| v.trim() == "1") {
+            config.verbose = true;
+        }
         Context {
             config,
             next_table: AtomicU64::new(1),

@@ -76,6 +76,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> TableHandle for MapTabl
     fn is_relaxed(&self) -> bool {
         false
     }
+    fn elem_size(&self) -> usize {
+        0
+    }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(MapLock(self.read(op)?)))
     }

@@ -39,6 +39,8 @@ pub(crate) trait TableHandle: Send + Sync {
     /// Size of the key space: elements of a vector; 0 for maps (keys are hashed).
     fn key_space(&self) -> usize;
     fn is_relaxed(&self) -> bool;
+    /// Size of one element in the table's storage.
+    fn elem_size(&self) -> usize;
     /// Exclusive use for the duration of an operator.
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
 }
@@ -111,6 +113,9 @@ impl<T: Send + Sync + 'static> TableHandle for VectorTable<T> {
     }
     fn is_relaxed(&self) -> bool {
         self.relaxed.load(Ordering::Relaxed)
+    }
+    fn elem_size(&self) -> usize {
+        std::mem::size_of::<T>()
     }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(VectorLock(self.write(op)?)))

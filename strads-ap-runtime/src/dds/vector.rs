@@ -74,8 +74,16 @@ impl<T: Element> DVector<T> {
     where
         F: Fn(usize) -> T + Send + Sync,
     {
-        let pool = context().pool(context().config().threads);
-        let data = pool.install(|| (0..len).into_par_iter().map(&f).collect());
+        let threads = context().config().threads;
+        let data = if threads == 1 {
+            // On the calling thread: its allocator arena is the one the serial program
+            // would use, which keeps rows allocated here close together.
+            (0..len).map(&f).collect()
+        } else {
+            context()
+                .pool(threads)
+                .install(|| (0..len).into_par_iter().map(&f).collect())
+        };
         Ok(Self::from_data(data))
     }
 
@@ -125,6 +133,21 @@ impl<T: Element> DVector<T> {
     /// All elements, in order, as a `Vec`.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         Ok(self.table.read("DVector::to_vec")?.clone())
+    }
+
+    /// Runs `f` on all elements, read-only, without copying them in a world of one (the
+    /// cheap way to evaluate a model in driver code).
+    ///
+    /// ```
+    /// use strads_ap_runtime::DVector;
+    /// let w = DVector::from_fn(3, |i| vec![i as f32; 2])?;
+    /// let norm: f32 = w.with_all(|rows| rows.iter().flatten().map(|x| x * x).sum())?;
+    /// assert_eq!(norm, 0.0 + 2.0 + 8.0);
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn with_all<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        let data = self.table.read("DVector::with_all")?;
+        Ok(f(&data))
     }
 
     /// An iterator over copies of the elements (a snapshot taken now).

@@ -221,7 +221,9 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, false);
-        self.scratch.get(i).unwrap_or(&self.data[i])
+        self.scratch
+            .get(i, self.rec.task_epoch())
+            .unwrap_or(&self.data[i])
     }
 }
 
@@ -229,15 +231,19 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, true);
-        let data = self.data;
-        self.scratch.get_or_insert_with(i, || data[i].clone())
+        let epoch = self.rec.task_epoch();
+        self.scratch.get_or_copy(i, epoch, &self.data[i])
     }
 }
 
 /// The scratch copies of the elements a task wrote during reconnaissance: a short list
-/// (tasks usually write a few elements), indexed by a map once it grows.
+/// (tasks usually write a few elements), indexed by a map once it grows. Slots are kept
+/// from task to task and refilled with `clone_from`, so recording does not allocate per
+/// task.
 struct Scratch<T> {
     items: Vec<(usize, T)>,
+    live: usize,
+    epoch: u64,
     index: Option<HashMap<usize, usize>>,
 }
 
@@ -245,38 +251,58 @@ impl<T> Default for Scratch<T> {
     fn default() -> Self {
         Scratch {
             items: Vec::new(),
+            live: 0,
+            epoch: u64::MAX,
             index: None,
         }
     }
 }
 
-impl<T> Scratch<T> {
+impl<T: Clone> Scratch<T> {
     const LINEAR: usize = 16;
 
     fn position(&self, key: usize) -> Option<usize> {
         match &self.index {
             Some(map) => map.get(&key).copied(),
-            None => self.items.iter().position(|(k, _)| *k == key),
+            None => self.items[..self.live].iter().position(|(k, _)| *k == key),
         }
     }
 
-    fn get(&self, key: usize) -> Option<&T> {
+    /// The task `epoch`'s copy of `key`, if it wrote one.
+    fn get(&self, key: usize, epoch: u64) -> Option<&T> {
+        if self.epoch != epoch {
+            return None;
+        }
         self.position(key).map(|p| &self.items[p].1)
     }
 
-    fn get_or_insert_with(&mut self, key: usize, make: impl FnOnce() -> T) -> &mut T {
+    /// The task `epoch`'s copy of `key`, made from `src` on first use.
+    fn get_or_copy(&mut self, key: usize, epoch: u64, src: &T) -> &mut T {
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.live = 0;
+            if let Some(map) = &mut self.index {
+                map.clear();
+            }
+        }
         let p = match self.position(key) {
             Some(p) => p,
             None => {
-                self.items.push((key, make()));
-                let p = self.items.len() - 1;
+                let p = self.live;
+                if p < self.items.len() {
+                    self.items[p].0 = key;
+                    self.items[p].1.clone_from(src);
+                } else {
+                    self.items.push((key, src.clone()));
+                }
+                self.live += 1;
                 match &mut self.index {
                     Some(map) => {
                         map.insert(key, p);
                     }
-                    None if self.items.len() > Self::LINEAR => {
+                    None if self.live > Self::LINEAR => {
                         self.index = Some(
-                            self.items
+                            self.items[..self.live]
                                 .iter()
                                 .enumerate()
                                 .map(|(p, (k, _))| (*k, p))
@@ -336,15 +362,20 @@ mod tests {
     fn scratch_keeps_the_first_copy_and_switches_to_a_map() {
         let mut s = Scratch::default();
         for k in 0..40usize {
-            *s.get_or_insert_with(k, || k * 10) += 1;
+            *s.get_or_copy(k, 1, &(k * 10)) += 1;
         }
-        // A second write of a key updates the same copy.
-        *s.get_or_insert_with(3, || 999) += 1;
-        *s.get_or_insert_with(33, || 999) += 1;
+        // A second write of a key in the same task updates the same copy.
+        *s.get_or_copy(3, 1, &999) += 1;
+        *s.get_or_copy(33, 1, &999) += 1;
         assert!(s.index.is_some());
-        assert_eq!(s.get(3), Some(&32));
-        assert_eq!(s.get(33), Some(&332));
-        assert_eq!(s.get(39), Some(&391));
-        assert_eq!(s.get(40), None);
+        assert_eq!(s.get(3, 1), Some(&32));
+        assert_eq!(s.get(33, 1), Some(&332));
+        assert_eq!(s.get(39, 1), Some(&391));
+        assert_eq!(s.get(40, 1), None);
+        // The next task starts empty and reuses the slots.
+        assert_eq!(s.get(3, 2), None);
+        assert_eq!(*s.get_or_copy(3, 2, &7), 7);
+        assert_eq!(s.get(33, 2), None);
+        assert_eq!(s.live, 1);
     }
 }

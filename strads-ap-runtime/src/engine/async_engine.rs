@@ -15,7 +15,7 @@ use crate::cluster::context;
 use crate::dds::table::{Replica, TableLock};
 use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, PlanConfig, Schedule, SlotMode, TableInfo};
-use crate::recon::{AccessLog, Recorder, MAX_TABLES};
+use crate::recon::{AccessLog, RecordIndices, Recorder, MAX_TABLES};
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PlanKey {
@@ -43,7 +43,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     opts: Opts,
     register: fn(&Task, &mut Registry),
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
-    record: fn(&Task, &Recorder, I),
+    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
 ) -> Result<()> {
     let ctx = context();
     let threads = opts.threads.unwrap_or(ctx.config().threads);
@@ -99,6 +99,21 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
         .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
         .collect();
 
+    if threads == 1 && ctx.config().world_size == 1 {
+        // One worker in a world of one: the loop order is a serial order, so no plan is
+        // needed; tables are used directly.
+        let t0 = Instant::now();
+        let outcome = run_serially(site, start..end, task, run, &registry, &bases);
+        record_stats(site, |s| {
+            s.calls += 1;
+            s.running += t0.elapsed();
+            s.strategy = "serial";
+            s.groups = 1;
+        });
+        drop(locks);
+        return outcome;
+    }
+
     let key = PlanKey {
         site: site as *const CallSite as usize,
         start,
@@ -133,6 +148,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
                 threads,
                 blocks: opts.blocks,
                 seed: opts.seed.unwrap_or(ctx.config().seed),
+                first_index: start,
             };
             let plan = plan::plan(log, &tables, &config);
             let t2 = Instant::now();
@@ -189,6 +205,38 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     outcome
 }
 
+/// Runs every index in order on this thread (one worker, one process).
+fn run_serially<Task, I: LoopIndex>(
+    site: &CallSite,
+    range: Range<usize>,
+    task: &Task,
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    registry: &Registry,
+    bases: &[(u64, SharedPtr<u8>, usize)],
+) -> Result<()> {
+    let bindings = bases
+        .iter()
+        .zip(&registry.entries)
+        .map(|(&(id, SharedPtr(ptr), len), e)| {
+            let map = e.table.key_space() == 0;
+            Binding {
+                id,
+                ptr,
+                len,
+                tags: std::ptr::null(),
+                allowed: 0,
+                writable: !map,
+                read_only_reason: "maps are read-only inside loop bodies",
+            }
+        })
+        .collect();
+    let ctx = ExecCtx::new(bindings);
+    catch_unwind(AssertUnwindSafe(|| {
+        run(task, &ctx, Indices::range(range, &ctx))
+    }))
+    .map_err(|payload| body_error(site, ctx.current(), payload))
+}
+
 /// Reconnaissance: runs `record` for every index, in parallel chunks, and returns the
 /// per-task access log in index order.
 fn reconnoitre<Task: Sync, I: LoopIndex>(
@@ -196,7 +244,7 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
     start: usize,
     n: usize,
     task: &Task,
-    record: fn(&Task, &Recorder, I),
+    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     bases: &[(u64, SharedPtr<u8>, usize)],
     threads: usize,
 ) -> Result<AccessLog> {
@@ -216,19 +264,14 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
                         .map(|b| (b.0, b.1 .0 as *const u8, b.2))
                         .collect(),
                 );
-                let mut current = r.start;
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    for k in r.clone() {
-                        current = k;
-                        record(task, &rec, I::from_usize(k));
-                        rec.end_task();
-                    }
+                    record(task, &rec, RecordIndices::new(r.clone(), &rec));
                 }));
                 match outcome {
                     Ok(()) => Ok(rec.into_log()),
                     Err(payload) => {
                         rec.abort_task();
-                        Err(body_error(site, current, payload))
+                        Err(body_error(site, rec.index(), payload))
                     }
                 }
             })
@@ -297,10 +340,18 @@ fn execute<Task: Sync, I: LoopIndex>(
                 b
             })
             .collect();
-        Worker {
-            ctx: ExecCtx::new(bindings),
-            replicas,
-        }
+        let mut ctx = ExecCtx::new(bindings);
+        ctx.prefetch = plan
+            .indexed_by_task
+            .iter()
+            .map(|&slot| {
+                (
+                    bases[slot].1 .0 as usize,
+                    registry.entries[slot].table.elem_size(),
+                )
+            })
+            .collect();
+        Worker { ctx, replicas }
     };
     let run_group = |w: &mut Worker, plan: &Plan, group: GroupRef, tasks: &[u32]| {
         for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {

@@ -56,6 +56,8 @@ pub(crate) enum Fault {
 pub struct ExecCtx {
     pub(crate) bindings: Vec<Binding>,
     pub(crate) current: Cell<usize>,
+    /// (address of element 0, element size) of tables to prefetch at the loop index.
+    pub(crate) prefetch: Vec<(usize, usize)>,
     /// Views borrow raw pointers from the bindings; the context is tied to one thread.
     _not_send: PhantomData<*const ()>,
 }
@@ -65,6 +67,7 @@ impl ExecCtx {
         ExecCtx {
             bindings,
             current: Cell::new(0),
+            prefetch: Vec::new(),
             _not_send: PhantomData,
         }
     }
@@ -116,20 +119,60 @@ macro_rules! loop_index {
 }
 loop_index!(usize, u32, u64, i32, i64);
 
+/// How far ahead (in tasks) the engine prefetches the elements of tables the body
+/// reads at its own loop index.
+const PREFETCH_DISTANCE: usize = 12;
+
+/// Hints the CPU to load the cache line at `p`.
+#[inline(always)]
+fn prefetch_read(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and has no effect on the program's
+    // memory, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+enum Kind<'a> {
+    Range(std::ops::Range<usize>),
+    List {
+        base: usize,
+        list: &'a [u32],
+        pos: usize,
+    },
+}
+
 /// The loop indices one call of a generated body runs, in order.
+///
+/// While it hands out index `i`, it prefetches, for tables the body reads at its own loop
+/// index (`ratings[k]`), the elements a few tasks ahead in the plan's order.
 pub struct Indices<'a, I> {
-    base: usize,
-    iter: std::slice::Iter<'a, u32>,
+    kind: Kind<'a>,
     current: &'a Cell<usize>,
+    prefetch: &'a [(usize, usize)],
     _index: PhantomData<I>,
 }
 
 impl<'a, I> Indices<'a, I> {
+    /// The indices `base + t` for every offset `t` of `list`.
     pub(crate) fn list(base: usize, list: &'a [u32], ctx: &'a ExecCtx) -> Self {
         Indices {
-            base,
-            iter: list.iter(),
+            kind: Kind::List { base, list, pos: 0 },
             current: &ctx.current,
+            prefetch: &ctx.prefetch,
+            _index: PhantomData,
+        }
+    }
+
+    /// The indices of `range`, in order.
+    pub(crate) fn range(range: std::ops::Range<usize>, ctx: &'a ExecCtx) -> Self {
+        Indices {
+            kind: Kind::Range(range),
+            current: &ctx.current,
+            prefetch: &[],
             _index: PhantomData,
         }
     }
@@ -140,7 +183,20 @@ impl<I: LoopIndex> Iterator for Indices<'_, I> {
 
     #[inline(always)]
     fn next(&mut self) -> Option<I> {
-        let i = self.base + *self.iter.next()? as usize;
+        let i = match &mut self.kind {
+            Kind::Range(r) => r.next()?,
+            Kind::List { base, list, pos } => {
+                let t = *list.get(*pos)?;
+                if let Some(&ahead) = list.get(*pos + PREFETCH_DISTANCE) {
+                    let key = *base + ahead as usize;
+                    for &(addr, size) in self.prefetch {
+                        prefetch_read(addr.wrapping_add(key * size) as *const u8);
+                    }
+                }
+                *pos += 1;
+                *base + t as usize
+            }
+        };
         self.current.set(i);
         Some(I::from_usize(i))
     }

@@ -307,6 +307,7 @@ fn reconnoitre<Task, D>(
             .collect(),
     );
     for (i, batch) in batches.iter().enumerate() {
+        rec.start_task(i * minibatch);
         let outcome = catch_unwind(AssertUnwindSafe(|| record(task, &rec, batch)));
         if let Err(payload) = outcome {
             return Err(body_error(site, i * minibatch, payload));

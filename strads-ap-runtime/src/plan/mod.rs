@@ -127,6 +127,9 @@ pub struct Plan {
     pub stats: PlanStats,
     /// The access log the plan was made from (components re-tag from it per batch).
     pub log: AccessLog,
+    /// Read-only slots that every task reads at its own loop index (`ratings[k]`): the
+    /// engine prefetches them ahead in plan order.
+    pub indexed_by_task: Vec<usize>,
 }
 
 /// Planner settings.
@@ -138,6 +141,8 @@ pub struct PlanConfig {
     pub blocks: Option<usize>,
     /// Seed of the task shuffle.
     pub seed: u64,
+    /// The loop index of task 0 (keys equal to `first_index + task` are "at the loop index").
+    pub first_index: usize,
 }
 
 /// Makes a conflict-free plan.
@@ -209,12 +214,24 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     } else {
         components(&log, &modes, config, &mut tags)
     };
+    let indexed_by_task = (0..slots)
+        .filter(|&s| {
+            modes[s] == SlotMode::ReadOnly
+                && tables[s].key_space > 0
+                && n > 0
+                && (0..n).all(|t| {
+                    let key = (config.first_index + t) as u64;
+                    log.task(t).iter().any(|a| a.slot() == s && a.key() == key)
+                })
+        })
+        .collect();
     Plan {
         modes,
         tags,
         schedule,
         stats,
         log,
+        indexed_by_task,
     }
 }
 

@@ -56,6 +56,7 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
             threads,
             blocks: None,
             seed: 7,
+            first_index: 0,
         },
     );
     let groups = groups_of(&plan);
@@ -210,6 +211,7 @@ fn sgdmf_shape_picks_rotation_and_rotates_both_tables() {
             threads: 2,
             blocks: None,
             seed: 1,
+            first_index: 0,
         },
     );
     assert_eq!(p.stats.strategy, "rotation");
@@ -251,6 +253,7 @@ fn private_tables_do_not_conflict() {
             threads: 4,
             blocks: None,
             seed: 1,
+            first_index: 0,
         },
     );
     assert_eq!(p.stats.batches, 1);
@@ -275,6 +278,7 @@ fn a_hot_key_makes_one_serial_component() {
             threads: 2,
             blocks: None,
             seed: 3,
+            first_index: 0,
         },
     );
     assert_eq!(p.stats.strategy, "components");

@@ -6,7 +6,11 @@
 //! and deduplicated as soon as the task ends, then appended to a compact CSR-style
 //! [`AccessLog`]: one flat `Vec<u64>` of entries and one offset per task.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::ops::Range;
+
+use crate::engine::LoopIndex;
 
 /// Most tables one loop may capture.
 pub const MAX_TABLES: usize = 255;
@@ -122,6 +126,10 @@ fn normalize(set: &mut Vec<Access>) {
 
 /// The recorder a recording view logs into. One per worker thread during reconnaissance.
 pub struct Recorder {
+    /// Bumped at every task start; recording views drop their scratch when it changes.
+    task_epoch: Cell<u64>,
+    /// The loop index being recorded.
+    index: Cell<usize>,
     current: RefCell<Vec<Access>>,
     log: RefCell<AccessLog>,
     /// Captured tables in slot order: id, first element, length.
@@ -133,6 +141,8 @@ impl Recorder {
     /// order. The data must stay valid and unwritten while the recorder is used.
     pub(crate) fn new(tables: Vec<(u64, *const u8, usize)>) -> Self {
         Recorder {
+            task_epoch: Cell::new(0),
+            index: Cell::new(0),
             current: RefCell::new(Vec::new()),
             log: RefCell::new(AccessLog::new()),
             tables,
@@ -156,6 +166,23 @@ impl Recorder {
             .push(Access::new(slot, key, write));
     }
 
+    /// The current task's number, for views' scratch.
+    #[inline]
+    pub(crate) fn task_epoch(&self) -> u64 {
+        self.task_epoch.get()
+    }
+
+    /// The loop index being recorded.
+    pub(crate) fn index(&self) -> usize {
+        self.index.get()
+    }
+
+    /// Starts recording the task of loop index `index`.
+    pub(crate) fn start_task(&self, index: usize) {
+        self.task_epoch.set(self.task_epoch.get() + 1);
+        self.index.set(index);
+    }
+
     /// Closes the current task's set.
     pub(crate) fn end_task(&self) {
         let mut current = self.current.borrow_mut();
@@ -169,6 +196,40 @@ impl Recorder {
 
     pub(crate) fn into_log(self) -> AccessLog {
         self.log.into_inner()
+    }
+}
+
+/// The loop indices a recording body runs: each step closes the previous task's log.
+pub struct RecordIndices<'a, I> {
+    range: Range<usize>,
+    rec: &'a Recorder,
+    open: bool,
+    _index: PhantomData<I>,
+}
+
+impl<'a, I> RecordIndices<'a, I> {
+    pub(crate) fn new(range: Range<usize>, rec: &'a Recorder) -> Self {
+        RecordIndices {
+            range,
+            rec,
+            open: false,
+            _index: PhantomData,
+        }
+    }
+}
+
+impl<I: LoopIndex> Iterator for RecordIndices<'_, I> {
+    type Item = I;
+
+    fn next(&mut self) -> Option<I> {
+        if self.open {
+            self.rec.end_task();
+            self.open = false;
+        }
+        let i = self.range.next()?;
+        self.rec.start_task(i);
+        self.open = true;
+        Some(I::from_usize(i))
     }
 }
 
