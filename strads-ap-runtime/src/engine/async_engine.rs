@@ -10,7 +10,9 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
-use super::{body_error, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr};
+use super::{
+    body_error, on_workers, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr,
+};
 use crate::cluster::context;
 use crate::dds::table::{Replica, TableLock};
 use crate::error::{Error, Result};
@@ -379,35 +381,18 @@ fn execute<Task: Sync, I: LoopIndex>(
     let pool = context().pool(threads);
     match &plan.schedule {
         Schedule::Rotation(rot) => {
-            let order = {
-                let mut o: Vec<(usize, usize, usize)> = rot
-                    .cells
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (i, c.row as usize, c.col as usize))
-                    .collect();
-                o.sort_by_key(|&(i, _, _)| std::cmp::Reverse(rot.cells[i].tasks.len()));
-                o
-            };
-            let sched = CellScheduler::new(rot.rows, rot.cols, order);
+            let sched = CellScheduler::new(rot, slices_per_cell(rot));
             let plan_ref: &Plan = plan;
             let work = || {
                 let mut w = new_worker(plan_ref);
-                while let Some(c) = sched.take(&errors) {
-                    let cell = &rot.cells[c];
-                    run_group(&mut w, plan_ref, GroupRef::Cell(c), &cell.tasks);
-                    sched.finish(cell.row as usize, cell.col as usize);
+                while let Some(unit) = sched.take(&errors) {
+                    let cell = &rot.cells[unit.cell];
+                    let tasks = &cell.tasks[unit.tasks.clone()];
+                    run_group(&mut w, plan_ref, GroupRef::Cell(unit.cell), tasks);
+                    sched.finish(unit.row, unit.col);
                 }
             };
-            if threads == 1 {
-                work();
-            } else {
-                pool.scope(|s| {
-                    for _ in 0..threads {
-                        s.spawn(|_| work());
-                    }
-                });
-            }
+            on_workers(&pool, threads, &work);
         }
         Schedule::Components(batches) => {
             let batches = batches.clone();
@@ -431,22 +416,36 @@ fn execute<Task: Sync, I: LoopIndex>(
                         run_group(&mut w, plan_ref, group, &batch.groups[g].tasks);
                     }
                 };
-                if threads == 1 || batch.groups.len() == 1 {
-                    work();
-                } else {
-                    pool.scope(|s| {
-                        for _ in 0..threads.min(batch.groups.len()) {
-                            s.spawn(|_| work());
-                        }
-                    });
-                }
+                on_workers(&pool, threads.min(batch.groups.len()), &work);
             }
         }
     }
     errors.into_result()
 }
 
-/// Hands out rotation cells whose row and column blocks are both free, heaviest first.
+/// Tasks per unit of work the rotation scheduler aims for: small enough that every block
+/// pair is visited several times per call, which keeps the update order close to the
+/// serial loop's (a cell run in one piece is a stratum of correlated updates, which slows
+/// SGD per epoch), large enough to amortise taking a unit.
+const UNIT_TASKS: usize = 2048;
+
+/// Into how many slices each rotation cell is cut.
+fn slices_per_cell(rot: &plan::Rotation) -> usize {
+    let tasks: usize = rot.cells.iter().map(|c| c.tasks.len()).sum();
+    let cells = rot.cells.len().max(1);
+    (tasks / cells / UNIT_TASKS).clamp(1, 16)
+}
+
+/// A slice of a rotation cell.
+struct Unit {
+    cell: usize,
+    tasks: Range<usize>,
+    row: usize,
+    col: usize,
+}
+
+/// Hands out slices of rotation cells whose row and column blocks are both free: the
+/// first slices of all cells (heaviest cell first), then the second slices, and so on.
 struct CellScheduler {
     state: Mutex<CellState>,
     wake: Condvar,
@@ -455,28 +454,48 @@ struct CellScheduler {
 struct CellState {
     row_busy: Vec<bool>,
     col_busy: Vec<bool>,
-    /// Cells not yet taken (index, row, column), heaviest first.
-    pending: Vec<(usize, usize, usize)>,
+    /// Units not yet taken, in the order above.
+    pending: Vec<Unit>,
     one_dimensional: bool,
     running: usize,
+    waiting: usize,
 }
 
 impl CellScheduler {
-    fn new(rows: usize, cols: usize, order: Vec<(usize, usize, usize)>) -> Self {
+    fn new(rot: &plan::Rotation, slices: usize) -> Self {
+        let mut cells: Vec<usize> = (0..rot.cells.len()).collect();
+        cells.sort_by_key(|&c| std::cmp::Reverse(rot.cells[c].tasks.len()));
+        let mut pending = Vec::new();
+        for s in 0..slices {
+            for &c in &cells {
+                let cell = &rot.cells[c];
+                let n = cell.tasks.len();
+                let tasks = n * s / slices..n * (s + 1) / slices;
+                if !tasks.is_empty() {
+                    pending.push(Unit {
+                        cell: c,
+                        tasks,
+                        row: cell.row as usize,
+                        col: cell.col as usize,
+                    });
+                }
+            }
+        }
         CellScheduler {
             state: Mutex::new(CellState {
-                row_busy: vec![false; rows],
-                col_busy: vec![false; cols],
-                pending: order,
-                one_dimensional: cols == 1,
+                row_busy: vec![false; rot.rows],
+                col_busy: vec![false; rot.cols],
+                pending,
+                one_dimensional: rot.cols == 1,
                 running: 0,
+                waiting: 0,
             }),
             wake: Condvar::new(),
         }
     }
 
-    /// The next cell to run, or `None` when all are taken (or a run failed).
-    fn take(&self, errors: &FirstError) -> Option<usize> {
+    /// The next unit to run, or `None` when all are taken (or a run failed).
+    fn take(&self, errors: &FirstError) -> Option<Unit> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if st.pending.is_empty() || errors.failed() {
@@ -485,19 +504,21 @@ impl CellScheduler {
             let free = st
                 .pending
                 .iter()
-                .position(|&(_, r, c)| !st.row_busy[r] && (st.one_dimensional || !st.col_busy[c]));
+                .position(|u| !st.row_busy[u.row] && (st.one_dimensional || !st.col_busy[u.col]));
             if let Some(i) = free {
-                let (cell, r, c) = st.pending.remove(i);
-                st.row_busy[r] = true;
-                st.col_busy[c] = true;
+                let unit = st.pending.remove(i);
+                st.row_busy[unit.row] = true;
+                st.col_busy[unit.col] = true;
                 st.running += 1;
-                return Some(cell);
+                return Some(unit);
             }
             if st.running == 0 {
                 // Unreachable for a valid plan: nothing runs, so every block is free.
                 return None;
             }
+            st.waiting += 1;
             st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiting -= 1;
         }
     }
 
@@ -506,7 +527,10 @@ impl CellScheduler {
         st.row_busy[row] = false;
         st.col_busy[col] = false;
         st.running -= 1;
+        let waiting = st.waiting > 0;
         drop(st);
-        self.wake.notify_all();
+        if waiting {
+            self.wake.notify_all();
+        }
     }
 }

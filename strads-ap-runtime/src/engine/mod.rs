@@ -74,7 +74,7 @@ impl Opts {
         self
     }
 
-    /// `async_for!`: blocks per rotated table (default: 4 × threads).
+    /// `async_for!`: blocks per rotated table (default: 2 × threads).
     pub fn blocks(mut self, blocks: usize) -> Self {
         self.blocks = Some(blocks.max(1));
         self
@@ -287,6 +287,57 @@ pub(crate) struct SharedPtr<T>(pub *mut T);
 unsafe impl<T> Send for SharedPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SharedPtr<T> {}
+
+/// Runs `work` on `threads` workers: the calling thread and `threads - 1` pool threads.
+/// The caller works at once instead of waiting for sleeping pool threads to wake.
+///
+/// Afterwards the pool threads stay awake for a moment ([`LINGER`]), running whatever the
+/// pool is given meanwhile: ML loops call operators back to back, and waking a sleeping
+/// thread costs up to a millisecond on a virtual machine, which is most of a small epoch.
+pub(crate) fn on_workers(pool: &rayon::ThreadPool, threads: usize, work: &(dyn Fn() + Sync)) {
+    if threads <= 1 {
+        work();
+        return;
+    }
+    pool.in_place_scope(|s| {
+        for _ in 1..threads {
+            s.spawn(|_| work());
+        }
+        work();
+    });
+    linger(pool, threads - 1);
+}
+
+/// How long pool threads stay awake after an operator.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(3);
+
+static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Keeps up to `threads` pool threads awake for [`LINGER`] after their last job.
+fn linger(pool: &rayon::ThreadPool, threads: usize) {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    for _ in 0..threads {
+        let current = LINGERING.load(Acquire);
+        if current >= threads
+            || LINGERING
+                .compare_exchange(current, current + 1, AcqRel, Acquire)
+                .is_err()
+        {
+            return;
+        }
+        pool.spawn(|| {
+            let mut until = std::time::Instant::now() + LINGER;
+            while std::time::Instant::now() < until {
+                match rayon::yield_now() {
+                    Some(rayon::Yield::Executed) => until = std::time::Instant::now() + LINGER,
+                    Some(rayon::Yield::Idle) => std::hint::spin_loop(),
+                    None => break,
+                }
+            }
+            LINGERING.fetch_sub(1, AcqRel);
+        });
+    }
+}
 
 /// The first error of a parallel run; the others stop at their next group.
 pub(crate) struct FirstError {

@@ -7,7 +7,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use super::ctx::{Binding, ExecCtx};
-use super::{body_error, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr, SyncMode};
+use super::{
+    body_error, on_workers, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr, SyncMode,
+};
 use crate::cluster::context;
 use crate::dds::table::{Replica, TableHandle, TableLock};
 use crate::dds::{DVector, Element};
@@ -196,28 +198,24 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         }
         SyncMode::Hybrid => {
             let next = AtomicUsize::new(0);
-            pool.scope(|s| {
-                for _ in 0..threads.min(batches.len()) {
-                    s.spawn(|_| {
-                        let (ctx, mut replicas) = new_worker();
-                        loop {
-                            let b = next.fetch_add(1, Ordering::Relaxed);
-                            if b >= batches.len() || errors.failed() {
-                                break;
-                            }
-                            run_batch(&ctx, b);
-                            let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                            for (slot, r) in &mut replicas {
-                                let merger =
-                                    registry.entries[*slot].merger.as_ref().expect("merger");
-                                // SAFETY: the master is locked by this engine and only
-                                // touched under `merge_lock`, which we hold.
-                                unsafe { merger.push(bases[*slot].1 .0, r) };
-                            }
-                        }
-                    });
+            let work = || {
+                let (ctx, mut replicas) = new_worker();
+                loop {
+                    let b = next.fetch_add(1, Ordering::Relaxed);
+                    if b >= batches.len() || errors.failed() {
+                        break;
+                    }
+                    run_batch(&ctx, b);
+                    let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                    for (slot, r) in &mut replicas {
+                        let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+                        // SAFETY: the master is locked by this engine and only
+                        // touched under `merge_lock`, which we hold.
+                        unsafe { merger.push(bases[*slot].1 .0, r) };
+                    }
                 }
-            });
+            };
+            on_workers(&pool, threads.min(batches.len()), &work);
         }
         SyncMode::Bsp => {
             let mut workers: Vec<SendWorker> =
@@ -229,9 +227,14 @@ pub fn run_sync_for<Task: Sync, D: Element>(
                 }
                 let count = threads.min(batches.len() - first);
                 let run_batch = &run_batch;
-                pool.scope(|s| {
-                    for (i, w) in workers.iter_mut().take(count).enumerate() {
+                pool.in_place_scope(|s| {
+                    let mut round = workers.iter_mut().take(count).enumerate();
+                    let here = round.next();
+                    for (i, w) in round {
                         s.spawn(move |_| run_batch(&w.0 .0, first + i));
+                    }
+                    if let Some((i, w)) = here {
+                        run_batch(&w.0 .0, first + i);
                     }
                 });
                 // Aggregate the round: every worker started from the same values.

@@ -137,7 +137,7 @@ pub struct Plan {
 pub struct PlanConfig {
     /// Worker threads that will run the plan.
     pub threads: usize,
-    /// Blocks per rotated table (default: 4 × threads).
+    /// Blocks per rotated table (default: [`BLOCKS_PER_THREAD`] × threads).
     pub blocks: Option<usize>,
     /// Seed of the task shuffle.
     pub seed: u64,
@@ -145,16 +145,45 @@ pub struct PlanConfig {
     pub first_index: usize,
 }
 
+/// Blocks per rotated table and thread, by default. Fewer, larger blocks keep the order of
+/// updates closer to the serial loop's (each cell is a stratum of correlated updates);
+/// the engine balances load by cutting cells into small units instead.
+pub const BLOCKS_PER_THREAD: usize = 2;
+
 /// Makes a conflict-free plan.
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     let n = log.tasks();
     let slots = tables.len();
+
+    // One pass over the log: which tables are written, how many tasks touch each key
+    // (saturating at 2: only 0, 1 and many matter), and which tables every task reads at
+    // its own loop index.
+    let counted = |s: usize| !tables[s].relaxed && tables[s].key_space > 0;
     let mut written = vec![false; slots];
-    for t in 0..n {
-        for a in log.task(t) {
-            if a.write() {
-                written[a.slot()] = true;
+    let mut at_index = vec![n > 0; slots];
+    let mut touches: Vec<Vec<u8>> = (0..slots)
+        .map(|s| {
+            if counted(s) {
+                vec![0u8; tables[s].key_space]
+            } else {
+                Vec::new()
             }
+        })
+        .collect();
+    let mut seen_own = vec![false; slots];
+    for t in 0..n {
+        let own = (config.first_index + t) as u64;
+        for a in log.task(t) {
+            let s = a.slot();
+            written[s] |= a.write();
+            seen_own[s] |= a.key() == own;
+            if let Some(c) = touches[s].get_mut(a.key() as usize) {
+                *c = (*c + 1).min(2);
+            }
+        }
+        for (flag, seen) in at_index.iter_mut().zip(&mut seen_own) {
+            *flag &= *seen;
+            *seen = false;
         }
     }
     let modes: Vec<SlotMode> = (0..slots)
@@ -168,36 +197,12 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
             }
         })
         .collect();
-
-    // Touch counts per key of checked tables (saturating at 2: we only need 0, 1, many).
-    let mut touches: Vec<Vec<u8>> = (0..slots)
-        .map(|s| {
-            if modes[s] == SlotMode::Checked {
-                vec![0u8; tables[s].key_space]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
-    for t in 0..n {
-        for a in log.task(t) {
-            if modes[a.slot()] == SlotMode::Checked {
-                let c = &mut touches[a.slot()][a.key() as usize];
-                *c = (*c + 1).min(2);
-            }
-        }
-    }
     let shared: Vec<usize> = (0..slots)
         .filter(|&s| modes[s] == SlotMode::Checked && touches[s].iter().any(|&c| c > 1))
         .collect();
-
-    let blocks = config.blocks.unwrap_or(4 * config.threads).max(1);
-    let rotation_fits = (1..=2).contains(&shared.len())
-        && (0..n).all(|t| {
-            shared
-                .iter()
-                .all(|&s| log.task(t).iter().filter(|a| a.slot() == s).count() == 1)
-        });
+    let indexed_by_task = (0..slots)
+        .filter(|&s| modes[s] == SlotMode::ReadOnly && tables[s].key_space > 0 && at_index[s])
+        .collect();
 
     let mut tags: Vec<Vec<u32>> = (0..slots)
         .map(|s| {
@@ -209,22 +214,19 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
         })
         .collect();
 
-    let (schedule, stats) = if rotation_fits {
-        rotation(&log, tables, &modes, &shared, blocks, &mut tags)
+    let blocks = config
+        .blocks
+        .unwrap_or(BLOCKS_PER_THREAD * config.threads)
+        .max(1);
+    let rotated = if (1..=2).contains(&shared.len()) {
+        rotation_keys(&log, &shared)
     } else {
-        components(&log, &modes, config, &mut tags)
+        None
     };
-    let indexed_by_task = (0..slots)
-        .filter(|&s| {
-            modes[s] == SlotMode::ReadOnly
-                && tables[s].key_space > 0
-                && n > 0
-                && (0..n).all(|t| {
-                    let key = (config.first_index + t) as u64;
-                    log.task(t).iter().any(|a| a.slot() == s && a.key() == key)
-                })
-        })
-        .collect();
+    let (schedule, stats) = match rotated {
+        Some(keys) => rotation(&log, tables, &modes, &shared, &keys, blocks, &mut tags),
+        None => components(&log, &modes, config, &mut tags),
+    };
     Plan {
         modes,
         tags,
@@ -233,6 +235,29 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
         log,
         indexed_by_task,
     }
+}
+
+/// For a rotation over the `shared` tables: each task's one key in each of them, or
+/// `None` if some task touches none or several keys of one of them.
+fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
+    let mut keys = Vec::with_capacity(log.tasks());
+    for t in 0..log.tasks() {
+        let mut k = [u32::MAX; 2];
+        let mut count = [0u8; 2];
+        for a in log.task(t) {
+            for (i, &s) in shared.iter().enumerate() {
+                if a.slot() == s {
+                    k[i] = u32::try_from(a.key()).ok()?;
+                    count[i] += 1;
+                }
+            }
+        }
+        if count[..shared.len()].iter().any(|&c| c != 1) {
+            return None;
+        }
+        keys.push(k);
+    }
+    Some(keys)
 }
 
 /// Splits the keys `0..weights.len()` into `blocks` contiguous ranges of about equal
@@ -260,49 +285,39 @@ fn rotation(
     tables: &[TableInfo],
     modes: &[SlotMode],
     shared: &[usize],
+    keys: &[[u32; 2]],
     blocks: usize,
     tags: &mut [Vec<u32>],
 ) -> (Schedule, PlanStats) {
     let n = log.tasks();
     let row_slot = shared[0];
     let col_slot = shared.get(1).copied();
-    let key_of = |t: usize, s: usize| {
-        log.task(t)
-            .iter()
-            .find(|a| a.slot() == s)
-            .map(|a| a.key() as usize)
-            .expect("rotation_fits checked one key per task")
-    };
-    let block_map = |s: usize| {
+    let cols = if col_slot.is_some() { blocks } else { 1 };
+    let block_map = |i: usize, s: usize| {
         let mut w = vec![0u32; tables[s].key_space];
-        for t in 0..n {
-            let k = key_of(t, s);
-            w[k] = w[k].saturating_add(1);
+        for k in keys {
+            let c = &mut w[k[i] as usize];
+            *c = c.saturating_add(1);
         }
         let b = balanced_blocks(&w, blocks);
         (w, b)
     };
-    let (row_w, row_b) = block_map(row_slot);
-    let cols = if col_slot.is_some() { blocks } else { 1 };
-    let col_map = col_slot.map(block_map);
+    let (row_w, row_b) = block_map(0, row_slot);
+    let col_map = col_slot.map(|s| block_map(1, s));
 
     // Counting sort of tasks into cells, keeping loop order inside a cell.
-    let cell_of = |t: usize| {
-        let r = row_b[key_of(t, row_slot)] as usize;
-        let c = match (&col_map, col_slot) {
-            (Some((_, cb)), Some(cs)) => cb[key_of(t, cs)] as usize,
-            _ => 0,
-        };
-        r * cols + c
-    };
-    let mut counts = vec![0usize; blocks * cols];
-    let task_cells: Vec<u32> = (0..n)
-        .map(|t| {
-            let c = cell_of(t);
-            counts[c] += 1;
-            c as u32
+    let task_cells: Vec<u32> = keys
+        .iter()
+        .map(|k| {
+            let r = row_b[k[0] as usize];
+            let c = col_map.as_ref().map_or(0, |(_, cb)| cb[k[1] as usize]);
+            r * cols as u32 + c
         })
         .collect();
+    let mut counts = vec![0usize; blocks * cols];
+    for &c in &task_cells {
+        counts[c as usize] += 1;
+    }
     let mut cells: Vec<Cell> = (0..blocks * cols)
         .map(|c| Cell {
             row: (c / cols) as u32,
@@ -315,23 +330,26 @@ fn rotation(
     }
 
     // Tags: rotated tables by block; private checked tables by the cell of their one task.
-    for (k, (&w, &b)) in row_w.iter().zip(&row_b).enumerate() {
-        if w > 0 {
-            tags[row_slot][k] = b;
-        }
-    }
-    if let (Some((cw, cb)), Some(cs)) = (&col_map, col_slot) {
-        for (k, (&w, &b)) in cw.iter().zip(cb).enumerate() {
+    let mut tag_blocks = |s: usize, (w, b): &(Vec<u32>, Vec<u32>)| {
+        for (k, (&w, &b)) in w.iter().zip(b).enumerate() {
             if w > 0 {
-                tags[cs][k] = b;
+                tags[s][k] = b;
             }
         }
+    };
+    tag_blocks(row_slot, &(row_w, row_b));
+    if let (Some(map), Some(cs)) = (&col_map, col_slot) {
+        tag_blocks(cs, map);
     }
-    for (t, &c) in task_cells.iter().enumerate() {
-        for a in log.task(t) {
-            let s = a.slot();
-            if modes[s] == SlotMode::Checked && !shared.contains(&s) {
-                tags[s][a.key() as usize] = c;
+    let private: Vec<usize> = (0..modes.len())
+        .filter(|&s| modes[s] == SlotMode::Checked && !shared.contains(&s))
+        .collect();
+    if !private.is_empty() {
+        for (t, &c) in task_cells.iter().enumerate() {
+            for a in log.task(t) {
+                if private.contains(&a.slot()) {
+                    tags[a.slot()][a.key() as usize] = c;
+                }
             }
         }
     }

@@ -221,7 +221,8 @@ fn sgdmf_shape_picks_rotation_and_rotates_both_tables() {
     );
     match &p.schedule {
         Schedule::Rotation(r) => {
-            assert_eq!((r.row_slot, r.col_slot, r.rows, r.cols), (1, Some(2), 8, 8));
+            let b = 2 * BLOCKS_PER_THREAD;
+            assert_eq!((r.row_slot, r.col_slot, r.rows, r.cols), (1, Some(2), b, b));
             let sizes: Vec<usize> = r.cells.iter().map(|c| c.tasks.len()).collect();
             assert_eq!(sizes.iter().sum::<usize>(), 2000);
         }
