@@ -1,0 +1,108 @@
+//! Data operators give the same results as the serial code they replace.
+
+use strads_ap::prelude::*;
+
+#[test]
+fn vector_operators_match_iterators() {
+    let xs: Vec<i64> = (0..10_000).map(|i| (i * 7919) % 1000 - 500).collect();
+    let v = DVector::from_vec(xs.clone()).unwrap();
+    assert_eq!(v.len(), xs.len());
+    assert_eq!(v.to_vec().unwrap(), xs);
+    assert_eq!(v.iter().unwrap().collect::<Vec<_>>(), xs);
+
+    let squares = v.map(|x| x * x).unwrap();
+    assert_eq!(squares.to_vec().unwrap(), xs.iter().map(|x| x * x).collect::<Vec<_>>());
+    assert_eq!(v.reduce(|a, b| a + b).unwrap(), xs.iter().sum::<i64>());
+    assert_eq!(
+        v.map_reduce(|x| x.abs(), |a, b| a.max(b)).unwrap(),
+        xs.iter().map(|x| x.abs()).max().unwrap()
+    );
+    let positive = v.filter(|x| *x > 0).unwrap();
+    assert_eq!(positive.to_vec().unwrap(), xs.iter().copied().filter(|x| *x > 0).collect::<Vec<_>>());
+
+    v.transform(|i, x| *x += i as i64).unwrap();
+    let shifted: Vec<i64> = xs.iter().enumerate().map(|(i, x)| x + i as i64).collect();
+    assert_eq!(v.to_vec().unwrap(), shifted);
+    assert_eq!(v.with_all(|all| all.iter().sum::<i64>()).unwrap(), shifted.iter().sum::<i64>());
+
+    // Handles share elements; new DDSs get new ids.
+    let alias = v.clone();
+    alias.set(0, 42).unwrap();
+    assert_eq!(v.get(0).unwrap(), 42);
+    assert_eq!(alias.id(), v.id());
+    assert_ne!(squares.id(), v.id());
+}
+
+#[test]
+fn join_pairs_matching_keys_in_order() {
+    let orders = DVector::from_vec(vec![(1u32, 2.5f64), (7, 1.0), (2, 4.0), (1, 3.0)]).unwrap();
+    let names = DMap::from_pairs(vec![(1u32, "ann".to_string()), (2, "bob".to_string())]).unwrap();
+    let joined = orders.join(&names, |o| o.0).unwrap();
+    assert_eq!(
+        joined.to_vec().unwrap(),
+        vec![
+            ((1, 2.5), "ann".to_string()),
+            ((2, 4.0), "bob".to_string()),
+            ((1, 3.0), "ann".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn maps_behave_like_hash_maps() {
+    let m: DMap<String, u32> = DMap::new().unwrap();
+    assert!(m.is_empty().unwrap());
+    for (i, w) in ["a", "b", "c", "b"].iter().enumerate() {
+        let old = m.insert(w.to_string(), i as u32).unwrap();
+        if i == 3 {
+            assert_eq!(old, Some(1));
+        }
+    }
+    assert_eq!(m.len().unwrap(), 3);
+    assert_eq!(m.get(&"b".into()).unwrap(), Some(3));
+    assert_eq!(m.get(&"z".into()).unwrap(), None);
+    assert!(m.contains_key(&"c".into()).unwrap());
+    assert_eq!(m.remove(&"a".into()).unwrap(), Some(0));
+    assert!(!m.contains_key(&"a".into()).unwrap());
+    let mut pairs = m.to_vec().unwrap();
+    pairs.sort();
+    assert_eq!(pairs, vec![("b".to_string(), 3), ("c".to_string(), 2)]);
+
+    let doubled = m.map_values(|_, v| v * 2).unwrap();
+    assert_eq!(doubled.get(&"b".into()).unwrap(), Some(6));
+    let other = DMap::from_pairs(vec![("c".to_string(), 'x'), ("d".to_string(), 'y')]).unwrap();
+    let both = m.join(&other).unwrap();
+    assert_eq!(both.to_vec().unwrap(), vec![("c".to_string(), (2, 'x'))]);
+
+    let mm = DMultiMap::from_pairs(vec![(1u8, 'a'), (2, 'b'), (1, 'c')]).unwrap();
+    mm.insert(2, 'd').unwrap();
+    assert_eq!(mm.get_all(&1).unwrap(), vec!['a', 'c']);
+    assert_eq!(mm.get_all(&2).unwrap(), vec!['b', 'd']);
+    assert!(mm.get_all(&3).unwrap().is_empty());
+    assert_eq!((mm.len().unwrap(), mm.keys_len().unwrap()), (4, 2));
+}
+
+#[test]
+fn save_and_load_round_trip() {
+    let dir = std::env::temp_dir().join(format!("strads-ap-ops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rows = DVector::from_fn(500, |i| vec![i as f32; 3]).unwrap();
+    rows.save(dir.join("rows")).unwrap();
+    let back = DVector::<Vec<f32>>::load(dir.join("rows")).unwrap();
+    assert_eq!(back.to_vec().unwrap(), rows.to_vec().unwrap());
+    // No temporary file is left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .collect();
+    assert!(leftovers.is_empty());
+
+    let m = DMap::from_pairs(vec![(3u64, "three".to_string()), (4, "four".to_string())]).unwrap();
+    m.save(dir.join("map")).unwrap();
+    let back = DMap::<u64, String>::load(dir.join("map")).unwrap();
+    assert_eq!(back.to_vec().unwrap(), m.to_vec().unwrap());
+    // A map file is not a vector file.
+    let err = DVector::<(u64, String)>::load(dir.join("map")).unwrap_err();
+    assert!(err.to_string().contains("holds a DMap, not a DVector"), "{err}");
+}
