@@ -122,7 +122,7 @@ impl<K: Element + Eq + std::hash::Hash, V: Element> ProbeNoAgg for &Probe<'_, Ma
 
 impl<K: Element + Eq + std::hash::Hash, V: Element> ProbeNoAgg for &Probe<'_, MultiMapRef<K, V>> {
     fn __strads_register(&self, reg: &mut Registry, name: &'static str) {
-        reg.add(self.0.table.clone(), name, None);
+        reg.add(self.0 .0.table.clone(), name, None);
     }
 }
 

@@ -11,19 +11,28 @@ fn vector_operators_match_iterators() {
     assert_eq!(v.iter().unwrap().collect::<Vec<_>>(), xs);
 
     let squares = v.map(|x| x * x).unwrap();
-    assert_eq!(squares.to_vec().unwrap(), xs.iter().map(|x| x * x).collect::<Vec<_>>());
+    assert_eq!(
+        squares.to_vec().unwrap(),
+        xs.iter().map(|x| x * x).collect::<Vec<_>>()
+    );
     assert_eq!(v.reduce(|a, b| a + b).unwrap(), xs.iter().sum::<i64>());
     assert_eq!(
         v.map_reduce(|x| x.abs(), |a, b| a.max(b)).unwrap(),
         xs.iter().map(|x| x.abs()).max().unwrap()
     );
     let positive = v.filter(|x| *x > 0).unwrap();
-    assert_eq!(positive.to_vec().unwrap(), xs.iter().copied().filter(|x| *x > 0).collect::<Vec<_>>());
+    assert_eq!(
+        positive.to_vec().unwrap(),
+        xs.iter().copied().filter(|x| *x > 0).collect::<Vec<_>>()
+    );
 
     v.transform(|i, x| *x += i as i64).unwrap();
     let shifted: Vec<i64> = xs.iter().enumerate().map(|(i, x)| x + i as i64).collect();
     assert_eq!(v.to_vec().unwrap(), shifted);
-    assert_eq!(v.with_all(|all| all.iter().sum::<i64>()).unwrap(), shifted.iter().sum::<i64>());
+    assert_eq!(
+        v.with_all(|all| all.iter().sum::<i64>()).unwrap(),
+        shifted.iter().sum::<i64>()
+    );
 
     // Handles share elements; new DDSs get new ids.
     let alias = v.clone();
@@ -104,5 +113,8 @@ fn save_and_load_round_trip() {
     assert_eq!(back.to_vec().unwrap(), m.to_vec().unwrap());
     // A map file is not a vector file.
     let err = DVector::<(u64, String)>::load(dir.join("map")).unwrap_err();
-    assert!(err.to_string().contains("holds a DMap, not a DVector"), "{err}");
+    assert!(
+        err.to_string().contains("holds a DMap, not a DVector"),
+        "{err}"
+    );
 }

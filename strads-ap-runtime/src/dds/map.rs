@@ -429,37 +429,30 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
 
     #[doc(hidden)]
     pub fn __strads_capture(&self) -> MultiMapRef<K, V> {
-        MultiMapRef {
+        MultiMapRef(MapRef {
             table: self.table.clone(),
-        }
+        })
     }
 }
 
-/// The captured form of a [`DMultiMap`] inside a task.
-pub struct MultiMapRef<K, V> {
-    pub(crate) table: Arc<MapTable<K, Vec<V>>>,
-}
+/// The captured form of a [`DMultiMap`] inside a task: the map of value lists.
+pub struct MultiMapRef<K, V>(pub(crate) MapRef<K, Vec<V>>);
 
 impl<K, V> Clone for MultiMapRef<K, V> {
     fn clone(&self) -> Self {
-        MultiMapRef {
-            table: self.table.clone(),
-        }
+        MultiMapRef(self.0.clone())
     }
 }
 
 impl<K, V> serde::Serialize for MultiMapRef<K, V> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        self.table.id.serialize(s)
+        self.0.serialize(s)
     }
 }
 
 impl<'de, K: MapKey, V: Element> serde::Deserialize<'de> for MultiMapRef<K, V> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let id = u64::deserialize(d)?;
-        Ok(MultiMapRef {
-            table: lookup_table(id).map_err(serde::de::Error::custom)?,
-        })
+        MapRef::deserialize(d).map(MultiMapRef)
     }
 }
 
@@ -476,10 +469,7 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         name: &'static str,
     ) -> MultiMapView<'a, K, V> {
         MultiMapView {
-            inner: MapRef {
-                table: self.table.clone(),
-            }
-            .enter_owned(ctx, name),
+            inner: self.0.__strads_enter(ctx, name),
         }
     }
 
@@ -489,28 +479,8 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         rec: &'a Recorder,
         name: &'static str,
     ) -> MultiMapView<'a, K, V> {
-        let (slot, ptr, _) = rec.table(self.table.id);
         MultiMapView {
-            inner: MapView {
-                // SAFETY: the engine holds this map's read lock during reconnaissance.
-                map: unsafe { &*(ptr as *const HashMap<K, Vec<V>, Stable>) },
-                rec: Some((rec, slot)),
-                name,
-                _p: PhantomData,
-            },
-        }
-    }
-}
-
-impl<K: MapKey, V: Element> MapRef<K, V> {
-    fn enter_owned<'a>(self, ctx: &'a ExecCtx, name: &'static str) -> MapView<'a, K, V> {
-        let b = ctx.binding(self.table.id);
-        MapView {
-            // SAFETY: the engine holds this map's read lock for the whole operator.
-            map: unsafe { &*(b.ptr as *const HashMap<K, V, Stable>) },
-            rec: None,
-            name,
-            _p: PhantomData,
+            inner: self.0.__strads_record(rec, name),
         }
     }
 }

@@ -14,7 +14,7 @@ use super::{
     body_error, on_workers, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr,
 };
 use crate::cluster::context;
-use crate::dds::table::{Replica, TableLock};
+use crate::dds::table::Replica;
 use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, PlanConfig, Schedule, SlotMode, TableInfo};
 use crate::recon::{AccessLog, RecordIndices, Recorder, MAX_TABLES};
@@ -78,28 +78,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
         return Ok(());
     }
 
-    let mut locks: Vec<Box<dyn TableLock + '_>> = registry
-        .entries
-        .iter()
-        .map(|e| {
-            e.table.lock("async_for!").map_err(|_| {
-                Error::invalid(
-                    "async_for!",
-                    format!(
-                        "{site}: DDS `{}` is in use by another running operator \
-                         (loop operators cannot be nested)",
-                        e.name
-                    ),
-                )
-            })
-        })
-        .collect::<Result<_>>()?;
-    let bases: Vec<(u64, SharedPtr<u8>, usize)> = registry
-        .entries
-        .iter()
-        .zip(&mut locks)
-        .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
-        .collect();
+    let (locks, bases) = registry.lock_all(site)?;
 
     if threads == 1 && ctx.config().world_size == 1 {
         // One worker in a world of one: the loop order is a serial order, so no plan is

@@ -20,7 +20,7 @@ pub use async_engine::run_async_for;
 pub use ctx::{ExecCtx, Indices, LoopIndex};
 pub use sync_engine::run_sync_for;
 
-use crate::dds::table::{Merger, TableHandle};
+use crate::dds::table::{Merger, TableHandle, TableLock};
 use crate::error::Error;
 use crate::util::panic_message;
 use ctx::Fault;
@@ -128,13 +128,26 @@ pub struct CallSite {
     pub captures: &'static [&'static str],
 }
 
-impl std::fmt::Display for CallSite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let op = match self.kind {
+impl CallSite {
+    /// `async_for!` or `sync_for!`.
+    pub fn operator(&self) -> &'static str {
+        match self.kind {
             LoopKind::Async => "async_for!",
             LoopKind::Sync => "sync_for!",
-        };
-        write!(f, "{op} at {}:{}:{}", self.file, self.line, self.column)
+        }
+    }
+}
+
+impl std::fmt::Display for CallSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at {}:{}:{}",
+            self.operator(),
+            self.file,
+            self.line,
+            self.column
+        )
     }
 }
 
@@ -171,15 +184,47 @@ impl Registry {
         }
     }
 
+    /// Locks every captured table for the operator; returns the locks and, per slot,
+    /// (table id, first element, length).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn lock_all(
+        &self,
+        site: &CallSite,
+    ) -> crate::Result<(
+        Vec<Box<dyn TableLock + '_>>,
+        Vec<(u64, SharedPtr<u8>, usize)>,
+    )> {
+        let op = site.operator();
+        let mut locks: Vec<Box<dyn TableLock + '_>> = self
+            .entries
+            .iter()
+            .map(|e| {
+                e.table.lock(op).map_err(|_| {
+                    Error::invalid(
+                        op,
+                        format!(
+                            "{site}: DDS `{}` is in use by another running operator \
+                             (loop operators cannot be nested)",
+                            e.name
+                        ),
+                    )
+                })
+            })
+            .collect::<crate::Result<_>>()?;
+        let bases = self
+            .entries
+            .iter()
+            .zip(&mut locks)
+            .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
+            .collect();
+        Ok((locks, bases))
+    }
+
     /// Refuses two captured handles of one table: their views would alias.
     pub(crate) fn check(&self, site: &CallSite) -> crate::Result<()> {
         match self.duplicate {
             Some((a, b)) => Err(Error::invalid(
-                if site.kind == LoopKind::Async {
-                    "async_for!"
-                } else {
-                    "sync_for!"
-                },
+                site.operator(),
                 format!(
                     "{site}: `{a}` and `{b}` are handles of the same DDS; a body must capture \
                      each DDS through one variable"

@@ -11,7 +11,7 @@ use super::{
     body_error, on_workers, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr, SyncMode,
 };
 use crate::cluster::context;
-use crate::dds::table::{Replica, TableHandle, TableLock};
+use crate::dds::table::{Replica, TableHandle};
 use crate::dds::{DVector, Element};
 use crate::error::{Error, Result};
 use crate::recon::Recorder;
@@ -54,28 +54,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     registry.check(site)?;
     let data_captured = registry.entries.iter().any(|e| e.table.id() == data.id());
 
-    let mut locks: Vec<Box<dyn TableLock + '_>> = registry
-        .entries
-        .iter()
-        .map(|e| {
-            e.table.lock("sync_for!").map_err(|_| {
-                Error::invalid(
-                    "sync_for!",
-                    format!(
-                        "{site}: DDS `{}` is in use by another running operator \
-                         (loop operators cannot be nested)",
-                        e.name
-                    ),
-                )
-            })
-        })
-        .collect::<Result<_>>()?;
-    let bases: Vec<(u64, SharedPtr<u8>, usize)> = registry
-        .entries
-        .iter()
-        .zip(&mut locks)
-        .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
-        .collect();
+    let (locks, bases) = registry.lock_all(site)?;
     let mut data_lock = if data_captured {
         None
     } else {
