@@ -143,7 +143,9 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
                 plan.stats.largest_group,
                 (t2 - t1).as_secs_f64()
             );
-            if ctx.config().verbose {
+            // Long set-up work is always worth a line: the first call of a loop is slower
+            // than the rest, and a user should know why.
+            if ctx.config().verbose || t2 - t0 > std::time::Duration::from_secs(2) {
                 eprintln!("strads-ap: {summary}");
             }
             tracing::debug!("{summary}");
@@ -245,6 +247,7 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
                         .map(|b| (b.0, b.1 .0 as *const u8, b.2))
                         .collect(),
                 );
+                rec.reserve(r.len(), bases.len());
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     record(task, &rec, RecordIndices::new(r.clone(), &rec));
                 }));

@@ -149,6 +149,13 @@ impl Recorder {
         }
     }
 
+    /// Room for `tasks` more tasks of about `per_task` accesses each.
+    pub(crate) fn reserve(&self, tasks: usize, per_task: usize) {
+        let mut log = self.log.borrow_mut();
+        log.offsets.reserve(tasks);
+        log.entries.reserve(tasks * per_task);
+    }
+
     /// The slot, data and length of a table.
     pub(crate) fn table(&self, id: u64) -> (usize, *const u8, usize) {
         let slot = self
