@@ -118,3 +118,66 @@ fn save_and_load_round_trip() {
         "{err}"
     );
 }
+
+mod sequences {
+    //! Random sequences of map operations agree with `std::collections::HashMap`.
+
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+    use strads_ap::{DMap, DMultiMap};
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, i32),
+        Remove(u8),
+        Get(u8),
+        Contains(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (any::<u8>(), any::<i32>()).prop_map(|(k, v)| Op::Insert(k % 16, v)),
+            any::<u8>().prop_map(|k| Op::Remove(k % 16)),
+            any::<u8>().prop_map(|k| Op::Get(k % 16)),
+            any::<u8>().prop_map(|k| Op::Contains(k % 16)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn dmap_agrees_with_hashmap(ops in prop::collection::vec(op(), 0..60)) {
+            let d = DMap::new().unwrap();
+            let mut m = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, v) => prop_assert_eq!(d.insert(k, v).unwrap(), m.insert(k, v)),
+                    Op::Remove(k) => prop_assert_eq!(d.remove(&k).unwrap(), m.remove(&k)),
+                    Op::Get(k) => prop_assert_eq!(d.get(&k).unwrap(), m.get(&k).copied()),
+                    Op::Contains(k) => prop_assert_eq!(d.contains_key(&k).unwrap(), m.contains_key(&k)),
+                }
+                prop_assert_eq!(d.len().unwrap(), m.len());
+            }
+            let mut pairs = d.to_vec().unwrap();
+            pairs.sort();
+            let mut expected: Vec<(u8, i32)> = m.into_iter().collect();
+            expected.sort();
+            prop_assert_eq!(pairs, expected);
+        }
+
+        #[test]
+        fn dmultimap_keeps_insertion_order(pairs in prop::collection::vec((0u8..8, any::<i16>()), 0..60)) {
+            let d = DMultiMap::new().unwrap();
+            let mut m: HashMap<u8, Vec<i16>> = HashMap::new();
+            for &(k, v) in &pairs {
+                d.insert(k, v).unwrap();
+                m.entry(k).or_default().push(v);
+            }
+            for k in 0..8 {
+                prop_assert_eq!(d.get_all(&k).unwrap(), m.get(&k).cloned().unwrap_or_default());
+            }
+            prop_assert_eq!(d.len().unwrap(), pairs.len());
+            prop_assert_eq!(d.keys_len().unwrap(), m.len());
+        }
+    }
+}
