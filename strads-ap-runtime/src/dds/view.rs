@@ -204,6 +204,7 @@ impl<'a, T: Clone> RecordVectorView<'a, T> {
         self
     }
 
+    #[inline]
     fn bounds(&self, i: usize) {
         if i >= self.data.len() {
             raise(Fault::OutOfBounds {
@@ -218,6 +219,7 @@ impl<'a, T: Clone> RecordVectorView<'a, T> {
 impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
     type Output = T;
 
+    #[inline]
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, false);
@@ -228,6 +230,7 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
 }
 
 impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
+    #[inline]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, true);
@@ -261,6 +264,7 @@ impl<T> Default for Scratch<T> {
 impl<T: Clone> Scratch<T> {
     const LINEAR: usize = 16;
 
+    #[inline]
     fn position(&self, key: usize) -> Option<usize> {
         match &self.index {
             Some(map) => map.get(&key).copied(),
@@ -269,6 +273,7 @@ impl<T: Clone> Scratch<T> {
     }
 
     /// The task `epoch`'s copy of `key`, if it wrote one.
+    #[inline]
     fn get(&self, key: usize, epoch: u64) -> Option<&T> {
         if self.epoch != epoch {
             return None;
@@ -277,6 +282,7 @@ impl<T: Clone> Scratch<T> {
     }
 
     /// The task `epoch`'s copy of `key`, made from `src` on first use.
+    #[inline]
     fn get_or_copy(&mut self, key: usize, epoch: u64, src: &T) -> &mut T {
         if self.epoch != epoch {
             self.epoch = epoch;
