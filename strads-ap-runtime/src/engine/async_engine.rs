@@ -131,7 +131,9 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
                 seed: opts.seed.unwrap_or(ctx.config().seed),
                 first_index: start,
             };
-            let plan = plan::plan(log, &tables, &config);
+            let plan = ctx
+                .pool(threads)
+                .install(|| plan::plan(log, &tables, &config));
             let t2 = Instant::now();
             let summary = format!(
                 "{site}: reconnaissance of {n} tasks in {:.3} s; {} plan with {} groups in {} \

@@ -19,6 +19,7 @@
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rayon::prelude::*;
 
 use crate::engine::ctx::{SHARED, UNTOUCHED};
 use crate::recon::AccessLog;
@@ -152,40 +153,16 @@ pub const BLOCKS_PER_THREAD: usize = 2;
 
 /// Makes a conflict-free plan.
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
-    let n = log.tasks();
     let slots = tables.len();
 
     // One pass over the log: which tables are written, how many tasks touch each key
     // (saturating at 2: only 0, 1 and many matter), and which tables every task reads at
     // its own loop index.
-    let counted = |s: usize| !tables[s].relaxed && tables[s].key_space > 0;
-    let mut written = vec![false; slots];
-    let mut at_index = vec![n > 0; slots];
-    let mut touches: Vec<Vec<u8>> = (0..slots)
-        .map(|s| {
-            if counted(s) {
-                vec![0u8; tables[s].key_space]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
-    let mut seen_own = vec![false; slots];
-    for t in 0..n {
-        let own = (config.first_index + t) as u64;
-        for a in log.task(t) {
-            let s = a.slot();
-            written[s] |= a.write();
-            seen_own[s] |= a.key() == own;
-            if let Some(c) = touches[s].get_mut(a.key() as usize) {
-                *c = (*c + 1).min(2);
-            }
-        }
-        for (flag, seen) in at_index.iter_mut().zip(&mut seen_own) {
-            *flag &= *seen;
-            *seen = false;
-        }
-    }
+    let Summary {
+        written,
+        at_index,
+        touches,
+    } = summarize(&log, tables, config.first_index);
     let modes: Vec<SlotMode> = (0..slots)
         .map(|s| {
             if tables[s].relaxed {
@@ -237,27 +214,96 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     }
 }
 
+/// What one pass over the log tells: which tables are written, how many tasks touch each
+/// key (saturating at 2: only 0, 1 and many matter), and which tables every task reads
+/// at its own loop index.
+struct Summary {
+    written: Vec<bool>,
+    at_index: Vec<bool>,
+    touches: Vec<Vec<u8>>,
+}
+
+/// Summarises the log, in parallel over ranges of tasks.
+fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summary {
+    let n = log.tasks();
+    let slots = tables.len();
+    let part = |range: std::ops::Range<usize>| {
+        let mut sum = Summary {
+            written: vec![false; slots],
+            at_index: vec![true; slots],
+            touches: tables
+                .iter()
+                .map(|t| {
+                    if !t.relaxed && t.key_space > 0 {
+                        vec![0u8; t.key_space]
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect(),
+        };
+        let mut seen_own = vec![false; slots];
+        for t in range {
+            let own = (first_index + t) as u64;
+            for a in log.task(t) {
+                let s = a.slot();
+                sum.written[s] |= a.write();
+                seen_own[s] |= a.key() == own;
+                if let Some(c) = sum.touches[s].get_mut(a.key() as usize) {
+                    *c = (*c + 1).min(2);
+                }
+            }
+            for (flag, seen) in sum.at_index.iter_mut().zip(&mut seen_own) {
+                *flag &= *seen;
+                *seen = false;
+            }
+        }
+        sum
+    };
+    let parts = rayon::current_num_threads().clamp(1, 8);
+    let size = n.div_ceil(parts).max(1 << 14);
+    let ranges: Vec<std::ops::Range<usize>> =
+        (0..n).step_by(size).map(|s| s..(s + size).min(n)).collect();
+    let mut sums: Vec<Summary> = ranges.into_par_iter().map(part).collect();
+    let mut total = match sums.pop() {
+        Some(last) => last,
+        None => part(0..0),
+    };
+    for sum in sums {
+        for s in 0..slots {
+            total.written[s] |= sum.written[s];
+            total.at_index[s] &= sum.at_index[s];
+            for (c, d) in total.touches[s].iter_mut().zip(&sum.touches[s]) {
+                *c = (*c + d).min(2);
+            }
+        }
+    }
+    if n == 0 {
+        total.at_index.iter_mut().for_each(|f| *f = false);
+    }
+    total
+}
+
 /// For a rotation over the `shared` tables: each task's one key in each of them, or
 /// `None` if some task touches none or several keys of one of them.
 fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
-    let mut keys = Vec::with_capacity(log.tasks());
-    for t in 0..log.tasks() {
-        let mut k = [u32::MAX; 2];
-        let mut count = [0u8; 2];
-        for a in log.task(t) {
-            for (i, &s) in shared.iter().enumerate() {
-                if a.slot() == s {
-                    k[i] = u32::try_from(a.key()).ok()?;
-                    count[i] += 1;
+    (0..log.tasks())
+        .into_par_iter()
+        .with_min_len(1 << 12)
+        .map(|t| {
+            let mut k = [u32::MAX; 2];
+            let mut count = [0u8; 2];
+            for a in log.task(t) {
+                for (i, &s) in shared.iter().enumerate() {
+                    if a.slot() == s {
+                        k[i] = u32::try_from(a.key()).ok()?;
+                        count[i] += 1;
+                    }
                 }
             }
-        }
-        if count[..shared.len()].iter().any(|&c| c != 1) {
-            return None;
-        }
-        keys.push(k);
-    }
-    Some(keys)
+            count[..shared.len()].iter().all(|&c| c == 1).then_some(k)
+        })
+        .collect()
 }
 
 /// Splits the keys `0..weights.len()` into `blocks` contiguous ranges of about equal
