@@ -1,5 +1,7 @@
 //! `async_for!` beyond serializability: relaxed tables, index types, captures, maps.
 
+use std::collections::HashMap;
+
 use strads_ap::prelude::*;
 
 #[test]
@@ -116,4 +118,102 @@ fn two_handles_of_one_table_in_one_body_are_refused() {
         "{err}"
     );
     assert_eq!(v.to_vec().unwrap(), vec![1; 4]);
+}
+
+#[test]
+fn maps_are_writable_inside_bodies_under_the_plan() {
+    // Word counts: many tasks add to the same key, so the planner must group them.
+    let words: Vec<String> = (0..5000)
+        .map(|i| format!("w{}", (i * i + 7 * i) % 97))
+        .collect();
+    let mut expected: HashMap<String, u64> = HashMap::new();
+    for w in &words {
+        *expected.entry(w.clone()).or_default() += 1;
+    }
+    for threads in 1..=4 {
+        let text = DVector::from_vec(words.clone()).unwrap();
+        let counts =
+            DMap::from_pairs(expected.keys().map(|w| (w.clone(), 0u64)).collect()).unwrap();
+        async_for!(
+            0..text.len(),
+            |k| {
+                counts[&text[k]] += 1;
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap();
+        let got: HashMap<String, u64> = counts.to_vec().unwrap().into_iter().collect();
+        assert_eq!(got, expected, "{threads} threads");
+    }
+}
+
+#[test]
+fn a_map_key_added_between_calls_is_planned_for() {
+    let keys = DVector::from_vec(vec![1u32, 2, 3, 1, 2, 3]).unwrap();
+    let totals = DMap::from_pairs(vec![(1u32, 0i64), (2, 0), (3, 0)]).unwrap();
+    let run = || {
+        async_for!(
+            0..keys.len(),
+            |k| {
+                if let Some(t) = totals.get_mut(&keys[k]) {
+                    *t += k as i64;
+                }
+            },
+            Opts::new().threads(2)
+        )
+    };
+    run().unwrap();
+    // A new key moves positions; the cached plan must not be reused blindly.
+    totals.remove(&1).unwrap();
+    totals.insert(4, 100).unwrap();
+    keys.set(0, 4).unwrap();
+    run().unwrap();
+    let mut got = totals.to_vec().unwrap();
+    got.sort();
+    assert_eq!(got, vec![(2, 2 * (1 + 4)), (3, 2 * (2 + 5)), (4, 100)]);
+}
+
+#[test]
+fn adding_a_key_inside_a_body_is_a_clear_error() {
+    let totals = DMap::from_pairs(vec![(1u32, 0i64)]).unwrap();
+    let err = async_for!(
+        0..2u32,
+        |k| {
+            totals[&(k + 1)] += 1;
+        },
+        Opts::new().threads(1)
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("key 2 is not in map `totals`"), "{msg}");
+    assert!(
+        msg.contains("insert them in driver code before the loop"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn multimap_lists_can_grow_inside_bodies() {
+    let pairs = DVector::from_fn(300, |i| ((i % 7) as u8, i as u32)).unwrap();
+    let groups = DMultiMap::from_pairs((0..7u8).map(|g| (g, 0u32)).collect()).unwrap();
+    async_for!(
+        0..pairs.len(),
+        |k| {
+            let (g, v) = pairs[k];
+            if let Some(list) = groups.get_mut(&g) {
+                list.push(v);
+            }
+        },
+        Opts::new().threads(3)
+    )
+    .unwrap();
+    for g in 0..7u8 {
+        let mut got = groups.get_all(&g).unwrap();
+        got.sort();
+        let mut want: Vec<u32> = std::iter::once(0)
+            .chain((0..300).filter(|i| i % 7 == g as u32))
+            .collect();
+        want.sort();
+        assert_eq!(got, want);
+    }
 }

@@ -1,17 +1,21 @@
 //! [`DMap`] and [`DMultiMap`]: distributed hash maps.
 //!
 //! Keys are hash-partitioned across ranks with a hash that is the same in every process.
-//! Inside loop bodies maps are read-only in this version ([`MapView`], [`MultiMapView`]):
-//! index them, `get`, `contains_key`; update them in driver code between operators.
+//! On a rank, a map keeps its entries at dense *positions* (a key index plus a `Vec` of
+//! values), so the planner and the views treat a map's values exactly like a DVector's
+//! elements: inside an `async_for!` body, `m[&k]`, `m.get(&k)`, `m.get_mut(&k)` and
+//! `m[&k] += ..` read and write existing entries under the same conflict-free plan. Keys
+//! cannot be added or removed inside a body; do that in driver code between operators.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash};
-use std::marker::PhantomData;
-use std::ops::Index;
+use std::ops::{Index, IndexMut};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::table::{lookup_table, register_table, TableHandle, TableLock};
+use super::view::{RecordVectorView, VectorView};
 use super::Element;
 use crate::cluster::context;
 use crate::engine::ctx::{raise, ExecCtx, Fault};
@@ -21,24 +25,92 @@ use crate::util::{stable_hash, StableHasher};
 
 pub(crate) type Stable = BuildHasherDefault<StableHasher>;
 
+/// A rank's entries of a map: `keys[i]` holds `values[i]`, and `index` finds `i`.
+pub(crate) struct Entries<K, V> {
+    index: HashMap<K, u32, Stable>,
+    keys: Vec<K>,
+    values: Vec<V>,
+}
+
+impl<K: Eq + Hash + Clone, V> Entries<K, V> {
+    fn new() -> Self {
+        Entries {
+            index: HashMap::default(),
+            keys: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    fn from_pairs(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        let mut e = Entries::new();
+        for (k, v) in pairs {
+            e.insert(k, v);
+        }
+        e
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        self.index.get(key).map(|&i| &self.values[i as usize])
+    }
+
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.index.get(key).map(|&i| &mut self.values[i as usize])
+    }
+
+    /// Inserts; returns the replaced value, or `None` for a new key (a structural change).
+    fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.index.get(&key) {
+            Some(&i) => Some(std::mem::replace(&mut self.values[i as usize], value)),
+            None => {
+                self.index.insert(key.clone(), self.values.len() as u32);
+                self.keys.push(key);
+                self.values.push(value);
+                None
+            }
+        }
+    }
+
+    /// Removes `key`, moving the last entry into its position.
+    fn remove(&mut self, key: &K) -> Option<V> {
+        let i = self.index.remove(key)? as usize;
+        self.keys.swap_remove(i);
+        let value = self.values.swap_remove(i);
+        if let Some(moved) = self.keys.get(i) {
+            self.index.insert(moved.clone(), i as u32);
+        }
+        Some(value)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.keys.iter().zip(&self.values)
+    }
+}
+
 /// Storage of one map table on this rank.
 pub(crate) struct MapTable<K, V> {
     id: u64,
-    data: RwLock<HashMap<K, V, Stable>>,
+    data: RwLock<Entries<K, V>>,
+    /// Bumped whenever a key is added or removed (positions change): plans are keyed by it.
+    version: AtomicU64,
 }
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> MapTable<K, V> {
-    fn create(data: HashMap<K, V, Stable>) -> Arc<Self> {
+    fn create(data: Entries<K, V>) -> Arc<Self> {
         let id = context().new_table_id();
         let table = Arc::new(MapTable {
             id,
             data: RwLock::new(data),
+            version: AtomicU64::new(0),
         });
         register_table(id, &table);
         table
     }
 
-    fn read(&self, op: &'static str) -> Result<RwLockReadGuard<'_, HashMap<K, V, Stable>>> {
+    fn read(&self, op: &'static str) -> Result<RwLockReadGuard<'_, Entries<K, V>>> {
         match self.data.try_read() {
             Ok(g) => Ok(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
@@ -46,23 +118,30 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> MapTable<K, V> {
         }
     }
 
-    fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, HashMap<K, V, Stable>>> {
+    fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Entries<K, V>>> {
         match self.data.try_write() {
             Ok(g) => Ok(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy { op }),
         }
     }
+
+    fn changed_keys(&self) {
+        self.version.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
-struct MapLock<'a, K, V>(RwLockReadGuard<'a, HashMap<K, V, Stable>>);
+struct MapLock<'a, K, V>(RwLockWriteGuard<'a, Entries<K, V>>);
 
 impl<K, V> TableLock for MapLock<'_, K, V> {
     fn ptr(&mut self) -> *mut u8 {
-        &*self.0 as *const HashMap<K, V, Stable> as *mut u8
+        self.0.values.as_mut_ptr() as *mut u8
     }
     fn len(&self) -> usize {
-        self.0.len()
+        self.0.values.len()
+    }
+    fn index(&self) -> *const u8 {
+        &self.0.index as *const HashMap<K, u32, Stable> as *const u8
     }
 }
 
@@ -70,17 +149,20 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> TableHandle for MapTabl
     fn id(&self) -> u64 {
         self.id
     }
-    fn key_space(&self) -> usize {
-        0
-    }
     fn is_relaxed(&self) -> bool {
         false
     }
+    fn is_map(&self) -> bool {
+        true
+    }
+    fn shape(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
+    }
     fn elem_size(&self) -> usize {
-        0
+        std::mem::size_of::<V>()
     }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
-        Ok(Box::new(MapLock(self.read(op)?)))
+        Ok(Box::new(MapLock(self.write(op)?)))
     }
 }
 
@@ -117,14 +199,14 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// An empty map.
     pub fn new() -> Result<Self> {
         Ok(DMap {
-            table: MapTable::create(HashMap::default()),
+            table: MapTable::create(Entries::new()),
         })
     }
 
     /// A map holding `pairs` (a later pair replaces an earlier one with the same key).
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
         Ok(DMap {
-            table: MapTable::create(pairs.into_iter().collect()),
+            table: MapTable::create(Entries::from_pairs(pairs)),
         })
     }
 
@@ -145,7 +227,11 @@ impl<K: MapKey, V: Element> DMap<K, V> {
 
     /// Inserts `value` under `key`; returns the value it replaced.
     pub fn insert(&self, key: K, value: V) -> Result<Option<V>> {
-        Ok(self.table.write("DMap::insert")?.insert(key, value))
+        let old = self.table.write("DMap::insert")?.insert(key, value);
+        if old.is_none() {
+            self.table.changed_keys();
+        }
+        Ok(old)
     }
 
     /// A copy of the value under `key`.
@@ -155,12 +241,20 @@ impl<K: MapKey, V: Element> DMap<K, V> {
 
     /// Removes `key`; returns its value.
     pub fn remove(&self, key: &K) -> Result<Option<V>> {
-        Ok(self.table.write("DMap::remove")?.remove(key))
+        let old = self.table.write("DMap::remove")?.remove(key);
+        if old.is_some() {
+            self.table.changed_keys();
+        }
+        Ok(old)
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &K) -> Result<bool> {
-        Ok(self.table.read("DMap::contains_key")?.contains_key(key))
+        Ok(self
+            .table
+            .read("DMap::contains_key")?
+            .index
+            .contains_key(key))
     }
 
     /// All pairs, sorted by the stable hash of the key (the same order on every rank).
@@ -175,7 +269,9 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     pub fn map_values<U: Element, F: Fn(&K, &V) -> U>(&self, f: F) -> Result<DMap<K, U>> {
         let data = self.table.read("DMap::map_values")?;
         Ok(DMap {
-            table: MapTable::create(data.iter().map(|(k, v)| (k.clone(), f(k, v))).collect()),
+            table: MapTable::create(Entries::from_pairs(
+                data.iter().map(|(k, v)| (k.clone(), f(k, v))),
+            )),
         })
     }
 
@@ -185,13 +281,13 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         (V, W): Element,
     {
         let left = self.table.read("DMap::join")?;
-        let out = other.with_read("DMap::join", |lookup| {
+        let out: Vec<(K, (V, W))> = other.with_read("DMap::join", |lookup| {
             left.iter()
                 .filter_map(|(k, v)| lookup.get(k).map(|w| (k.clone(), (v.clone(), w.clone()))))
                 .collect()
         })?;
         Ok(DMap {
-            table: MapTable::create(out),
+            table: MapTable::create(Entries::from_pairs(out)),
         })
     }
 
@@ -210,7 +306,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     pub(crate) fn with_read<R>(
         &self,
         op: &'static str,
-        f: impl FnOnce(&HashMap<K, V, Stable>) -> R,
+        f: impl FnOnce(&Entries<K, V>) -> R,
     ) -> Result<R> {
         let data = self.table.read(op)?;
         Ok(f(&data))
@@ -252,25 +348,29 @@ impl<'de, K: MapKey, V: Element> serde::Deserialize<'de> for MapRef<K, V> {
     }
 }
 
-/// A [`DMap`] inside a loop body: read-only, indexable like a `HashMap`.
-pub struct MapView<'a, K, V> {
-    map: &'a HashMap<K, V, Stable>,
-    rec: Option<(&'a Recorder, usize)>,
+/// A [`DMap`] inside a loop body, indexable like a `HashMap`: `m[&k]`, `m.get(&k)`,
+/// `m.get_mut(&k)`, `m[&k] += ..` on keys that exist. `W` is the view of the values
+/// (a [`VectorView`] when running, a [`RecordVectorView`] in reconnaissance).
+pub struct MapView<'a, K, W> {
+    index: &'a HashMap<K, u32, Stable>,
+    values: W,
     name: &'static str,
-    _p: PhantomData<&'a ()>,
 }
 
 impl<K: MapKey, V: Element> MapRef<K, V> {
     #[doc(hidden)]
-    pub fn __strads_enter<'a>(&'a self, ctx: &'a ExecCtx, name: &'static str) -> MapView<'a, K, V> {
+    pub fn __strads_enter<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MapView<'a, K, VectorView<'a, V>> {
         let b = ctx.binding(self.table.id);
         MapView {
-            // SAFETY: the engine holds this map's read lock for the whole operator and
-            // stored a pointer to the locked HashMap in the binding.
-            map: unsafe { &*(b.ptr as *const HashMap<K, V, Stable>) },
-            rec: None,
+            // SAFETY: the engine holds this map's lock for the whole operator and stored
+            // a pointer to its key index in the binding; nothing changes keys meanwhile.
+            index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
+            values: VectorView::bind(b, name),
             name,
-            _p: PhantomData,
         }
     }
 
@@ -279,62 +379,78 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
         &'a self,
         rec: &'a Recorder,
         name: &'static str,
-    ) -> MapView<'a, K, V> {
-        let (slot, ptr, _) = rec.table(self.table.id);
+    ) -> MapView<'a, K, RecordVectorView<'a, V>> {
+        let (_, _, _, index) = rec.table(self.table.id);
         MapView {
             // SAFETY: as in `__strads_enter`; reconnaissance runs under the same lock.
-            map: unsafe { &*(ptr as *const HashMap<K, V, Stable>) },
-            rec: Some((rec, slot)),
+            index: unsafe { &*(index as *const HashMap<K, u32, Stable>) },
+            values: RecordVectorView::bind(rec, self.table.id, name),
             name,
-            _p: PhantomData,
         }
     }
 }
 
-impl<K: MapKey, V> MapView<'_, K, V> {
-    fn log(&self, key: &K) {
-        if let Some((rec, slot)) = self.rec {
-            rec.log(slot, stable_hash(key), false);
-        }
+impl<K: MapKey, W: IndexMut<usize>> MapView<'_, K, W> {
+    /// The value under `key`.
+    pub fn get(&self, key: &K) -> Option<&W::Output> {
+        let i = *self.index.get(key)?;
+        Some(&self.values[i as usize])
     }
 
-    /// The value under `key`.
-    pub fn get(&self, key: &K) -> Option<&V> {
-        self.log(key);
-        self.map.get(key)
+    /// The value under `key`, mutably (keys cannot be added inside a loop body).
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut W::Output> {
+        let i = *self.index.get(key)?;
+        Some(&mut self.values[i as usize])
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &K) -> bool {
-        self.log(key);
-        self.map.contains_key(key)
+        self.index.contains_key(key)
     }
 
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.index.len()
     }
 
     /// Whether the map is empty.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.index.is_empty()
     }
 
     #[doc(hidden)]
     pub fn __strads_bind(&mut self) -> &mut Self {
         self
     }
+
+    #[cold]
+    #[inline(never)]
+    fn missing(&self, key: &K) -> !
+    where
+        K: std::fmt::Debug,
+    {
+        raise(Fault::MissingKey {
+            table: self.name,
+            key: format!("{key:?}"),
+        })
+    }
 }
 
-impl<K: MapKey + std::fmt::Debug, V> Index<&K> for MapView<'_, K, V> {
-    type Output = V;
-    fn index(&self, key: &K) -> &V {
-        match self.get(key) {
-            Some(v) => v,
-            None => raise(Fault::MissingKey {
-                table: self.name,
-                key: format!("{key:?}"),
-            }),
+impl<K: MapKey + std::fmt::Debug, W: IndexMut<usize>> Index<&K> for MapView<'_, K, W> {
+    type Output = W::Output;
+    fn index(&self, key: &K) -> &W::Output {
+        match self.index.get(key) {
+            Some(&i) => &self.values[i as usize],
+            None => self.missing(key),
+        }
+    }
+}
+
+impl<K: MapKey + std::fmt::Debug, W: IndexMut<usize>> IndexMut<&K> for MapView<'_, K, W> {
+    fn index_mut(&mut self, key: &K) -> &mut W::Output {
+        match self.index.get(key) {
+            Some(&i) => &mut self.values[i as usize],
+            None => self.missing(key),
         }
     }
 }
@@ -367,28 +483,36 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// An empty multimap.
     pub fn new() -> Result<Self> {
         Ok(DMultiMap {
-            table: MapTable::create(HashMap::default()),
+            table: MapTable::create(Entries::new()),
         })
     }
 
     /// A multimap holding `pairs`; values of one key keep their order.
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
-        let mut map: HashMap<K, Vec<V>, Stable> = HashMap::default();
+        let mut entries: Entries<K, Vec<V>> = Entries::new();
         for (k, v) in pairs {
-            map.entry(k).or_default().push(v);
+            match entries.get_mut(&k) {
+                Some(list) => list.push(v),
+                None => {
+                    entries.insert(k, vec![v]);
+                }
+            }
         }
         Ok(DMultiMap {
-            table: MapTable::create(map),
+            table: MapTable::create(entries),
         })
     }
 
     /// Adds `value` under `key`, after the values already there.
     pub fn insert(&self, key: K, value: V) -> Result<()> {
-        self.table
-            .write("DMultiMap::insert")?
-            .entry(key)
-            .or_default()
-            .push(value);
+        let mut entries = self.table.write("DMultiMap::insert")?;
+        match entries.get_mut(&key) {
+            Some(list) => list.push(value),
+            None => {
+                entries.insert(key, vec![value]);
+                self.table.changed_keys();
+            }
+        }
         Ok(())
     }
 
@@ -407,7 +531,8 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
         Ok(self
             .table
             .read("DMultiMap::len")?
-            .values()
+            .values
+            .iter()
             .map(Vec::len)
             .sum())
     }
@@ -456,10 +581,9 @@ impl<'de, K: MapKey, V: Element> serde::Deserialize<'de> for MultiMapRef<K, V> {
     }
 }
 
-/// A [`DMultiMap`] inside a loop body: read-only.
-pub struct MultiMapView<'a, K, V> {
-    inner: MapView<'a, K, Vec<V>>,
-}
+/// A [`DMultiMap`] inside a loop body: `get_all(&k)` as a slice; `get_mut(&k)` gives the
+/// list of an existing key to change in place.
+pub struct MultiMapView<'a, K, W>(MapView<'a, K, W>);
 
 impl<K: MapKey, V: Element> MultiMapRef<K, V> {
     #[doc(hidden)]
@@ -467,10 +591,8 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         &'a self,
         ctx: &'a ExecCtx,
         name: &'static str,
-    ) -> MultiMapView<'a, K, V> {
-        MultiMapView {
-            inner: self.0.__strads_enter(ctx, name),
-        }
+    ) -> MultiMapView<'a, K, VectorView<'a, Vec<V>>> {
+        MultiMapView(self.0.__strads_enter(ctx, name))
     }
 
     #[doc(hidden)]
@@ -478,27 +600,30 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         &'a self,
         rec: &'a Recorder,
         name: &'static str,
-    ) -> MultiMapView<'a, K, V> {
-        MultiMapView {
-            inner: self.0.__strads_record(rec, name),
-        }
+    ) -> MultiMapView<'a, K, RecordVectorView<'a, Vec<V>>> {
+        MultiMapView(self.0.__strads_record(rec, name))
     }
 }
 
-impl<K: MapKey, V> MultiMapView<'_, K, V> {
+impl<K: MapKey, V, W: IndexMut<usize, Output = Vec<V>>> MultiMapView<'_, K, W> {
     /// All values under `key` (empty if none).
     pub fn get_all(&self, key: &K) -> &[V] {
-        self.inner.get(key).map(Vec::as_slice).unwrap_or(&[])
+        self.0.get(key).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The values under an existing `key`, to change in place.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut Vec<V>> {
+        self.0.get_mut(key)
     }
 
     /// Whether `key` has values.
     pub fn contains_key(&self, key: &K) -> bool {
-        self.inner.contains_key(key)
+        self.0.contains_key(key)
     }
 
     /// Number of distinct keys.
     pub fn keys_len(&self) -> usize {
-        self.inner.len()
+        self.0.len()
     }
 
     #[doc(hidden)]

@@ -36,9 +36,14 @@ pub(crate) fn lookup_table<T: Any + Send + Sync>(id: u64) -> std::result::Result
 /// A captured table as the engines see it.
 pub(crate) trait TableHandle: Send + Sync {
     fn id(&self) -> u64;
-    /// Size of the key space: elements of a vector; 0 for maps (keys are hashed).
-    fn key_space(&self) -> usize;
     fn is_relaxed(&self) -> bool;
+    /// Whether the table is a map (maps are not merged by `sync_for!`).
+    fn is_map(&self) -> bool {
+        false
+    }
+    /// A number that changes when the table's key space changes (vector length, map
+    /// version): cached plans are keyed by it.
+    fn shape(&self) -> u64;
     /// Size of one element in the table's storage.
     fn elem_size(&self) -> usize;
     /// Exclusive use for the duration of an operator.
@@ -49,6 +54,10 @@ pub(crate) trait TableHandle: Send + Sync {
 pub(crate) trait TableLock {
     fn ptr(&mut self) -> *mut u8;
     fn len(&self) -> usize;
+    /// A map's key index; null for vectors.
+    fn index(&self) -> *const u8 {
+        std::ptr::null()
+    }
 }
 
 /// The storage of a [`DVector`](super::DVector) on this rank.
@@ -108,11 +117,11 @@ impl<T: Send + Sync + 'static> TableHandle for VectorTable<T> {
     fn id(&self) -> u64 {
         self.id
     }
-    fn key_space(&self) -> usize {
-        self.len
-    }
     fn is_relaxed(&self) -> bool {
         self.relaxed.load(Ordering::Relaxed)
+    }
+    fn shape(&self) -> u64 {
+        self.len as u64
     }
     fn elem_size(&self) -> usize {
         std::mem::size_of::<T>()

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
 use super::vector::VectorRef;
-use crate::engine::ctx::{raise, ExecCtx, Fault, SHARED};
+use crate::engine::ctx::{raise, Binding, ExecCtx, Fault, SHARED};
 use crate::recon::Recorder;
 
 /// A DVector as a loop body sees it: indexable like a `Vec`.
@@ -34,7 +34,24 @@ impl<T> VectorRef<T> {
     #[doc(hidden)]
     #[inline]
     pub fn __strads_enter<'a>(&'a self, ctx: &'a ExecCtx, name: &'static str) -> VectorView<'a, T> {
-        let b = ctx.binding(self.table.id);
+        VectorView::bind(ctx.binding(self.table.id), name)
+    }
+
+    /// Binds the captured DVector for reconnaissance.
+    #[doc(hidden)]
+    pub fn __strads_record<'a>(
+        &'a self,
+        rec: &'a Recorder,
+        name: &'static str,
+    ) -> RecordVectorView<'a, T> {
+        RecordVectorView::bind(rec, self.table.id, name)
+    }
+}
+
+impl<'a, T> VectorView<'a, T> {
+    /// A view of the elements a binding points to (a vector's, or a map's values).
+    #[inline]
+    pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
         VectorView {
             ptr: b.ptr as *mut T,
             len: b.len,
@@ -47,27 +64,6 @@ impl<T> VectorRef<T> {
         }
     }
 
-    /// Binds the captured DVector for reconnaissance.
-    #[doc(hidden)]
-    pub fn __strads_record<'a>(
-        &'a self,
-        rec: &'a Recorder,
-        name: &'static str,
-    ) -> RecordVectorView<'a, T> {
-        let (slot, ptr, len) = rec.table(self.table.id);
-        RecordVectorView {
-            // SAFETY: the engine holds the table's lock for the whole reconnaissance and
-            // nothing writes it meanwhile (recording views write to scratch).
-            data: unsafe { std::slice::from_raw_parts(ptr as *const T, len) },
-            scratch: Scratch::default(),
-            slot,
-            rec,
-            name,
-        }
-    }
-}
-
-impl<'a, T> VectorView<'a, T> {
     /// Number of elements.
     #[inline]
     pub fn len(&self) -> usize {
@@ -176,6 +172,22 @@ pub struct RecordVectorView<'a, T> {
     slot: usize,
     rec: &'a Recorder,
     name: &'static str,
+}
+
+impl<'a, T> RecordVectorView<'a, T> {
+    /// A recording view of the elements of table `id` (a vector's, or a map's values).
+    pub(crate) fn bind(rec: &'a Recorder, id: u64, name: &'static str) -> Self {
+        let (slot, ptr, len, _) = rec.table(id);
+        RecordVectorView {
+            // SAFETY: the engine holds the table's lock for the whole reconnaissance and
+            // nothing writes it meanwhile (recording views write to scratch).
+            data: unsafe { std::slice::from_raw_parts(ptr as *const T, len) },
+            scratch: Scratch::default(),
+            slot,
+            rec,
+            name,
+        }
+    }
 }
 
 impl<'a, T: Clone> RecordVectorView<'a, T> {

@@ -9,10 +9,8 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
-use super::{
-    body_error, on_workers, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr,
-};
+use super::ctx::{ExecCtx, Indices, LoopIndex};
+use super::{body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry};
 use crate::cluster::context;
 use crate::dds::table::Replica;
 use crate::error::{Error, Result};
@@ -26,7 +24,7 @@ struct PlanKey {
     end: usize,
     threads: usize,
     blocks: Option<usize>,
-    tables: Vec<u64>,
+    tables: Vec<(u64, u64)>,
 }
 
 fn plan_cache() -> &'static Mutex<HashMap<PlanKey, Plan>> {
@@ -84,7 +82,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
         // One worker in a world of one: the loop order is a serial order, so no plan is
         // needed; tables are used directly.
         let t0 = Instant::now();
-        let outcome = run_serially(site, start..end, task, run, &registry, &bases);
+        let outcome = run_serially(site, start..end, task, run, &bases);
         record_stats(site, |s| {
             s.calls += 1;
             s.running += t0.elapsed();
@@ -101,7 +99,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
         end,
         threads,
         blocks: opts.blocks,
-        tables: bases.iter().map(|b| b.0).collect(),
+        tables: bases.iter().map(|b| (b.id, b.shape)).collect(),
     };
     let cached = if opts.recheck {
         None
@@ -120,8 +118,9 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
             let tables: Vec<TableInfo> = registry
                 .entries
                 .iter()
-                .map(|e| TableInfo {
-                    key_space: e.table.key_space(),
+                .zip(&bases)
+                .map(|(e, base)| TableInfo {
+                    key_space: base.len,
                     relaxed: e.table.is_relaxed() && e.merger.is_some(),
                 })
                 .collect();
@@ -196,26 +195,9 @@ fn run_serially<Task, I: LoopIndex>(
     range: Range<usize>,
     task: &Task,
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
-    registry: &Registry,
-    bases: &[(u64, SharedPtr<u8>, usize)],
+    bases: &[Base],
 ) -> Result<()> {
-    let bindings = bases
-        .iter()
-        .zip(&registry.entries)
-        .map(|(&(id, SharedPtr(ptr), len), e)| {
-            let map = e.table.key_space() == 0;
-            Binding {
-                id,
-                ptr,
-                len,
-                tags: std::ptr::null(),
-                allowed: 0,
-                writable: !map,
-                read_only_reason: "maps are read-only inside loop bodies",
-            }
-        })
-        .collect();
-    let ctx = ExecCtx::new(bindings);
+    let ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
     catch_unwind(AssertUnwindSafe(|| {
         run(task, &ctx, Indices::range(range, &ctx))
     }))
@@ -230,7 +212,7 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
     n: usize,
     task: &Task,
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
-    bases: &[(u64, SharedPtr<u8>, usize)],
+    bases: &[Base],
     threads: usize,
 ) -> Result<AccessLog> {
     let chunk = n.div_ceil(threads * 8).max(1024);
@@ -243,12 +225,7 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
         chunks
             .par_iter()
             .map(|r| {
-                let rec = Recorder::new(
-                    bases
-                        .iter()
-                        .map(|b| (b.0, b.1 .0 as *const u8, b.2))
-                        .collect(),
-                );
+                let rec = Recorder::new(bases.iter().map(Base::recorded).collect());
                 rec.reserve(r.len(), bases.len());
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     record(task, &rec, RecordIndices::new(r.clone(), &rec));
@@ -283,7 +260,7 @@ fn execute<Task: Sync, I: LoopIndex>(
     task: &Task,
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
     registry: &Registry,
-    bases: &[(u64, SharedPtr<u8>, usize)],
+    bases: &[Base],
     plan: &mut Plan,
     threads: usize,
 ) -> Result<()> {
@@ -294,16 +271,8 @@ fn execute<Task: Sync, I: LoopIndex>(
         let bindings = bases
             .iter()
             .enumerate()
-            .map(|(slot, &(id, SharedPtr(ptr), len))| {
-                let mut b = Binding {
-                    id,
-                    ptr,
-                    len,
-                    tags: std::ptr::null(),
-                    allowed: 0,
-                    writable: true,
-                    read_only_reason: "",
-                };
+            .map(|(slot, base)| {
+                let mut b = base.binding();
                 match plan.modes[slot] {
                     SlotMode::ReadOnly => {
                         b.writable = false;
@@ -318,7 +287,7 @@ fn execute<Task: Sync, I: LoopIndex>(
                         let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
                         // SAFETY: the master holds `len` elements, locked by this engine;
                         // masters of relaxed tables are only touched under `merge_lock`.
-                        let r = unsafe { merger.replica(ptr, len) };
+                        let r = unsafe { merger.replica(base.ptr, base.len) };
                         b.ptr = r.ptr();
                         replicas.push((slot, r));
                     }
@@ -332,7 +301,7 @@ fn execute<Task: Sync, I: LoopIndex>(
             .iter()
             .map(|&slot| {
                 (
-                    bases[slot].1 .0 as usize,
+                    bases[slot].ptr as usize,
                     registry.entries[slot].table.elem_size(),
                 )
             })
@@ -357,7 +326,7 @@ fn execute<Task: Sync, I: LoopIndex>(
                 let merger = registry.entries[*slot].merger.as_ref().expect("merger");
                 // SAFETY: the master is locked by this engine and only touched under
                 // `merge_lock`, which we hold.
-                unsafe { merger.push(bases[*slot].1 .0, r) };
+                unsafe { merger.push(bases[*slot].ptr, r) };
             }
         }
     };

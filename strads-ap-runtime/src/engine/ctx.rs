@@ -15,6 +15,8 @@ pub(crate) struct Binding {
     /// Element 0 of the table's storage (type-erased `*mut T`).
     pub ptr: *mut u8,
     pub len: usize,
+    /// A map's key index, or null for a vector.
+    pub index: *const u8,
     /// Per-key tags to check against `allowed`, or null for no check.
     pub tags: *const u32,
     pub allowed: u32,

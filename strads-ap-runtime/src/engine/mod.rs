@@ -185,15 +185,12 @@ impl Registry {
     }
 
     /// Locks every captured table for the operator; returns the locks and, per slot,
-    /// (table id, first element, length).
+    /// where the table's elements are.
     #[allow(clippy::type_complexity)]
     pub(crate) fn lock_all(
         &self,
         site: &CallSite,
-    ) -> crate::Result<(
-        Vec<Box<dyn TableLock + '_>>,
-        Vec<(u64, SharedPtr<u8>, usize)>,
-    )> {
+    ) -> crate::Result<(Vec<Box<dyn TableLock + '_>>, Vec<Base>)> {
         let op = site.operator();
         let mut locks: Vec<Box<dyn TableLock + '_>> = self
             .entries
@@ -215,7 +212,13 @@ impl Registry {
             .entries
             .iter()
             .zip(&mut locks)
-            .map(|(e, l)| (e.table.id(), SharedPtr(l.ptr()), l.len()))
+            .map(|(e, l)| Base {
+                id: e.table.id(),
+                ptr: l.ptr(),
+                len: l.len(),
+                index: l.index(),
+                shape: e.table.shape(),
+            })
             .collect();
         Ok((locks, bases))
     }
@@ -295,7 +298,10 @@ pub(crate) fn body_error(site: &CallSite, index: usize, payload: Box<dyn Any + S
             Fault::MissingKey { table, key } => Error::BodyPanicked {
                 site: site.to_string(),
                 index,
-                message: format!("key {key} is not in map `{table}`"),
+                message: format!(
+                    "key {key} is not in map `{table}` (keys cannot be added inside a loop \
+                     body: insert them in driver code before the loop)"
+                ),
             },
             Fault::Outside {
                 table,
@@ -319,19 +325,49 @@ pub(crate) fn body_error(site: &CallSite, index: usize, payload: Box<dyn Any + S
     }
 }
 
-/// Raw pointers handed to worker threads.
+/// Where a locked table's elements are, as handed to worker threads.
 ///
-/// The engines share table and tag pointers with their workers; what each worker may do
-/// through them is governed by the plan and checked by the views (see `dds::view`).
-#[derive(Clone, Copy)]
-pub(crate) struct SharedPtr<T>(pub *mut T);
+/// The engines share these pointers with their workers; what each worker may do through
+/// them is governed by the plan and checked by the views (see `dds::view`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Base {
+    pub id: u64,
+    /// Element 0 (type-erased `*mut T`).
+    pub ptr: *mut u8,
+    pub len: usize,
+    /// A map's key index (type-erased `*const HashMap<K, u32>`), or null for a vector.
+    pub index: *const u8,
+    /// The table's shape: a vector's length, a map's structural version.
+    pub shape: u64,
+}
 
-// SAFETY: a `SharedPtr` is only a pointer value; every dereference is done by views or
-// mergers whose own SAFETY arguments rely on the plan (one writer per element at a time)
-// or on a lock held by the engine.
-unsafe impl<T> Send for SharedPtr<T> {}
+// SAFETY: a `Base` is only pointer values; every dereference is done by views or mergers
+// whose own SAFETY arguments rely on the plan (one writer per element at a time) or on a
+// lock held by the engine.
+unsafe impl Send for Base {}
 // SAFETY: as above.
-unsafe impl<T> Sync for SharedPtr<T> {}
+unsafe impl Sync for Base {}
+
+impl Base {
+    /// A binding that reads and writes the table directly, unchecked.
+    pub fn binding(&self) -> ctx::Binding {
+        ctx::Binding {
+            id: self.id,
+            ptr: self.ptr,
+            len: self.len,
+            index: self.index,
+            tags: std::ptr::null(),
+            allowed: 0,
+            writable: true,
+            read_only_reason: "",
+        }
+    }
+
+    /// What a recorder needs: id, elements, length, key index.
+    pub fn recorded(&self) -> (u64, *const u8, usize, *const u8) {
+        (self.id, self.ptr as *const u8, self.len, self.index)
+    }
+}
 
 /// Runs `work` on `threads` workers: the calling thread and `threads - 1` pool threads.
 /// The caller works at once instead of waiting for sleeping pool threads to wake.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::ctx::{Binding, ExecCtx};
 use super::{
-    body_error, on_workers, record_stats, CallSite, FirstError, Opts, Registry, SharedPtr, SyncMode,
+    body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry, SyncMode,
 };
 use crate::cluster::context;
 use crate::dds::table::{Replica, TableHandle};
@@ -64,8 +64,8 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         let (ptr, len) = match &mut data_lock {
             Some(l) => (l.ptr(), l.len()),
             None => {
-                let b = bases.iter().find(|b| b.0 == data.id()).expect("captured");
-                (b.1 .0, b.2)
+                let b = bases.iter().find(|b| b.id == data.id()).expect("captured");
+                (b.ptr, b.len)
             }
         };
         // SAFETY: the table is locked by this engine for the whole call. Bodies only read
@@ -79,7 +79,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     // Which tables get per-worker replicas: aggregatable ones the body may write.
     let key = (
         site as *const CallSite as usize,
-        bases.iter().map(|b| b.0).collect::<Vec<_>>(),
+        bases.iter().map(|b| b.id).collect::<Vec<_>>(),
     );
     let mut written: Option<Vec<bool>> = None;
     if opts.re {
@@ -119,21 +119,16 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         .iter()
         .zip(&bases)
         .enumerate()
-        .map(|(slot, (e, &(id, SharedPtr(ptr), len)))| {
+        .map(|(slot, (e, base))| {
             let direct_write = threads == 1 && e.merger.is_some() && e.table.id() != data.id();
-            let writable = replicate[slot] || direct_write;
             Binding {
-                id,
-                ptr,
-                len,
-                tags: std::ptr::null(),
-                allowed: 0,
-                writable,
+                writable: replicate[slot] || direct_write,
                 read_only_reason: read_only_reason(
                     &*e.table,
                     e.table.id() == data.id(),
                     e.merger.is_some(),
                 ),
+                ..base.binding()
             }
         })
         .collect();
@@ -190,7 +185,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
                         let merger = registry.entries[*slot].merger.as_ref().expect("merger");
                         // SAFETY: the master is locked by this engine and only
                         // touched under `merge_lock`, which we hold.
-                        unsafe { merger.push(bases[*slot].1 .0, r) };
+                        unsafe { merger.push(bases[*slot].ptr, r) };
                     }
                 }
             };
@@ -219,7 +214,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
                 // Aggregate the round: every worker started from the same values.
                 for (k, &slot) in slots.iter().enumerate() {
                     let merger = registry.entries[slot].merger.as_ref().expect("merger");
-                    let master = bases[slot].1 .0;
+                    let master = bases[slot].ptr;
                     let mut round: Vec<Replica> = workers[..count]
                         .iter_mut()
                         .map(|w| std::mem::replace(&mut w.0 .1[k].1, Replica::empty()))
@@ -264,8 +259,8 @@ unsafe impl Send for SendWorker {}
 fn read_only_reason(table: &dyn TableHandle, is_data: bool, aggregatable: bool) -> &'static str {
     if is_data {
         "it is the input of this sync_for!, which is read-only"
-    } else if table.key_space() == 0 {
-        "maps are read-only inside loop bodies"
+    } else if table.is_map() {
+        "sync_for! does not merge workers' updates of maps; update maps in async_for! or in driver code"
     } else if !aggregatable {
         "its element type does not implement Aggregate, so sync_for! cannot merge workers' updates of it"
     } else {
@@ -278,16 +273,11 @@ fn reconnoitre<Task, D>(
     site: &CallSite,
     task: &Task,
     record: fn(&Task, &Recorder, &[D]),
-    bases: &[(u64, SharedPtr<u8>, usize)],
+    bases: &[Base],
     batches: &[&[D]],
     minibatch: usize,
 ) -> Result<Vec<bool>> {
-    let rec = Recorder::new(
-        bases
-            .iter()
-            .map(|b| (b.0, b.1 .0 as *const u8, b.2))
-            .collect(),
-    );
+    let rec = Recorder::new(bases.iter().map(Base::recorded).collect());
     for (i, batch) in batches.iter().enumerate() {
         rec.start_task(i * minibatch);
         let outcome = catch_unwind(AssertUnwindSafe(|| record(task, &rec, batch)));

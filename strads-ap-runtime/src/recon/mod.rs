@@ -132,14 +132,15 @@ pub struct Recorder {
     index: Cell<usize>,
     current: RefCell<Vec<Access>>,
     log: RefCell<AccessLog>,
-    /// Captured tables in slot order: id, first element, length.
-    tables: Vec<(u64, *const u8, usize)>,
+    /// Captured tables in slot order: id, first element, length, map key index.
+    tables: Vec<(u64, *const u8, usize, *const u8)>,
 }
 
 impl Recorder {
-    /// A recorder for a loop whose captured tables are these (id, data, length), in slot
-    /// order. The data must stay valid and unwritten while the recorder is used.
-    pub(crate) fn new(tables: Vec<(u64, *const u8, usize)>) -> Self {
+    /// A recorder for a loop whose captured tables are these (id, data, length, map key
+    /// index), in slot order. The data must stay valid and unwritten while the recorder
+    /// is used.
+    pub(crate) fn new(tables: Vec<(u64, *const u8, usize, *const u8)>) -> Self {
         Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
@@ -156,14 +157,15 @@ impl Recorder {
         log.entries.reserve(tasks * per_task);
     }
 
-    /// The slot, data and length of a table.
-    pub(crate) fn table(&self, id: u64) -> (usize, *const u8, usize) {
+    /// The slot, data, length and map key index of a table.
+    pub(crate) fn table(&self, id: u64) -> (usize, *const u8, usize, *const u8) {
         let slot = self
             .tables
             .iter()
             .position(|t| t.0 == id)
             .unwrap_or_else(|| panic!("strads-ap internal error: table {id} not registered"));
-        (slot, self.tables[slot].1, self.tables[slot].2)
+        let t = self.tables[slot];
+        (slot, t.1, t.2, t.3)
     }
 
     #[inline]
@@ -254,7 +256,10 @@ mod tests {
 
     #[test]
     fn a_task_log_is_deduplicated_and_writes_win() {
-        let rec = Recorder::new(vec![(10, std::ptr::null(), 0), (11, std::ptr::null(), 0)]);
+        let rec = Recorder::new(vec![
+            (10, std::ptr::null(), 0, std::ptr::null()),
+            (11, std::ptr::null(), 0, std::ptr::null()),
+        ]);
         rec.log(0, 5, false);
         rec.log(0, 5, true);
         rec.log(0, 5, false);
