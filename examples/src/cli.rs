@@ -19,7 +19,7 @@ pub struct CommonArgs {
 
     /// Worker threads of the strads-ap twin [default: all cores]; the serial twin always
     /// runs on one.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     pub threads: Option<usize>,
 
     /// Seed of the synthetic data, the train/test split and the initial parameters.
@@ -48,27 +48,27 @@ pub struct SgdmfArgs {
     pub common: CommonArgs,
 
     /// Users of the synthetic data set.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
     pub users: usize,
 
     /// Items of the synthetic data set.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
     pub items: usize,
 
     /// Ratings of the synthetic data set (before the 90/10 train/test split).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
     pub ratings: usize,
 
     /// Rank of the factorisation (length of the user and item rows).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = at_least_one)]
     pub rank: usize,
 
     /// Learning rate.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = positive)]
     pub lr: f32,
 
     /// L2 regularisation of the factors.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = non_negative)]
     pub reg: f32,
 }
 
@@ -111,26 +111,53 @@ pub struct MlrArgs {
     pub common: CommonArgs,
 
     /// Samples of the synthetic data set (before the 90/10 train/test split).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = at_least_one)]
     pub samples: usize,
 
     /// Features of the synthetic data set.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
     pub features: usize,
 
     /// Classes of the synthetic data set.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
     pub classes: usize,
 
     /// Samples per mini-batch.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
     pub minibatch: usize,
 
     /// Learning rate (of the mini-batch mean gradient).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = positive)]
     pub lr: f32,
 
     /// Synchronisation of the strads-ap twin's `sync_for!` (the serial twin ignores it).
     #[arg(long, value_enum, default_value_t = SyncArg::Hybrid)]
     pub sync: SyncArg,
+}
+
+/// Parses a count that must be at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{s:?} is not a count: {e}"))?;
+    if n == 0 {
+        return Err("must be at least 1".into());
+    }
+    Ok(n)
+}
+
+/// Parses a finite number greater than 0 (a step size).
+fn positive(s: &str) -> Result<f32, String> {
+    let x: f32 = s.parse().map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(x.is_finite() && x > 0.0) {
+        return Err("must be a finite number greater than 0".into());
+    }
+    Ok(x)
+}
+
+/// Parses a finite number at least 0 (a regularisation weight).
+fn non_negative(s: &str) -> Result<f32, String> {
+    let x: f32 = s.parse().map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(x.is_finite() && x >= 0.0) {
+        return Err("must be a finite number at least 0".into());
+    }
+    Ok(x)
 }
