@@ -137,7 +137,9 @@ pub struct MlrArgs {
 
 /// Parses a count that must be at least 1.
 fn at_least_one(s: &str) -> Result<usize, String> {
-    let n: usize = s.parse().map_err(|e| format!("{s:?} is not a count: {e}"))?;
+    let n: usize = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a count: {e}"))?;
     if n == 0 {
         return Err("must be at least 1".into());
     }
@@ -146,7 +148,9 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 
 /// Parses a finite number greater than 0 (a step size).
 fn positive(s: &str) -> Result<f32, String> {
-    let x: f32 = s.parse().map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    let x: f32 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
     if !(x.is_finite() && x > 0.0) {
         return Err("must be a finite number greater than 0".into());
     }
@@ -155,7 +159,9 @@ fn positive(s: &str) -> Result<f32, String> {
 
 /// Parses a finite number at least 0 (a regularisation weight).
 fn non_negative(s: &str) -> Result<f32, String> {
-    let x: f32 = s.parse().map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    let x: f32 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
     if !(x.is_finite() && x >= 0.0) {
         return Err("must be a finite number at least 0".into());
     }

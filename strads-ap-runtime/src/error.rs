@@ -86,9 +86,9 @@ pub enum Error {
     #[error(
         "{site}: loop index {index} {access} `{table}[{key}]`, which reconnaissance execution \
          did not record for this index ({reason}). The body's accesses depend on values that \
-         changed since the plan was made. Pass `Opts::new().recheck(true)` to re-run \
-         reconnaissance before every call; the cached plan of this call site was dropped, so \
-         the next call re-plans"
+         changed since reconnaissance ran. The call site's cached reconnaissance was dropped, \
+         so the next call redoes it; pass `Opts::new().recheck(true)` to redo it before \
+         every call"
     )]
     AccessOutsidePlan {
         /// Call site of the loop operator.

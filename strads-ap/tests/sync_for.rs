@@ -155,3 +155,83 @@ fn reconnaissance_shares_read_only_tables() {
     .unwrap();
     assert_eq!(out.get(0).unwrap(), 2.0 * 4950.0);
 }
+
+/// Hybrid with reconnaissance: workers refresh and merge only the rows each mini-batch
+/// touches (sparse models); counts stay exact and match the dense run.
+#[test]
+fn hybrid_with_reconnaissance_merges_only_touched_rows() {
+    let n = 20_000;
+    let data = DVector::from_fn(n, |i| ((i * 7919) % 1000) as u32).unwrap();
+    let expected: Vec<i64> = {
+        let mut c = vec![0i64; 1000];
+        for i in 0..n {
+            c[(i * 7919) % 1000] += 1;
+        }
+        c
+    };
+    for re in [false, true] {
+        for threads in [1, 2, 3] {
+            let counts = DVector::from_fn(1000, |_| 0i64)
+                .unwrap()
+                .aggregate_with(Aggregation::Sum);
+            for _epoch in 0..2 {
+                sync_for!(
+                    data,
+                    64,
+                    SyncMode::Hybrid,
+                    |batch| {
+                        for &x in batch {
+                            counts[x as usize] += 1;
+                        }
+                    },
+                    Opts::new().threads(threads).re(re)
+                )
+                .unwrap();
+            }
+            let got = counts.to_vec().unwrap();
+            let want: Vec<i64> = expected.iter().map(|c| 2 * c).collect();
+            assert_eq!(got, want, "re={re} threads={threads}");
+        }
+    }
+}
+
+/// A sparse Hybrid body that touches a row reconnaissance did not see is refused (its
+/// update would otherwise be lost), and the next call redoes reconnaissance.
+#[test]
+fn hybrid_with_reconnaissance_detects_drifting_accesses() {
+    let data = DVector::from_fn(100, |i| i as u32).unwrap();
+    let shift = DVector::from_fn(1, |_| 0u32).unwrap();
+    let counts = DVector::from_fn(200, |_| 0i64)
+        .unwrap()
+        .aggregate_with(Aggregation::Sum);
+    let run = || {
+        sync_for!(
+            data,
+            10,
+            SyncMode::Hybrid,
+            |batch| {
+                for &x in batch {
+                    counts[(x + shift[0]) as usize] += 1;
+                }
+            },
+            Opts::new().threads(2).re(true)
+        )
+    };
+    run().unwrap();
+    shift.set(0, 100).unwrap();
+    let err = run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            strads_ap::Error::AccessOutsidePlan {
+                table: "counts",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    run().unwrap();
+    let c = counts.to_vec().unwrap();
+    assert!(c[..100].iter().all(|&x| x == 1));
+    assert!(c[100..].iter().all(|&x| x == 1));
+}

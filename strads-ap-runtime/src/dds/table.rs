@@ -145,6 +145,26 @@ pub(crate) trait Merger: Send + Sync {
     /// `master` as for [`Merger::replica`], and no one else reads or writes it during the
     /// call.
     unsafe fn push(&self, master: *mut u8, replica: &mut Replica);
+    /// Copies the master's values at `keys` into the replica (both its copies).
+    ///
+    /// # Safety
+    /// As for [`Merger::replica`], and `keys` are below the table's length.
+    unsafe fn refresh_keys(
+        &self,
+        master: *const u8,
+        replica: &mut Replica,
+        keys: &mut dyn Iterator<Item = usize>,
+    );
+    /// Adds the replica's deltas at `keys` to the master, then refreshes those keys.
+    ///
+    /// # Safety
+    /// As for [`Merger::push`], and `keys` are below the table's length.
+    unsafe fn push_keys(
+        &self,
+        master: *mut u8,
+        replica: &mut Replica,
+        keys: &mut dyn Iterator<Item = usize>,
+    );
     /// Aggregates the deltas of all replicas (each started from the same master values)
     /// into the master with the table's [`Aggregation`], then refreshes them all.
     ///
@@ -230,6 +250,40 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             aggregation.apply(m, &[&delta]);
             w.clone_from(m);
             b.clone_from(m);
+        }
+    }
+
+    unsafe fn refresh_keys(
+        &self,
+        master: *const u8,
+        replica: &mut Replica,
+        keys: &mut dyn Iterator<Item = usize>,
+    ) {
+        let buf = replica.buf::<T>();
+        // SAFETY: the caller guarantees `len` initialised `T`s that no one writes now.
+        let master = unsafe { std::slice::from_raw_parts(master as *const T, buf.work.len()) };
+        for k in keys {
+            buf.work[k].clone_from(&master[k]);
+            buf.base[k].clone_from(&master[k]);
+        }
+    }
+
+    unsafe fn push_keys(
+        &self,
+        master: *mut u8,
+        replica: &mut Replica,
+        keys: &mut dyn Iterator<Item = usize>,
+    ) {
+        let aggregation = self.aggregation();
+        let buf = replica.buf::<T>();
+        // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
+        let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, buf.work.len()) };
+        for k in keys {
+            let mut delta = buf.work[k].clone();
+            delta.sub_delta(&buf.base[k]);
+            aggregation.apply(&mut master[k], &[&delta]);
+            buf.work[k].clone_from(&master[k]);
+            buf.base[k].clone_from(&master[k]);
         }
     }
 

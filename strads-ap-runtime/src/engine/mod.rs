@@ -60,15 +60,17 @@ impl Opts {
         self.threads
     }
 
-    /// `async_for!`: re-run reconnaissance and re-plan on every call, for bodies whose
-    /// accesses depend on values that change between calls.
+    /// Re-run reconnaissance (and, for `async_for!`, re-plan) on every call, for bodies
+    /// whose accesses depend on values that change between calls.
     pub fn recheck(mut self, recheck: bool) -> Self {
         self.recheck = recheck;
         self
     }
 
-    /// `sync_for!`: run reconnaissance once per call site, so tables the body never writes
-    /// are shared read-only instead of copied per worker.
+    /// `sync_for!`: run reconnaissance once per call site, so that tables the body never
+    /// writes are shared read-only instead of copied per worker, and, in
+    /// [`SyncMode::Hybrid`], workers refresh and merge only the keys each mini-batch
+    /// touches (what makes large sparse models such as word embeddings cheap).
     pub fn re(mut self, re: bool) -> Self {
         self.re = re;
         self

@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use super::ctx::{Binding, ExecCtx};
+use super::ctx::{Binding, ExecCtx, UNTOUCHED};
 use super::{
     body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry, SyncMode,
 };
@@ -14,14 +14,14 @@ use crate::cluster::context;
 use crate::dds::table::{Replica, TableHandle};
 use crate::dds::{DVector, Element};
 use crate::error::{Error, Result};
-use crate::recon::Recorder;
+use crate::recon::{AccessLog, Recorder};
 
-/// Per call site: which captured tables reconnaissance saw written (with `Opts::re`).
-/// (call site, table ids) → written per slot.
-type WrittenCache = Mutex<HashMap<(usize, Vec<u64>), Vec<bool>>>;
+/// Reconnaissance logs of `sync_for!` (with `Opts::re`), one task per mini-batch, keyed by
+/// (call site, tables and their shapes, data length, mini-batch size).
+type ReCache = Mutex<HashMap<(usize, Vec<(u64, u64)>, usize, usize), Arc<AccessLog>>>;
 
-fn written_cache() -> &'static WrittenCache {
-    static CACHE: OnceLock<WrittenCache> = OnceLock::new();
+fn re_cache() -> &'static ReCache {
+    static CACHE: OnceLock<ReCache> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
@@ -77,31 +77,55 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     let batch_start = |b: usize| b * minibatch;
 
     // Which tables get per-worker replicas: aggregatable ones the body may write.
-    let key = (
+    let re_key = (
         site as *const CallSite as usize,
-        bases.iter().map(|b| b.id).collect::<Vec<_>>(),
+        bases.iter().map(|b| (b.id, b.shape)).collect::<Vec<_>>(),
+        items.len(),
+        minibatch,
     );
-    let mut written: Option<Vec<bool>> = None;
-    if opts.re {
-        let cached = written_cache()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned();
-        written = Some(match cached {
-            Some(w) => w,
+    let re_log: Option<Arc<AccessLog>> = if opts.re {
+        let key = re_key.clone();
+        let cached = if opts.recheck {
+            None
+        } else {
+            re_cache()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned()
+        };
+        Some(match cached {
+            Some(log) => log,
             None => {
                 let t0 = Instant::now();
-                let w = reconnoitre(site, task, record, &bases, &batches, minibatch)?;
+                let log = Arc::new(reconnoitre(
+                    site, task, record, &bases, &batches, minibatch,
+                )?);
                 record_stats(site, |s| s.recon += t0.elapsed());
-                written_cache()
+                re_cache()
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(key, w.clone());
-                w
+                    .insert(key.clone(), log.clone());
+                log
             }
-        });
-    }
+        })
+    } else {
+        None
+    };
+    let written: Option<Vec<bool>> = re_log.as_ref().map(|log| {
+        let mut written = vec![false; bases.len()];
+        for t in 0..log.tasks() {
+            for a in log.task(t) {
+                written[a.slot()] |= a.write();
+            }
+        }
+        written
+    });
+    // With reconnaissance, Hybrid workers refresh and push only the keys each
+    // mini-batch touches, and views refuse any other key.
+    let sparse = re_log
+        .as_ref()
+        .filter(|_| mode == SyncMode::Hybrid && threads > 1);
     let replicate: Vec<bool> = registry
         .entries
         .iter()
@@ -173,19 +197,64 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         SyncMode::Hybrid => {
             let next = AtomicUsize::new(0);
             let work = || {
-                let (ctx, mut replicas) = new_worker();
+                let (mut ctx, mut replicas) = new_worker();
+                // Sparse mode: per replicated table, the tag of every key (the mini-batch
+                // that may touch it now).
+                let mut tags: Vec<Vec<u32>> = match sparse {
+                    Some(_) => replicas
+                        .iter()
+                        .map(|(slot, _)| vec![UNTOUCHED; bases[*slot].len])
+                        .collect(),
+                    None => Vec::new(),
+                };
+                for ((slot, _), t) in replicas.iter().zip(&tags) {
+                    ctx.bindings[*slot].tags = t.as_ptr();
+                }
                 loop {
                     let b = next.fetch_add(1, Ordering::Relaxed);
                     if b >= batches.len() || errors.failed() {
                         break;
                     }
+                    if let Some(log) = sparse {
+                        let touched = log.task(b);
+                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                        for ((slot, r), t) in replicas.iter_mut().zip(&mut tags) {
+                            let keys = || {
+                                touched
+                                    .iter()
+                                    .filter(|a| a.slot() == *slot)
+                                    .map(|a| a.key() as usize)
+                            };
+                            for k in keys() {
+                                t[k] = b as u32;
+                            }
+                            ctx.bindings[*slot].allowed = b as u32;
+                            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+                            // SAFETY: the master is locked by this engine and only
+                            // touched under `merge_lock`, which we hold; reconnaissance
+                            // keys are below the table's length.
+                            unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut keys()) };
+                        }
+                    }
                     run_batch(&ctx, b);
                     let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
                     for (slot, r) in &mut replicas {
                         let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-                        // SAFETY: the master is locked by this engine and only
-                        // touched under `merge_lock`, which we hold.
-                        unsafe { merger.push(bases[*slot].ptr, r) };
+                        let master = bases[*slot].ptr;
+                        match sparse {
+                            Some(log) => {
+                                let mut written = log
+                                    .task(b)
+                                    .iter()
+                                    .filter(|a| a.slot() == *slot && a.write())
+                                    .map(|a| a.key() as usize);
+                                // SAFETY: as above.
+                                unsafe { merger.push_keys(master, r, &mut written) };
+                            }
+                            // SAFETY: the master is locked by this engine and only
+                            // touched under `merge_lock`, which we hold.
+                            None => unsafe { merger.push(master, r) },
+                        }
                     }
                 }
             };
@@ -245,7 +314,14 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     });
     drop(locks);
     drop(data_lock);
-    errors.into_result()
+    let outcome = errors.into_result();
+    if let Err(Error::AccessOutsidePlan { .. }) = outcome {
+        re_cache()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&re_key);
+    }
+    outcome
 }
 
 /// A worker's context and replicas, moved between rayon threads under a mutex.
@@ -268,7 +344,7 @@ fn read_only_reason(table: &dyn TableHandle, is_data: bool, aggregatable: bool) 
     }
 }
 
-/// Reconnaissance over every mini-batch; returns which slots some mini-batch wrote.
+/// Reconnaissance over every mini-batch; one task per mini-batch.
 fn reconnoitre<Task, D>(
     site: &CallSite,
     task: &Task,
@@ -276,7 +352,7 @@ fn reconnoitre<Task, D>(
     bases: &[Base],
     batches: &[&[D]],
     minibatch: usize,
-) -> Result<Vec<bool>> {
+) -> Result<AccessLog> {
     let rec = Recorder::new(bases.iter().map(Base::recorded).collect());
     for (i, batch) in batches.iter().enumerate() {
         rec.start_task(i * minibatch);
@@ -286,14 +362,5 @@ fn reconnoitre<Task, D>(
         }
         rec.end_task();
     }
-    let log = rec.into_log();
-    let mut written = vec![false; bases.len()];
-    for t in 0..log.tasks() {
-        for a in log.task(t) {
-            if a.write() {
-                written[a.slot()] = true;
-            }
-        }
-    }
-    Ok(written)
+    Ok(rec.into_log())
 }
