@@ -215,7 +215,9 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
     bases: &[Base],
     threads: usize,
 ) -> Result<AccessLog> {
-    let chunk = n.div_ceil(threads * 8).max(1024);
+    // Chunks of 2^shift tasks, so that their logs join without copying.
+    let chunk = n.div_ceil(threads * 8).max(1024).next_power_of_two();
+    let shift = chunk.trailing_zeros();
     let chunks: Vec<Range<usize>> = (0..n)
         .step_by(chunk)
         .map(|s| start + s..start + (s + chunk).min(n))
@@ -240,11 +242,10 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
             })
             .collect()
     });
-    let mut log = AccessLog::new();
-    for l in logs {
-        log.append(l?);
-    }
-    Ok(log)
+    Ok(AccessLog::from_chunks(
+        shift,
+        logs.into_iter().collect::<Result<_>>()?,
+    ))
 }
 
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.

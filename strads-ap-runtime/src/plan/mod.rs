@@ -231,10 +231,12 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
         let mut sum = Summary {
             written: vec![false; slots],
             at_index: vec![true; slots],
+            // Only written tables can conflict: count touches of those alone.
             touches: tables
                 .iter()
-                .map(|t| {
-                    if !t.relaxed && t.key_space > 0 {
+                .enumerate()
+                .map(|(s, t)| {
+                    if !t.relaxed && t.key_space > 0 && log.writes(s) {
                         vec![0u8; t.key_space]
                     } else {
                         Vec::new()
@@ -243,9 +245,9 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
                 .collect(),
         };
         let mut seen_own = vec![false; slots];
-        for t in range {
+        for (t, accesses) in log.range(range) {
             let own = (first_index + t) as u64;
-            for a in log.task(t) {
+            for a in accesses {
                 let s = a.slot();
                 sum.written[s] |= a.write();
                 seen_own[s] |= a.key() == own;
@@ -287,23 +289,32 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
 /// For a rotation over the `shared` tables: each task's one key in each of them, or
 /// `None` if some task touches none or several keys of one of them.
 fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
-    (0..log.tasks())
+    const PART: usize = 1 << 14;
+    let parts: Vec<Option<Vec<[u32; 2]>>> = (0..log.tasks().div_ceil(PART))
         .into_par_iter()
-        .with_min_len(1 << 12)
-        .map(|t| {
-            let mut k = [u32::MAX; 2];
-            let mut count = [0u8; 2];
-            for a in log.task(t) {
-                for (i, &s) in shared.iter().enumerate() {
-                    if a.slot() == s {
-                        k[i] = u32::try_from(a.key()).ok()?;
-                        count[i] += 1;
+        .map(|p| {
+            log.range(p * PART..(p + 1) * PART)
+                .map(|(_, accesses)| {
+                    let mut k = [u32::MAX; 2];
+                    let mut count = [0u8; 2];
+                    for a in accesses {
+                        for (i, &s) in shared.iter().enumerate() {
+                            if a.slot() == s {
+                                k[i] = u32::try_from(a.key()).ok()?;
+                                count[i] += 1;
+                            }
+                        }
                     }
-                }
-            }
-            count[..shared.len()].iter().all(|&c| c == 1).then_some(k)
+                    count[..shared.len()].iter().all(|&c| c == 1).then_some(k)
+                })
+                .collect()
         })
-        .collect()
+        .collect();
+    let mut keys = Vec::with_capacity(log.tasks());
+    for part in parts {
+        keys.extend(part?);
+    }
+    Some(keys)
 }
 
 /// Splits the keys `0..weights.len()` into `blocks` contiguous ranges of about equal

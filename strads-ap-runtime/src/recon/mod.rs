@@ -45,19 +45,78 @@ impl Access {
     }
 }
 
-/// Per-task access sets of one loop, in task order.
+/// The access sets of consecutive tasks, CSR style.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AccessLog {
+struct Segment {
     offsets: Vec<usize>,
     entries: Vec<Access>,
+    /// Per slot: whether some task of the segment writes it.
+    written: Vec<bool>,
+}
+
+impl Segment {
+    fn new() -> Self {
+        Segment {
+            offsets: vec![0],
+            entries: Vec::new(),
+            written: Vec::new(),
+        }
+    }
+
+    fn tasks(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    #[inline]
+    fn task(&self, t: usize) -> &[Access] {
+        &self.entries[self.offsets[t]..self.offsets[t + 1]]
+    }
+
+    fn push_task(&mut self, set: &mut Vec<Access>) {
+        normalize(set);
+        for a in set.iter().filter(|a| a.write()) {
+            if self.written.len() <= a.slot() {
+                self.written.resize(a.slot() + 1, false);
+            }
+            self.written[a.slot()] = true;
+        }
+        self.entries.extend_from_slice(set);
+        self.offsets.push(self.entries.len());
+        set.clear();
+    }
+}
+
+/// Per-task access sets of one loop, in task order: segments of `2^shift` tasks each
+/// (the last may be shorter), as reconnaissance chunks produced them, so that joining the
+/// chunks copies nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLog {
+    segments: Vec<Segment>,
+    shift: u32,
+    tasks: usize,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog::new()
+    }
 }
 
 impl AccessLog {
     /// An empty log.
     pub fn new() -> Self {
         AccessLog {
-            offsets: vec![0],
-            entries: Vec::new(),
+            segments: vec![Segment::new()],
+            shift: usize::BITS - 1,
+            tasks: 0,
+        }
+    }
+
+    fn single(segment: Segment) -> Self {
+        AccessLog {
+            tasks: segment.tasks(),
+            segments: vec![segment],
+            shift: usize::BITS - 1,
         }
     }
 
@@ -67,45 +126,102 @@ impl AccessLog {
         I: IntoIterator<Item = J>,
         J: IntoIterator<Item = Access>,
     {
-        let mut log = AccessLog::new();
+        let mut segment = Segment::new();
         for task in tasks {
             let mut set: Vec<Access> = task.into_iter().collect();
-            normalize(&mut set);
-            log.entries.extend_from_slice(&set);
-            log.offsets.push(log.entries.len());
+            segment.push_task(&mut set);
         }
-        log
+        AccessLog::single(segment)
+    }
+
+    /// Joins the logs of consecutive chunks of `2^shift` tasks each (the last may be
+    /// shorter) without copying them.
+    ///
+    /// # Panics
+    /// If a chunk other than the last does not hold exactly `2^shift` tasks, or a chunk
+    /// is not a single segment.
+    pub(crate) fn from_chunks(shift: u32, chunks: Vec<AccessLog>) -> Self {
+        let count = chunks.len();
+        let mut tasks = 0;
+        let segments: Vec<Segment> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut log)| {
+                assert_eq!(log.segments.len(), 1, "a chunk log is one segment");
+                let seg = log.segments.pop().expect("one segment");
+                assert!(
+                    i + 1 == count || seg.tasks() == 1 << shift,
+                    "chunk {i} holds {} tasks, not 2^{shift}",
+                    seg.tasks()
+                );
+                tasks += seg.tasks();
+                seg
+            })
+            .collect();
+        if segments.is_empty() {
+            return AccessLog::new();
+        }
+        AccessLog {
+            segments,
+            shift,
+            tasks,
+        }
     }
 
     /// Number of tasks.
     pub fn tasks(&self) -> usize {
-        self.offsets.len() - 1
+        self.tasks
     }
 
     /// The deduplicated accesses of task `t`, sorted by (slot, key).
     #[inline]
     pub fn task(&self, t: usize) -> &[Access] {
-        &self.entries[self.offsets[t]..self.offsets[t + 1]]
+        let mask = (1usize << self.shift) - 1;
+        self.segments[t >> self.shift].task(t & mask)
+    }
+
+    /// Whether some task writes table slot `slot`.
+    pub fn writes(&self, slot: usize) -> bool {
+        self.segments
+            .iter()
+            .any(|s| s.written.get(slot).copied().unwrap_or(false))
     }
 
     /// Total number of entries (after deduplication).
     pub fn entries(&self) -> usize {
-        self.entries.len()
+        self.segments.iter().map(|s| s.entries.len()).sum()
     }
 
-    /// Appends the logs of later tasks.
+    /// The tasks of `range` with their accesses, in order (faster than [`AccessLog::task`]
+    /// in a loop: it walks the segments directly).
+    pub fn range(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, &[Access])> {
+        let end = range.end.min(self.tasks);
+        let start = range.start.min(end);
+        let first = start >> self.shift;
+        let segments = if start < end {
+            &self.segments[first..=(end - 1) >> self.shift]
+        } else {
+            &[]
+        };
+        segments.iter().enumerate().flat_map(move |(i, seg)| {
+            let base = (first + i) << self.shift;
+            let lo = start.max(base) - base;
+            let hi = end.min(base + seg.tasks()) - base;
+            (lo..hi).map(move |t| (base + t, seg.task(t)))
+        })
+    }
+
+    /// Appends the logs of later tasks (copying them into one segment).
     pub fn append(&mut self, other: AccessLog) {
-        let base = self.entries.len();
-        self.entries.extend(other.entries);
-        self.offsets
-            .extend(other.offsets[1..].iter().map(|o| o + base));
-    }
-
-    fn push_task(&mut self, set: &mut Vec<Access>) {
-        normalize(set);
-        self.entries.extend_from_slice(set);
-        self.offsets.push(self.entries.len());
-        set.clear();
+        let mut segment = Segment::new();
+        let mut set = Vec::new();
+        for log in [&*self, &other] {
+            for t in 0..log.tasks() {
+                set.extend_from_slice(log.task(t));
+                segment.push_task(&mut set);
+            }
+        }
+        *self = AccessLog::single(segment);
     }
 }
 
@@ -131,7 +247,7 @@ pub struct Recorder {
     /// The loop index being recorded.
     index: Cell<usize>,
     current: RefCell<Vec<Access>>,
-    log: RefCell<AccessLog>,
+    log: RefCell<Segment>,
     /// Captured tables in slot order: id, first element, length, map key index.
     tables: Vec<(u64, *const u8, usize, *const u8)>,
 }
@@ -145,7 +261,7 @@ impl Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
             current: RefCell::new(Vec::new()),
-            log: RefCell::new(AccessLog::new()),
+            log: RefCell::new(Segment::new()),
             tables,
         }
     }
@@ -204,7 +320,7 @@ impl Recorder {
     }
 
     pub(crate) fn into_log(self) -> AccessLog {
-        self.log.into_inner()
+        AccessLog::single(self.log.into_inner())
     }
 }
 
@@ -279,6 +395,46 @@ mod tests {
             ]
         );
         assert_eq!(log.task(1), &[Access::new(1, 2, true)]);
+    }
+
+    #[test]
+    fn ranges_walk_segments_in_order() {
+        let chunk = |base: u64, n: u64| {
+            AccessLog::from_tasks((0..n).map(|t| vec![Access::new(1, base + t, false)]))
+        };
+        let log = AccessLog::from_chunks(3, vec![chunk(0, 8), chunk(8, 8), chunk(16, 5)]);
+        for (a, b) in [
+            (0, 21),
+            (3, 19),
+            (8, 16),
+            (7, 9),
+            (20, 21),
+            (5, 5),
+            (0, 100),
+        ] {
+            let got: Vec<usize> = log
+                .range(a..b)
+                .map(|(t, acc)| {
+                    assert_eq!(acc, &[Access::new(1, t as u64, false)]);
+                    t
+                })
+                .collect();
+            assert_eq!(got, (a..b.min(21)).collect::<Vec<_>>(), "{a}..{b}");
+        }
+        assert_eq!(AccessLog::new().range(0..5).count(), 0);
+    }
+
+    #[test]
+    fn chunk_logs_join_without_copies() {
+        let chunk = |base: u64, n: u64| {
+            AccessLog::from_tasks((0..n).map(|t| vec![Access::new(0, base + t, t % 2 == 0)]))
+        };
+        let log = AccessLog::from_chunks(2, vec![chunk(0, 4), chunk(4, 4), chunk(8, 3)]);
+        assert_eq!(log.tasks(), 11);
+        assert_eq!(log.entries(), 11);
+        for t in 0..11 {
+            assert_eq!(log.task(t), &[Access::new(0, t as u64, t % 2 == 0)]);
+        }
     }
 
     #[test]
