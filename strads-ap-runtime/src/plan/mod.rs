@@ -162,6 +162,8 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
         written,
         at_index,
         touches,
+        candidates,
+        keys,
     } = summarize(&log, tables, config.first_index);
     let modes: Vec<SlotMode> = (0..slots)
         .map(|s| {
@@ -195,10 +197,14 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
         .blocks
         .unwrap_or(BLOCKS_PER_THREAD * config.threads)
         .max(1);
-    let rotated = if (1..=2).contains(&shared.len()) {
-        rotation_keys(&log, &shared)
-    } else {
+    let rotated = if !(1..=2).contains(&shared.len()) {
         None
+    } else if shared == candidates {
+        // Gathered in the summary's pass.
+        let valid = |k: &[u32; 2]| k[..shared.len()].iter().all(|&x| x != u32::MAX);
+        keys.iter().all(valid).then_some(keys)
+    } else {
+        rotation_keys(&log, &shared)
     };
     let (schedule, stats) = match rotated {
         Some(keys) => rotation(&log, tables, &modes, &shared, &keys, blocks, &mut tags),
@@ -221,14 +227,33 @@ struct Summary {
     written: Vec<bool>,
     at_index: Vec<bool>,
     touches: Vec<Vec<u8>>,
+    /// When one or two tables are written: those slots, and per task its one key in
+    /// each (`u32::MAX` where it has none or several) — rotation's input, gathered in the
+    /// same pass.
+    candidates: Vec<usize>,
+    keys: Vec<[u32; 2]>,
 }
 
 /// Summarises the log, in parallel over ranges of tasks.
 fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summary {
     let n = log.tasks();
     let slots = tables.len();
+    let candidates: Vec<usize> = (0..slots)
+        .filter(|&s| !tables[s].relaxed && tables[s].key_space > 0 && log.writes(s))
+        .collect();
+    let candidates = if candidates.len() <= 2 {
+        candidates
+    } else {
+        Vec::new()
+    };
     let part = |range: std::ops::Range<usize>| {
         let mut sum = Summary {
+            candidates: candidates.clone(),
+            keys: Vec::with_capacity(if candidates.is_empty() {
+                0
+            } else {
+                range.len()
+            }),
             written: vec![false; slots],
             at_index: vec![true; slots],
             // Only written tables can conflict: count touches of those alone.
@@ -245,8 +270,10 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
                 .collect(),
         };
         let mut seen_own = vec![false; slots];
-        for (t, accesses) in log.range(range) {
+        log.for_each_in(range, |t, accesses| {
             let own = (first_index + t) as u64;
+            let mut key = [u32::MAX; 2];
+            let mut count = [0u8; 2];
             for a in accesses {
                 let s = a.slot();
                 sum.written[s] |= a.write();
@@ -254,24 +281,36 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
                 if let Some(c) = sum.touches[s].get_mut(a.key() as usize) {
                     *c = (*c + 1).min(2);
                 }
+                for (i, &c) in candidates.iter().enumerate() {
+                    if c == s {
+                        key[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
+                        count[i] += 1;
+                    }
+                }
+            }
+            if !candidates.is_empty() {
+                for i in 0..2 {
+                    if count[i] != 1 {
+                        key[i] = u32::MAX;
+                    }
+                }
+                sum.keys.push(key);
             }
             for (flag, seen) in sum.at_index.iter_mut().zip(&mut seen_own) {
                 *flag &= *seen;
                 *seen = false;
             }
-        }
+        });
         sum
     };
     let parts = rayon::current_num_threads().clamp(1, 8);
     let size = n.div_ceil(parts).max(1 << 14);
     let ranges: Vec<std::ops::Range<usize>> =
         (0..n).step_by(size).map(|s| s..(s + size).min(n)).collect();
-    let mut sums: Vec<Summary> = ranges.into_par_iter().map(part).collect();
-    let mut total = match sums.pop() {
-        Some(last) => last,
-        None => part(0..0),
-    };
+    let sums: Vec<Summary> = ranges.into_par_iter().map(part).collect();
+    let mut total = part(0..0);
     for sum in sums {
+        total.keys.extend_from_slice(&sum.keys);
         for s in 0..slots {
             total.written[s] |= sum.written[s];
             total.at_index[s] &= sum.at_index[s];
@@ -293,21 +332,24 @@ fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
     let parts: Vec<Option<Vec<[u32; 2]>>> = (0..log.tasks().div_ceil(PART))
         .into_par_iter()
         .map(|p| {
-            log.range(p * PART..(p + 1) * PART)
-                .map(|(_, accesses)| {
-                    let mut k = [u32::MAX; 2];
-                    let mut count = [0u8; 2];
-                    for a in accesses {
-                        for (i, &s) in shared.iter().enumerate() {
-                            if a.slot() == s {
-                                k[i] = u32::try_from(a.key()).ok()?;
-                                count[i] += 1;
-                            }
+            let mut keys = Vec::with_capacity(PART);
+            let mut valid = true;
+            log.for_each_in(p * PART..(p + 1) * PART, |_, accesses| {
+                let mut k = [u32::MAX; 2];
+                let mut count = [0u8; 2];
+                for a in accesses {
+                    for (i, &s) in shared.iter().enumerate() {
+                        if a.slot() == s {
+                            k[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
+                            count[i] += 1;
                         }
                     }
-                    count[..shared.len()].iter().all(|&c| c == 1).then_some(k)
-                })
-                .collect()
+                }
+                valid &= count[..shared.len()].iter().all(|&c| c == 1)
+                    && k[..shared.len()].iter().all(|&x| x != u32::MAX);
+                keys.push(k);
+            });
+            valid.then_some(keys)
         })
         .collect();
     let mut keys = Vec::with_capacity(log.tasks());
