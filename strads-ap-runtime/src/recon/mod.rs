@@ -73,16 +73,32 @@ impl Segment {
     }
 
     fn push_task(&mut self, set: &mut Vec<Access>) {
-        normalize(set);
-        for a in set.iter().filter(|a| a.write()) {
-            if self.written.len() <= a.slot() {
-                self.written.resize(a.slot() + 1, false);
-            }
-            self.written[a.slot()] = true;
-        }
         self.entries.extend_from_slice(set);
-        self.offsets.push(self.entries.len());
         set.clear();
+        self.close_task();
+    }
+
+    /// Closes the task whose accesses were pushed after the last offset: sorts and
+    /// deduplicates them in place.
+    fn close_task(&mut self) {
+        let start = *self.offsets.last().expect("offsets start at 0");
+        let kept = normalize(&mut self.entries[start..]);
+        self.entries.truncate(start + kept);
+        for a in &self.entries[start..] {
+            if a.write() {
+                if self.written.len() <= a.slot() {
+                    self.written.resize(a.slot() + 1, false);
+                }
+                self.written[a.slot()] = true;
+            }
+        }
+        self.offsets.push(self.entries.len());
+    }
+
+    /// Drops the accesses pushed since the last closed task.
+    fn abort_task(&mut self) {
+        let start = *self.offsets.last().expect("offsets start at 0");
+        self.entries.truncate(start);
     }
 }
 
@@ -224,8 +240,9 @@ impl AccessLog {
     }
 }
 
-/// Sorts by (slot, key) and keeps one entry per key, a write if any access wrote.
-fn normalize(set: &mut Vec<Access>) {
+/// Sorts by (slot, key) and keeps one entry per key, a write if any access wrote; the
+/// kept entries are moved to the front and their number returned.
+fn normalize(set: &mut [Access]) -> usize {
     set.sort_unstable();
     // Entries of one key are adjacent, the write (flag 1) last: keep the last of each run.
     let mut out = 0;
@@ -236,7 +253,7 @@ fn normalize(set: &mut Vec<Access>) {
             out += 1;
         }
     }
-    set.truncate(out);
+    out
 }
 
 /// The recorder a recording view logs into. One per worker thread during reconnaissance.
@@ -245,7 +262,6 @@ pub struct Recorder {
     task_epoch: Cell<u64>,
     /// The loop index being recorded.
     index: Cell<usize>,
-    current: RefCell<Vec<Access>>,
     log: RefCell<Segment>,
     /// Captured tables in slot order: id, first element, length, map key index.
     tables: Vec<(u64, *const u8, usize, *const u8)>,
@@ -259,7 +275,6 @@ impl Recorder {
         Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
-            current: RefCell::new(Vec::new()),
             log: RefCell::new(Segment::new()),
             tables,
         }
@@ -285,8 +300,9 @@ impl Recorder {
 
     #[inline]
     pub(crate) fn log(&self, slot: usize, key: u64, write: bool) {
-        self.current
+        self.log
             .borrow_mut()
+            .entries
             .push(Access::new(slot, key, write));
     }
 
@@ -309,13 +325,12 @@ impl Recorder {
 
     /// Closes the current task's set.
     pub(crate) fn end_task(&self) {
-        let mut current = self.current.borrow_mut();
-        self.log.borrow_mut().push_task(&mut current);
+        self.log.borrow_mut().close_task();
     }
 
     /// Drops the accesses of a task that failed.
     pub(crate) fn abort_task(&self) {
-        self.current.borrow_mut().clear();
+        self.log.borrow_mut().abort_task();
     }
 
     pub(crate) fn into_log(self) -> AccessLog {
