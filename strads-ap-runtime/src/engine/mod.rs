@@ -397,7 +397,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(3);
 static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Keeps up to `threads` pool threads awake for [`LINGER`] after their last job.
-fn linger(pool: &rayon::ThreadPool, threads: usize) {
+pub(crate) fn linger(pool: &rayon::ThreadPool, threads: usize) {
     use std::sync::atomic::Ordering::{AcqRel, Acquire};
     for _ in 0..threads {
         let current = LINGERING.load(Acquire);

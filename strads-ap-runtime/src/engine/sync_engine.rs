@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use super::ctx::{Binding, ExecCtx, UNTOUCHED};
 use super::{
-    body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry, SyncMode,
+    body_error, linger, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry,
+    SyncMode,
 };
 use crate::cluster::context;
 use crate::dds::table::{Replica, TableHandle};
@@ -280,6 +281,8 @@ pub fn run_sync_for<Task: Sync, D: Element>(
                         run_batch(&w.0 .0, first + i);
                     }
                 });
+                // Rounds follow each other closely: keep the pool threads awake.
+                linger(&pool, count - 1);
                 // Aggregate the round: every worker started from the same values.
                 for (k, &slot) in slots.iter().enumerate() {
                     let merger = registry.entries[slot].merger.as_ref().expect("merger");
