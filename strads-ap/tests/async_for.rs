@@ -10,6 +10,7 @@ fn a_relaxed_table_does_not_serialize_the_loop_and_sums_exactly() {
     let docs = DVector::from_fn(n, |k| (k % 500) as u32).unwrap();
     let per_doc = DVector::from_fn(500, |_| 0u64).unwrap();
     let total = DVector::from_fn(4, |_| 0u64).unwrap().relaxed(Relaxed::Sum);
+    let line = line!() + 2;
     for threads in [1, 2, 4] {
         async_for!(
             0..docs.len(),
@@ -25,10 +26,8 @@ fn a_relaxed_table_does_not_serialize_the_loop_and_sums_exactly() {
     assert_eq!(total.to_vec().unwrap(), vec![3 * n as u64 / 4; 4]);
     assert!(per_doc.to_vec().unwrap().iter().all(|&c| c == 3 * 40));
     let stats = strads_ap::loop_stats();
-    let site = stats
-        .iter()
-        .find(|s| s.site.contains("async_for.rs"))
-        .unwrap();
+    let here = format!("async_for.rs:{line}:");
+    let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
     assert!(
         site.groups > 1,
         "the relaxed table must not join all tasks: {site:?}"

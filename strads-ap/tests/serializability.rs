@@ -172,6 +172,7 @@ fn rotation_shaped_patterns_are_serializable() {
         let pairs_v = DVector::from_vec(pairs.clone()).unwrap();
         let w = DVector::from_fn(rows, |_| Vec::<u32>::new()).unwrap();
         let h = DVector::from_fn(cols, |_| Vec::<u32>::new()).unwrap();
+        let line = line!() + 1;
         async_for!(
             0..pairs_v.len(),
             |k| {
@@ -184,12 +185,9 @@ fn rotation_shaped_patterns_are_serializable() {
         .unwrap();
         let stats = strads_ap::loop_stats();
         let expected = if threads == 1 { "serial" } else { "rotation" };
-        assert!(
-            stats
-                .iter()
-                .any(|s| s.site.contains("serializability.rs") && s.strategy == expected),
-            "{stats:?}"
-        );
+        let here = format!("serializability.rs:{line}:");
+        let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
+        assert_eq!(site.strategy, expected, "{site:?}");
         // Build the precedence graph from both tables and check it is acyclic.
         let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
         for seq in w.to_vec().unwrap().iter().chain(h.to_vec().unwrap().iter()) {

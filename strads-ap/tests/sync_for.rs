@@ -133,27 +133,44 @@ fn one_thread_equals_the_serial_loop() {
     }
 }
 
-/// With reconnaissance on, a table the body only reads is shared, not copied.
+/// With reconnaissance on, a table the body only reads is shared, not copied: it is
+/// bound read-only, so a write that reconnaissance did not see is refused.
 #[test]
 fn reconnaissance_shares_read_only_tables() {
     let data = DVector::from_fn(100, |i| i as f32).unwrap();
     let scale = DVector::from_fn(1, |_| 2.0f32).unwrap();
+    let grow = DVector::from_fn(1, |_| false).unwrap();
     let out = DVector::from_fn(1, |_| 0.0f32)
         .unwrap()
         .aggregate_with(Aggregation::Sum);
-    sync_for!(
-        data,
-        10,
-        SyncMode::Hybrid,
-        |batch| {
-            for x in batch {
-                out[0] += scale[0] * *x;
-            }
-        },
-        Opts::new().threads(2).re(true)
-    )
-    .unwrap();
+    let run = || {
+        sync_for!(
+            data,
+            10,
+            SyncMode::Hybrid,
+            |batch| {
+                for x in batch {
+                    out[0] += scale[0] * *x;
+                }
+                if grow[0] {
+                    scale[0] += 1.0;
+                }
+            },
+            Opts::new().threads(2).re(true)
+        )
+    };
+    run().unwrap();
     assert_eq!(out.get(0).unwrap(), 2.0 * 4950.0);
+    grow.set(0, true).unwrap();
+    let err = run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            strads_ap::Error::AccessOutsidePlan { table: "scale", .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(scale.get(0).unwrap(), 2.0);
 }
 
 /// Hybrid with reconnaissance: workers refresh and merge only the rows each mini-batch

@@ -267,19 +267,29 @@ fn execute<Task: Sync, I: LoopIndex>(
 ) -> Result<()> {
     let merge_lock = Mutex::new(());
     let errors = FirstError::new();
-    let new_worker = |plan: &Plan| -> Worker {
+    // Disjoint borrows: components re-tag between batches while the schedule is read.
+    let Plan {
+        modes,
+        tags,
+        schedule,
+        log,
+        indexed_by_task,
+        ..
+    } = plan;
+    let modes: &[SlotMode] = modes;
+    let new_worker = |tags: &[Vec<u32>]| -> Worker {
         let mut replicas = Vec::new();
         let bindings = bases
             .iter()
             .enumerate()
             .map(|(slot, base)| {
                 let mut b = base.binding();
-                match plan.modes[slot] {
+                match modes[slot] {
                     SlotMode::ReadOnly => {
                         b.writable = false;
                         b.read_only_reason = "reconnaissance saw no task write this table";
                     }
-                    SlotMode::Checked => b.tags = plan.tags[slot].as_ptr(),
+                    SlotMode::Checked => b.tags = tags[slot].as_ptr(),
                     SlotMode::Relaxed => {
                         let merger = registry.entries[slot]
                             .merger
@@ -297,8 +307,7 @@ fn execute<Task: Sync, I: LoopIndex>(
             })
             .collect();
         let mut ctx = ExecCtx::new(bindings);
-        ctx.prefetch = plan
-            .indexed_by_task
+        ctx.prefetch = indexed_by_task
             .iter()
             .map(|&slot| {
                 (
@@ -309,10 +318,10 @@ fn execute<Task: Sync, I: LoopIndex>(
             .collect();
         Worker { ctx, replicas }
     };
-    let run_group = |w: &mut Worker, plan: &Plan, group: GroupRef, tasks: &[u32]| {
+    let run_group = |w: &mut Worker, group: GroupRef, tasks: &[u32]| {
         for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
-            if plan.modes[slot] == SlotMode::Checked {
-                b.allowed = plan.allowed(slot, group);
+            if modes[slot] == SlotMode::Checked {
+                b.allowed = schedule.allowed(slot, group);
             }
         }
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -333,41 +342,40 @@ fn execute<Task: Sync, I: LoopIndex>(
     };
 
     let pool = context().pool(threads);
-    match &plan.schedule {
+    match &*schedule {
         Schedule::Rotation(rot) => {
             let sched = CellScheduler::new(rot, slices_per_cell(rot));
-            let plan_ref: &Plan = plan;
+            let tags: &[Vec<u32>] = tags;
             let work = || {
-                let mut w = new_worker(plan_ref);
+                let mut w = new_worker(tags);
                 while let Some(unit) = sched.take(&errors) {
                     let cell = &rot.cells[unit.cell];
                     let tasks = &cell.tasks[unit.tasks.clone()];
-                    run_group(&mut w, plan_ref, GroupRef::Cell(unit.cell), tasks);
+                    run_group(&mut w, GroupRef::Cell(unit.cell), tasks);
                     sched.finish(unit.row, unit.col);
                 }
             };
             on_workers(&pool, threads, &work);
         }
         Schedule::Components(batches) => {
-            let batches = batches.clone();
             for (b, batch) in batches.iter().enumerate() {
                 if errors.failed() {
                     break;
                 }
                 if batches.len() > 1 {
-                    plan::retag(&plan.log, &plan.modes, batch, &mut plan.tags);
+                    plan::retag(log, modes, batch, tags);
                 }
-                let plan_ref: &Plan = plan;
+                let tags: &[Vec<u32>] = tags;
                 let next = AtomicUsize::new(0);
                 let work = || {
-                    let mut w = new_worker(plan_ref);
+                    let mut w = new_worker(tags);
                     loop {
                         let g = next.fetch_add(1, Ordering::Relaxed);
                         if g >= batch.groups.len() || errors.failed() {
                             break;
                         }
                         let group = GroupRef::Group { batch: b, group: g };
-                        run_group(&mut w, plan_ref, group, &batch.groups[g].tasks);
+                        run_group(&mut w, group, &batch.groups[g].tasks);
                     }
                 };
                 on_workers(&pool, threads.min(batch.groups.len()), &work);

@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use rayon::prelude::*;
 
 use crate::engine::ctx::{SHARED, UNTOUCHED};
-use crate::recon::AccessLog;
+use crate::recon::{Access, AccessLog};
 
 #[cfg(test)]
 mod tests;
@@ -30,7 +30,7 @@ mod tests;
 /// The shape of one captured table, as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableInfo {
-    /// Number of keys (a DVector's length); 0 for maps, which are read-only in bodies.
+    /// Number of keys: a DVector's length, a map's entries.
     pub key_space: usize,
     /// Whether the table was declared relaxed.
     pub relaxed: bool,
@@ -272,8 +272,6 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
         let mut seen_own = vec![false; slots];
         log.for_each_in(range, |t, accesses| {
             let own = (first_index + t) as u64;
-            let mut key = [u32::MAX; 2];
-            let mut count = [0u8; 2];
             for a in accesses {
                 let s = a.slot();
                 sum.written[s] |= a.write();
@@ -281,20 +279,9 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
                 if let Some(c) = sum.touches[s].get_mut(a.key() as usize) {
                     *c = (*c + 1).min(2);
                 }
-                for (i, &c) in candidates.iter().enumerate() {
-                    if c == s {
-                        key[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
-                        count[i] += 1;
-                    }
-                }
             }
             if !candidates.is_empty() {
-                for i in 0..2 {
-                    if count[i] != 1 {
-                        key[i] = u32::MAX;
-                    }
-                }
-                sum.keys.push(key);
+                sum.keys.push(single_keys(accesses, &candidates));
             }
             for (flag, seen) in sum.at_index.iter_mut().zip(&mut seen_own) {
                 *flag &= *seen;
@@ -325,6 +312,27 @@ fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summa
     total
 }
 
+/// A task's one key in each of up to two `slots`; `u32::MAX` where it touches none or
+/// several keys of that slot (or a key that does not fit in 32 bits).
+fn single_keys(accesses: &[Access], slots: &[usize]) -> [u32; 2] {
+    let mut key = [u32::MAX; 2];
+    let mut count = [0u8; 2];
+    for a in accesses {
+        for (i, &s) in slots.iter().enumerate() {
+            if a.slot() == s {
+                key[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
+                count[i] += 1;
+            }
+        }
+    }
+    for i in 0..2 {
+        if count[i] != 1 {
+            key[i] = u32::MAX;
+        }
+    }
+    key
+}
+
 /// For a rotation over the `shared` tables: each task's one key in each of them, or
 /// `None` if some task touches none or several keys of one of them.
 fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
@@ -335,18 +343,8 @@ fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
             let mut keys = Vec::with_capacity(PART);
             let mut valid = true;
             log.for_each_in(p * PART..(p + 1) * PART, |_, accesses| {
-                let mut k = [u32::MAX; 2];
-                let mut count = [0u8; 2];
-                for a in accesses {
-                    for (i, &s) in shared.iter().enumerate() {
-                        if a.slot() == s {
-                            k[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
-                            count[i] += 1;
-                        }
-                    }
-                }
-                valid &= count[..shared.len()].iter().all(|&c| c == 1)
-                    && k[..shared.len()].iter().all(|&x| x != u32::MAX);
+                let k = single_keys(accesses, shared);
+                valid &= k[..shared.len()].iter().all(|&x| x != u32::MAX);
                 keys.push(k);
             });
             valid.then_some(keys)
@@ -665,11 +663,11 @@ pub(crate) fn retag(log: &AccessLog, modes: &[SlotMode], batch: &Batch, tags: &m
     }
 }
 
-impl Plan {
+impl Schedule {
     /// The tag a group may access in a slot: its row or column block for rotated tables,
     /// its cell or group index otherwise.
     pub fn allowed(&self, slot: usize, group: GroupRef) -> u32 {
-        match (&self.schedule, group) {
+        match (self, group) {
             (Schedule::Rotation(r), GroupRef::Cell(c)) => {
                 let cell = &r.cells[c];
                 if slot == r.row_slot {
@@ -685,6 +683,13 @@ impl Plan {
             }
             _ => unreachable!("group reference does not match the schedule"),
         }
+    }
+}
+
+impl Plan {
+    /// The tag a group may access in a slot (see [`Schedule::allowed`]).
+    pub fn allowed(&self, slot: usize, group: GroupRef) -> u32 {
+        self.schedule.allowed(slot, group)
     }
 }
 
