@@ -154,31 +154,56 @@ pub const BLOCKS_PER_THREAD: usize = 2;
 /// Makes a conflict-free plan.
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     let slots = tables.len();
+    let blocks = config
+        .blocks
+        .unwrap_or(BLOCKS_PER_THREAD * config.threads)
+        .max(1);
 
-    // One pass over the log: which tables are written, how many tasks touch each key
-    // (saturating at 2: only 0, 1 and many matter), and which tables every task reads at
-    // its own loop index.
-    let Summary {
-        written,
-        at_index,
-        touches,
-        candidates,
-        keys,
-    } = summarize(&log, tables, config.first_index);
-    let modes: Vec<SlotMode> = (0..slots)
-        .map(|s| {
-            if tables[s].relaxed {
-                SlotMode::Relaxed
-            } else if written[s] && tables[s].key_space > 0 {
-                SlotMode::Checked
-            } else {
-                SlotMode::ReadOnly
-            }
-        })
+    // Tables some task writes (the recorder noted it per segment) that can conflict.
+    let candidates: Vec<usize> = (0..slots)
+        .filter(|&s| !tables[s].relaxed && tables[s].key_space > 0 && log.writes(s))
         .collect();
-    let shared: Vec<usize> = (0..slots)
-        .filter(|&s| modes[s] == SlotMode::Checked && touches[s].iter().any(|&c| c > 1))
-        .collect();
+    let mode_of = |s: usize| {
+        if tables[s].relaxed {
+            SlotMode::Relaxed
+        } else if candidates.contains(&s) {
+            SlotMode::Checked
+        } else {
+            SlotMode::ReadOnly
+        }
+    };
+    let modes: Vec<SlotMode> = (0..slots).map(mode_of).collect();
+
+    // Fast path (SGDMF and its kind): one or two written tables, each task touching one
+    // key of each. One pass gathers those keys, counts tasks per key and finds the tables
+    // read at the loop index; the counts tell shared tables from private ones.
+    let mut gathered = None;
+    if (1..=2).contains(&candidates.len()) {
+        let g = gather(&log, tables, &candidates, config.first_index);
+        if g.valid {
+            gathered = Some(g);
+        }
+    }
+    let (shared, at_index) = match &gathered {
+        Some(g) => {
+            let shared = candidates
+                .iter()
+                .zip(&g.weights)
+                .filter(|(_, w)| w.iter().any(|&c| c > 1))
+                .map(|(&s, _)| s)
+                .collect::<Vec<_>>();
+            (shared, g.at_index.clone())
+        }
+        None => {
+            let (touches, at_index) = summarize(&log, tables, &candidates, config);
+            let shared = candidates
+                .iter()
+                .copied()
+                .filter(|&s| touches[s].iter().any(|&c| c > 1))
+                .collect::<Vec<_>>();
+            (shared, at_index)
+        }
+    };
     let indexed_by_task = (0..slots)
         .filter(|&s| modes[s] == SlotMode::ReadOnly && tables[s].key_space > 0 && at_index[s])
         .collect();
@@ -193,21 +218,22 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
         })
         .collect();
 
-    let blocks = config
-        .blocks
-        .unwrap_or(BLOCKS_PER_THREAD * config.threads)
-        .max(1);
+    // Rotation input for the shared tables: reuse the gathered keys when they cover
+    // exactly those tables, else gather them now.
     let rotated = if !(1..=2).contains(&shared.len()) {
         None
-    } else if shared == candidates {
-        // Gathered in the summary's pass.
-        let valid = |k: &[u32; 2]| k[..shared.len()].iter().all(|&x| x != u32::MAX);
-        keys.iter().all(valid).then_some(keys)
     } else {
-        rotation_keys(&log, &shared)
+        match gathered {
+            Some(g) if g.slots == shared => Some(g),
+            Some(g) => Some(g.keep(&shared)),
+            None => {
+                let g = gather(&log, tables, &shared, config.first_index);
+                g.valid.then_some(g)
+            }
+        }
     };
     let (schedule, stats) = match rotated {
-        Some(keys) => rotation(&log, tables, &modes, &shared, &keys, blocks, &mut tags),
+        Some(g) => rotation(&log, &modes, &g, blocks, &mut tags),
         None => components(&log, &modes, config, &mut tags),
     };
     Plan {
@@ -220,141 +246,269 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     }
 }
 
-/// What one pass over the log tells: which tables are written, how many tasks touch each
-/// key (saturating at 2: only 0, 1 and many matter), and which tables every task reads
-/// at its own loop index.
-struct Summary {
-    written: Vec<bool>,
-    at_index: Vec<bool>,
-    touches: Vec<Vec<u8>>,
-    /// When one or two tables are written: those slots, and per task its one key in
-    /// each (`u32::MAX` where it has none or several) — rotation's input, gathered in the
-    /// same pass.
-    candidates: Vec<usize>,
-    keys: Vec<[u32; 2]>,
+/// Ranges of tasks for the planner's parallel passes: a few per thread, not tiny.
+fn task_parts(n: usize) -> Vec<std::ops::Range<usize>> {
+    let parts = (rayon::current_num_threads() * 2).clamp(1, 16);
+    let size = n.div_ceil(parts).max(1 << 14);
+    (0..n).step_by(size).map(|s| s..(s + size).min(n)).collect()
 }
 
-/// Summarises the log, in parallel over ranges of tasks.
-fn summarize(log: &AccessLog, tables: &[TableInfo], first_index: usize) -> Summary {
-    let n = log.tasks();
-    let slots = tables.len();
-    let candidates: Vec<usize> = (0..slots)
-        .filter(|&s| !tables[s].relaxed && tables[s].key_space > 0 && log.writes(s))
-        .collect();
-    let candidates = if candidates.len() <= 2 {
-        candidates
-    } else {
-        Vec::new()
-    };
-    let part = |range: std::ops::Range<usize>| {
-        let mut sum = Summary {
-            candidates: candidates.clone(),
-            keys: Vec::with_capacity(if candidates.is_empty() {
-                0
-            } else {
-                range.len()
-            }),
-            written: vec![false; slots],
-            at_index: vec![true; slots],
-            // Only written tables can conflict: count touches of those alone.
-            touches: tables
+/// Per slot: whether every task touches the key equal to its own loop index.
+#[derive(Clone, Copy)]
+struct SlotMask([u64; 4]);
+
+impl SlotMask {
+    const ALL: SlotMask = SlotMask([u64::MAX; 4]);
+    const NONE: SlotMask = SlotMask([0; 4]);
+    #[inline]
+    fn set(&mut self, s: usize) {
+        self.0[s >> 6] |= 1 << (s & 63);
+    }
+    #[inline]
+    fn and(&mut self, o: SlotMask) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a &= b;
+        }
+    }
+    fn get(&self, s: usize) -> bool {
+        self.0[s >> 6] >> (s & 63) & 1 == 1
+    }
+    /// Tasks `range`'s accesses at their own index, ANDed over tasks.
+    #[inline]
+    fn of_task(first_index: usize, t: usize, accesses: &[Access]) -> SlotMask {
+        let own = (first_index + t) as u64;
+        let mut seen = SlotMask::NONE;
+        for a in accesses {
+            if a.key() == own {
+                seen.set(a.slot());
+            }
+        }
+        seen
+    }
+    fn to_vec(self, slots: usize, tasks: usize) -> Vec<bool> {
+        (0..slots).map(|s| tasks > 0 && self.get(s)).collect()
+    }
+}
+
+/// What the fast pass over the log found for up to two `slots`.
+struct Gathered {
+    /// The slots gathered, in key-column order.
+    slots: Vec<usize>,
+    /// Consecutive ranges of tasks covering the log.
+    parts: Vec<std::ops::Range<usize>>,
+    /// Per part: each task's one key per slot (`u32::MAX` past `slots.len()`).
+    keys: Vec<Vec<[u32; 2]>>,
+    /// Per slot: tasks per key.
+    weights: Vec<Vec<u32>>,
+    /// Per table slot: whether every task touches its own loop index.
+    at_index: Vec<bool>,
+    /// Whether every task touches exactly one key of each slot.
+    valid: bool,
+}
+
+impl Gathered {
+    /// Keeps one of two gathered slots.
+    fn keep(self, slots: &[usize]) -> Gathered {
+        let cols: Vec<usize> = slots
+            .iter()
+            .map(|s| {
+                self.slots
+                    .iter()
+                    .position(|x| x == s)
+                    .expect("gathered slot")
+            })
+            .collect();
+        let keys = self
+            .keys
+            .into_par_iter()
+            .map(|part| {
+                part.into_iter()
+                    .map(|k| {
+                        let mut out = [u32::MAX; 2];
+                        for (o, &c) in out.iter_mut().zip(&cols) {
+                            *o = k[c];
+                        }
+                        out
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut weights: Vec<Option<Vec<u32>>> = self.weights.into_iter().map(Some).collect();
+        Gathered {
+            slots: slots.to_vec(),
+            parts: self.parts,
+            keys,
+            weights: cols
                 .iter()
-                .enumerate()
-                .map(|(s, t)| {
-                    if !t.relaxed && t.key_space > 0 && log.writes(s) {
-                        vec![0u8; t.key_space]
-                    } else {
-                        Vec::new()
-                    }
-                })
+                .map(|&c| weights[c].take().expect("once"))
                 .collect(),
-        };
-        let mut seen_own = vec![false; slots];
-        log.for_each_in(range, |t, accesses| {
-            let own = (first_index + t) as u64;
-            for a in accesses {
-                let s = a.slot();
-                sum.written[s] |= a.write();
-                seen_own[s] |= a.key() == own;
-                if let Some(c) = sum.touches[s].get_mut(a.key() as usize) {
-                    *c = (*c + 1).min(2);
+            at_index: self.at_index,
+            valid: self.valid,
+        }
+    }
+}
+
+/// What one part of the log told about up to two tables' keys.
+struct PartGather {
+    keys: Vec<[u32; 2]>,
+    weights: Vec<Vec<u32>>,
+    at_index: SlotMask,
+    valid: bool,
+}
+
+/// Keys, weights and own-index tables of tasks `range` of `log` (see [`Gathered`]).
+fn gather_range(
+    log: &AccessLog,
+    range: std::ops::Range<usize>,
+    tables: &[TableInfo],
+    slots: &[usize],
+    first_index: usize,
+) -> PartGather {
+    debug_assert!((1..=2).contains(&slots.len()));
+    let (s0, s1) = (slots[0], slots.get(1).copied().unwrap_or(usize::MAX));
+    let mut keys = Vec::with_capacity(range.len());
+    // Tasks per key are counted here when the table is not much larger than the range
+    // (else per-chunk arrays would cost more than the tasks: `join` counts from the keys).
+    let sizes: Vec<usize> = slots.iter().map(|&s| tables[s].key_space).collect();
+    let mut weights: Vec<Vec<u32>> = sizes
+        .iter()
+        .map(|&len| {
+            if len <= 4 * range.len().max(1024) {
+                vec![0; len]
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
+    let mut at = SlotMask::ALL;
+    let mut valid = true;
+    log.for_each_in(range.clone(), |t, accesses| {
+        let mut key = [u32::MAX; 2];
+        let mut count = [0u32; 2];
+        for a in accesses {
+            let s = a.slot();
+            let i = if s == s0 {
+                0
+            } else if s == s1 {
+                1
+            } else {
+                continue;
+            };
+            key[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
+            count[i] += 1;
+        }
+        for (i, w) in weights.iter_mut().enumerate() {
+            if count[i] == 1 && (key[i] as usize) < sizes[i] {
+                if let Some(c) = w.get_mut(key[i] as usize) {
+                    *c += 1;
+                }
+            } else {
+                valid = false;
+                key[i] = u32::MAX;
+            }
+        }
+        keys.push(key);
+        at.and(SlotMask::of_task(first_index, t, accesses));
+    });
+    PartGather {
+        keys,
+        weights,
+        at_index: at,
+        valid,
+    }
+}
+
+/// One parallel pass over the whole log: each task's one key in each of `slots` (one or
+/// two), tasks per key, and the tables every task touches at its own index.
+fn gather(log: &AccessLog, tables: &[TableInfo], slots: &[usize], first_index: usize) -> Gathered {
+    let parts = task_parts(log.tasks());
+    let found: Vec<PartGather> = parts
+        .par_iter()
+        .map(|range| gather_range(log, range.clone(), tables, slots, first_index))
+        .collect();
+    let mut at = SlotMask::ALL;
+    let mut valid = true;
+    let mut keys = Vec::with_capacity(found.len());
+    let mut weights: Vec<Vec<u32>> = slots
+        .iter()
+        .map(|&s| vec![0; tables[s].key_space])
+        .collect();
+    for part in found {
+        at.and(part.at_index);
+        valid &= part.valid;
+        for (i, (total, counted)) in weights.iter_mut().zip(&part.weights).enumerate() {
+            if counted.is_empty() {
+                for k in &part.keys {
+                    if let Some(x) = total.get_mut(k[i] as usize) {
+                        *x += 1;
+                    }
+                }
+            } else {
+                for (x, y) in total.iter_mut().zip(counted) {
+                    *x += y;
                 }
             }
-            if !candidates.is_empty() {
-                sum.keys.push(single_keys(accesses, &candidates));
-            }
-            for (flag, seen) in sum.at_index.iter_mut().zip(&mut seen_own) {
-                *flag &= *seen;
-                *seen = false;
-            }
-        });
-        sum
+        }
+        keys.push(part.keys);
+    }
+    Gathered {
+        slots: slots.to_vec(),
+        parts,
+        keys,
+        weights,
+        at_index: at.to_vec(tables.len(), log.tasks()),
+        valid,
+    }
+}
+
+/// The general pass: for each written table (`candidates`), how many tasks touch each key
+/// (saturating at 2: only 0, 1 and many matter); and the tables every task touches at its
+/// own loop index.
+fn summarize(
+    log: &AccessLog,
+    tables: &[TableInfo],
+    candidates: &[usize],
+    config: &PlanConfig,
+) -> (Vec<Vec<u8>>, Vec<bool>) {
+    let parts = task_parts(log.tasks());
+    let fresh = || -> Vec<Vec<u8>> {
+        (0..tables.len())
+            .map(|s| {
+                if candidates.contains(&s) {
+                    vec![0u8; tables[s].key_space]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect()
     };
-    let parts = rayon::current_num_threads().clamp(1, 8);
-    let size = n.div_ceil(parts).max(1 << 14);
-    let ranges: Vec<std::ops::Range<usize>> =
-        (0..n).step_by(size).map(|s| s..(s + size).min(n)).collect();
-    let sums: Vec<Summary> = ranges.into_par_iter().map(part).collect();
-    let mut total = part(0..0);
-    for sum in sums {
-        total.keys.extend_from_slice(&sum.keys);
-        for s in 0..slots {
-            total.written[s] |= sum.written[s];
-            total.at_index[s] &= sum.at_index[s];
-            for (c, d) in total.touches[s].iter_mut().zip(&sum.touches[s]) {
+    let sums: Vec<(Vec<Vec<u8>>, SlotMask)> = parts
+        .par_iter()
+        .map(|range| {
+            let mut touches = fresh();
+            let mut at = SlotMask::ALL;
+            log.for_each_in(range.clone(), |t, accesses| {
+                for a in accesses {
+                    if let Some(c) = touches[a.slot()].get_mut(a.key() as usize) {
+                        *c = (*c + 1).min(2);
+                    }
+                }
+                at.and(SlotMask::of_task(config.first_index, t, accesses));
+            });
+            (touches, at)
+        })
+        .collect();
+    let mut total = fresh();
+    let mut at = SlotMask::ALL;
+    for (touches, a) in sums {
+        at.and(a);
+        for (tot, part) in total.iter_mut().zip(&touches) {
+            for (c, d) in tot.iter_mut().zip(part) {
                 *c = (*c + d).min(2);
             }
         }
     }
-    if n == 0 {
-        total.at_index.iter_mut().for_each(|f| *f = false);
-    }
-    total
-}
-
-/// A task's one key in each of up to two `slots`; `u32::MAX` where it touches none or
-/// several keys of that slot (or a key that does not fit in 32 bits).
-fn single_keys(accesses: &[Access], slots: &[usize]) -> [u32; 2] {
-    let mut key = [u32::MAX; 2];
-    let mut count = [0u8; 2];
-    for a in accesses {
-        for (i, &s) in slots.iter().enumerate() {
-            if a.slot() == s {
-                key[i] = u32::try_from(a.key()).unwrap_or(u32::MAX);
-                count[i] += 1;
-            }
-        }
-    }
-    for i in 0..2 {
-        if count[i] != 1 {
-            key[i] = u32::MAX;
-        }
-    }
-    key
-}
-
-/// For a rotation over the `shared` tables: each task's one key in each of them, or
-/// `None` if some task touches none or several keys of one of them.
-fn rotation_keys(log: &AccessLog, shared: &[usize]) -> Option<Vec<[u32; 2]>> {
-    const PART: usize = 1 << 14;
-    let parts: Vec<Option<Vec<[u32; 2]>>> = (0..log.tasks().div_ceil(PART))
-        .into_par_iter()
-        .map(|p| {
-            let mut keys = Vec::with_capacity(PART);
-            let mut valid = true;
-            log.for_each_in(p * PART..(p + 1) * PART, |_, accesses| {
-                let k = single_keys(accesses, shared);
-                valid &= k[..shared.len()].iter().all(|&x| x != u32::MAX);
-                keys.push(k);
-            });
-            valid.then_some(keys)
-        })
-        .collect();
-    let mut keys = Vec::with_capacity(log.tasks());
-    for part in parts {
-        keys.extend(part?);
-    }
-    Some(keys)
+    (total, at.to_vec(tables.len(), log.tasks()))
 }
 
 /// Splits the keys `0..weights.len()` into `blocks` contiguous ranges of about equal
@@ -379,73 +533,79 @@ fn balanced_blocks(weights: &[u32], blocks: usize) -> Vec<u32> {
 
 fn rotation(
     log: &AccessLog,
-    tables: &[TableInfo],
     modes: &[SlotMode],
-    shared: &[usize],
-    keys: &[[u32; 2]],
+    g: &Gathered,
     blocks: usize,
     tags: &mut [Vec<u32>],
 ) -> (Schedule, PlanStats) {
     let n = log.tasks();
-    let row_slot = shared[0];
-    let col_slot = shared.get(1).copied();
+    let row_slot = g.slots[0];
+    let col_slot = g.slots.get(1).copied();
     let cols = if col_slot.is_some() { blocks } else { 1 };
-    let block_map = |i: usize, s: usize| {
-        let mut w = vec![0u32; tables[s].key_space];
-        for k in keys {
-            let c = &mut w[k[i] as usize];
-            *c = c.saturating_add(1);
-        }
-        let b = balanced_blocks(&w, blocks);
-        (w, b)
-    };
-    let (row_w, row_b) = block_map(0, row_slot);
-    let col_map = col_slot.map(|s| block_map(1, s));
-
-    // Counting sort of tasks into cells, keeping loop order inside a cell.
-    let task_cells: Vec<u32> = keys
+    let block_of: Vec<Vec<u32>> = g
+        .weights
         .iter()
-        .map(|k| {
-            let r = row_b[k[0] as usize];
-            let c = col_map.as_ref().map_or(0, |(_, cb)| cb[k[1] as usize]);
-            r * cols as u32 + c
+        .map(|w| balanced_blocks(w, blocks))
+        .collect();
+    let cell_of = |k: &[u32; 2]| -> u32 {
+        let r = block_of[0][k[0] as usize];
+        let c = block_of.get(1).map_or(0, |b| b[k[1] as usize]);
+        r * cols as u32 + c
+    };
+
+    // Tasks into cells, keeping loop order inside a cell: each part buckets its tasks,
+    // then each cell joins its buckets in part order.
+    let cell_count = blocks * cols;
+    let buckets: Vec<Vec<Vec<u32>>> = g
+        .keys
+        .par_iter()
+        .zip(&g.parts)
+        .map(|(keys, range)| {
+            let mut counts = vec![0usize; cell_count];
+            for k in keys {
+                counts[cell_of(k) as usize] += 1;
+            }
+            let mut out: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
+            for (t, k) in range.clone().zip(keys) {
+                out[cell_of(k) as usize].push(t as u32);
+            }
+            out
         })
         .collect();
-    let mut counts = vec![0usize; blocks * cols];
-    for &c in &task_cells {
-        counts[c as usize] += 1;
-    }
-    let mut cells: Vec<Cell> = (0..blocks * cols)
-        .map(|c| Cell {
-            row: (c / cols) as u32,
-            col: (c % cols) as u32,
-            tasks: Vec::with_capacity(counts[c]),
+    let mut cells: Vec<Cell> = (0..cell_count)
+        .into_par_iter()
+        .map(|c| {
+            let mut tasks = Vec::with_capacity(buckets.iter().map(|b| b[c].len()).sum());
+            for b in &buckets {
+                tasks.extend_from_slice(&b[c]);
+            }
+            Cell {
+                row: (c / cols) as u32,
+                col: (c % cols) as u32,
+                tasks,
+            }
         })
         .collect();
-    for (t, &c) in task_cells.iter().enumerate() {
-        cells[c as usize].tasks.push(t as u32);
-    }
+    drop(buckets);
 
     // Tags: rotated tables by block; private checked tables by the cell of their one task.
-    let mut tag_blocks = |s: usize, (w, b): &(Vec<u32>, Vec<u32>)| {
-        for (k, (&w, &b)) in w.iter().zip(b).enumerate() {
+    for (i, &s) in g.slots.iter().enumerate() {
+        for (k, (&w, &b)) in g.weights[i].iter().zip(&block_of[i]).enumerate() {
             if w > 0 {
                 tags[s][k] = b;
             }
         }
-    };
-    tag_blocks(row_slot, &(row_w, row_b));
-    if let (Some(map), Some(cs)) = (&col_map, col_slot) {
-        tag_blocks(cs, map);
     }
     let private: Vec<usize> = (0..modes.len())
-        .filter(|&s| modes[s] == SlotMode::Checked && !shared.contains(&s))
+        .filter(|&s| modes[s] == SlotMode::Checked && !g.slots.contains(&s))
         .collect();
     if !private.is_empty() {
-        for (t, &c) in task_cells.iter().enumerate() {
-            for a in log.task(t) {
-                if private.contains(&a.slot()) {
-                    tags[a.slot()][a.key() as usize] = c;
+        for (c, cell) in cells.iter().enumerate() {
+            for &t in &cell.tasks {
+                for a in log.task(t as usize) {
+                    if private.contains(&a.slot()) {
+                        tags[a.slot()][a.key() as usize] = c as u32;
+                    }
                 }
             }
         }

@@ -296,3 +296,113 @@ fn balanced_blocks_split_weight_evenly() {
     }
     assert!(b.windows(2).all(|p| p[0] <= p[1]));
 }
+
+#[test]
+fn rotation_over_tables_much_larger_than_the_loop() {
+    // 3,000 tasks writing one key each of two tables with millions of keys: tasks per key
+    // are counted from the gathered keys, not per part, and the plan is still a rotation
+    // that covers every task and tags exactly the keys touched.
+    let log = AccessLog::from_tasks((0..3000u64).map(|i| {
+        vec![
+            Access::new(0, (i * 7919) % 5_000_000, true),
+            Access::new(1, (i * 104_729) % 3_000_000, true),
+        ]
+    }));
+    let tables = [
+        TableInfo {
+            key_space: 5_000_000,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: 3_000_000,
+            relaxed: false,
+        },
+    ];
+    check_plan(&log, &tables, 2);
+    let p = plan(
+        log.clone(),
+        &tables,
+        &PlanConfig {
+            threads: 2,
+            blocks: None,
+            seed: 1,
+            first_index: 0,
+        },
+    );
+    // Every key is touched once: both tables are private, so components (singletons).
+    assert_eq!(p.stats.strategy, "components");
+    assert_eq!(p.stats.largest_component, 1);
+
+    // With repeats the tables are shared and rotate.
+    let log = AccessLog::from_tasks((0..3000u64).map(|i| {
+        vec![
+            Access::new(0, (i % 500) * 9973, true),
+            Access::new(1, (i % 301) * 9967, true),
+        ]
+    }));
+    check_plan(&log, &tables, 2);
+    let p = plan(
+        log,
+        &tables,
+        &PlanConfig {
+            threads: 2,
+            blocks: None,
+            seed: 1,
+            first_index: 0,
+        },
+    );
+    assert_eq!(p.stats.strategy, "rotation");
+    let tagged = p.tags[0].iter().filter(|&&t| t != UNTOUCHED).count();
+    assert_eq!(tagged, 500);
+}
+
+#[test]
+fn one_shared_and_one_private_table_rotate_the_shared_one() {
+    // Task i writes out[i] (private) and w[i % 10] (shared), and reads x at its own index
+    // 100 + i: one-table rotation over w, out tagged by cell, x prefetched.
+    let log = AccessLog::from_tasks((0..400u64).map(|i| {
+        vec![
+            Access::new(0, i, true),
+            Access::new(1, i % 10, true),
+            Access::new(2, 100 + i, false),
+        ]
+    }));
+    let tables = [
+        TableInfo {
+            key_space: 400,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: 10,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: 500,
+            relaxed: false,
+        },
+    ];
+    let p = plan(
+        log,
+        &tables,
+        &PlanConfig {
+            threads: 2,
+            blocks: None,
+            seed: 1,
+            first_index: 100,
+        },
+    );
+    assert_eq!(p.stats.strategy, "rotation");
+    assert_eq!(p.indexed_by_task, vec![2]);
+    match &p.schedule {
+        Schedule::Rotation(r) => {
+            assert_eq!((r.row_slot, r.col_slot), (1, None));
+            for (c, cell) in r.cells.iter().enumerate() {
+                let id = cell.row * r.cols as u32 + cell.col;
+                for &t in &cell.tasks {
+                    assert_eq!(p.tags[0][t as usize], id, "cell {c} task {t}");
+                }
+            }
+        }
+        other => panic!("expected rotation, got {other:?}"),
+    }
+}

@@ -50,8 +50,8 @@ impl Access {
 struct Segment {
     offsets: Vec<usize>,
     entries: Vec<Access>,
-    /// Per slot: whether some task of the segment writes it.
-    written: Vec<bool>,
+    /// Per slot (a bit set): whether some task of the segment writes it.
+    written: [u64; 4],
 }
 
 impl Segment {
@@ -59,7 +59,7 @@ impl Segment {
         Segment {
             offsets: vec![0],
             entries: Vec::new(),
-            written: Vec::new(),
+            written: [0; 4],
         }
     }
 
@@ -80,17 +80,14 @@ impl Segment {
 
     /// Closes the task whose accesses were pushed after the last offset: sorts and
     /// deduplicates them in place.
+    #[inline]
     fn close_task(&mut self) {
         let start = *self.offsets.last().expect("offsets start at 0");
         let kept = normalize(&mut self.entries[start..]);
         self.entries.truncate(start + kept);
         for a in &self.entries[start..] {
-            if a.write() {
-                if self.written.len() <= a.slot() {
-                    self.written.resize(a.slot() + 1, false);
-                }
-                self.written[a.slot()] = true;
-            }
+            let s = a.slot();
+            self.written[s >> 6] |= (a.write() as u64) << (s & 63);
         }
         self.offsets.push(self.entries.len());
     }
@@ -200,7 +197,7 @@ impl AccessLog {
     pub fn writes(&self, slot: usize) -> bool {
         self.segments
             .iter()
-            .any(|s| s.written.get(slot).copied().unwrap_or(false))
+            .any(|s| slot < MAX_TABLES && s.written[slot >> 6] >> (slot & 63) & 1 == 1)
     }
 
     /// Total number of entries (after deduplication).
@@ -242,8 +239,22 @@ impl AccessLog {
 
 /// Sorts by (slot, key) and keeps one entry per key, a write if any access wrote; the
 /// kept entries are moved to the front and their number returned.
+#[inline]
 fn normalize(set: &mut [Access]) -> usize {
-    set.sort_unstable();
+    // Tasks log a handful of accesses: insertion sort beats the general sort there.
+    if set.len() <= 16 {
+        for i in 1..set.len() {
+            let x = set[i];
+            let mut j = i;
+            while j > 0 && set[j - 1] > x {
+                set[j] = set[j - 1];
+                j -= 1;
+            }
+            set[j] = x;
+        }
+    } else {
+        set.sort_unstable();
+    }
     // Entries of one key are adjacent, the write (flag 1) last: keep the last of each run.
     let mut out = 0;
     for i in 0..set.len() {
