@@ -121,6 +121,39 @@ pub enum Error {
         /// The codec's message.
         message: String,
     },
+    /// Another rank of the job died, was disconnected, or broke the protocol; the job
+    /// cannot go on.
+    #[error("rank {rank} is gone: {reason}")]
+    PeerLost {
+        /// The lost rank.
+        rank: usize,
+        /// What happened (exit, idle timeout, a protocol error).
+        reason: String,
+    },
+    /// A wait for other ranks passed its deadline.
+    #[error("timed out after {secs:.1} s waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long was waited.
+        secs: f64,
+    },
+    /// The network layer failed (binding a socket, connecting, TLS set-up).
+    #[error("transport: {0}")]
+    Transport(String),
+    /// Ranks reached different operators: the program's control flow diverged.
+    #[error(
+        "ranks diverged: rank 0 is at {driver} but rank {rank} is at {here}; every rank must \
+         call the same operators in the same order"
+    )]
+    Divergence {
+        /// The rank that disagrees with the driver.
+        rank: usize,
+        /// The driver's operator call site.
+        driver: String,
+        /// The other rank's call site.
+        here: String,
+    },
 }
 
 impl Error {

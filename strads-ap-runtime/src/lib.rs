@@ -17,7 +17,9 @@ pub mod engine;
 mod error;
 pub mod plan;
 pub mod recon;
+pub mod transport;
 mod util;
+pub mod wire;
 
 #[doc(hidden)]
 pub mod __private;

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 
+pub mod collective;
+
 /// The environment variables that make up the launcher ↔ program contract.
 pub mod env {
     /// This process's rank, `0..STRADS_WORLD_SIZE`. Rank 0 is the driver.

@@ -1,0 +1,265 @@
+//! Collectives over a [`Transport`]: every rank calls the same collectives in the same
+//! order, and each call leaves every rank with the same result.
+//!
+//! Each collective takes the next sequence number as its message tag, so messages of
+//! consecutive collectives never mix. Values travel as postcard; reductions are folded on
+//! rank 0 in rank order and broadcast, so every rank gets bit-identical results even for
+//! floating point.
+//!
+//! ```
+//! use std::thread;
+//! use strads_ap_runtime::cluster::collective::Comm;
+//! use strads_ap_runtime::transport::mem::MemCluster;
+//!
+//! let handles: Vec<_> = MemCluster::new(4)
+//!     .into_transports()
+//!     .into_iter()
+//!     .map(|t| {
+//!         thread::spawn(move || {
+//!             let comm = Comm::new(t);
+//!             let sum = comm.allreduce(comm.rank() as u64 + 1, |a, b| a + b).unwrap();
+//!             let names = comm.allgather(format!("rank {}", comm.rank())).unwrap();
+//!             (sum, names.len())
+//!         })
+//!     })
+//!     .collect();
+//! for h in handles {
+//!     assert_eq!(h.join().unwrap(), (10, 4));
+//! }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::transport::{deadline_in, tags, Rank, Transport};
+
+/// The collectives of one job, over its transport.
+pub struct Comm {
+    transport: Arc<dyn Transport>,
+    seq: AtomicU64,
+    timeout: Duration,
+}
+
+/// What a rank says when it enters an operator.
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    site: String,
+    task: String,
+}
+
+/// Rank 0's answer to the entries of an operator.
+#[derive(Serialize, Deserialize)]
+enum Verdict {
+    Go {
+        captures: Vec<u8>,
+    },
+    Diverged {
+        rank: usize,
+        driver: String,
+        here: String,
+    },
+}
+
+impl Comm {
+    /// Collectives over `transport`, waiting without a deadline (a lost rank still ends
+    /// every wait with [`Error::PeerLost`]).
+    pub fn new<T: Transport + 'static>(transport: Arc<T>) -> Self {
+        Comm {
+            transport,
+            seq: AtomicU64::new(0),
+            timeout: Duration::MAX,
+        }
+    }
+
+    /// Makes every wait fail with [`Error::Timeout`] after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.transport.rank()
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.transport.world_size()
+    }
+
+    /// The transport underneath.
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+
+    fn next_tag(&self) -> u64 {
+        tags::COLLECTIVE | (self.seq.fetch_add(1, Ordering::SeqCst) & ((1 << 56) - 1))
+    }
+
+    fn encode<T: Serialize>(value: &T, what: &str) -> Result<Vec<u8>> {
+        postcard::to_stdvec(value).map_err(|e| Error::Codec {
+            what: what.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str, from: Rank) -> Result<T> {
+        postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+            what: format!("{what} from rank {from}"),
+            message: e.to_string(),
+        })
+    }
+
+    /// Every rank's bytes at `root` (in rank order); `None` elsewhere.
+    fn gather_bytes(&self, root: Rank, tag: u64, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>> {
+        let t = &self.transport;
+        if t.rank() != root {
+            t.send(root, tag, mine)?;
+            return Ok(None);
+        }
+        let deadline = deadline_in(self.timeout);
+        let mut all = Vec::with_capacity(t.world_size());
+        for r in 0..t.world_size() {
+            if r == root {
+                all.push(Vec::new());
+            } else {
+                all.push(t.recv(r, tag, deadline)?);
+            }
+        }
+        all[root] = mine;
+        Ok(Some(all))
+    }
+
+    /// Root's bytes on every rank.
+    fn broadcast_bytes(&self, root: Rank, tag: u64, mine: Option<Vec<u8>>) -> Result<Vec<u8>> {
+        let t = &self.transport;
+        if t.rank() == root {
+            let bytes = mine.expect("the root has the value");
+            for r in (0..t.world_size()).filter(|&r| r != root) {
+                t.send(r, tag, bytes.clone())?;
+            }
+            Ok(bytes)
+        } else {
+            t.recv(root, tag, deadline_in(self.timeout))
+        }
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<()> {
+        let tag = self.next_tag();
+        let gathered = self.gather_bytes(0, tag, Vec::new())?;
+        self.broadcast_bytes(0, tag, gathered.map(|_| Vec::new()))?;
+        Ok(())
+    }
+
+    /// `root`'s `value` on every rank (the others' values are ignored).
+    pub fn broadcast<T: Serialize + DeserializeOwned>(&self, root: Rank, value: T) -> Result<T> {
+        let tag = self.next_tag();
+        let mine = (self.rank() == root)
+            .then(|| Self::encode(&value, "a broadcast value"))
+            .transpose()?;
+        let bytes = self.broadcast_bytes(root, tag, mine)?;
+        if self.rank() == root {
+            Ok(value)
+        } else {
+            Self::decode(&bytes, "a broadcast value", root)
+        }
+    }
+
+    /// Every rank's `value`, in rank order, at `root`; `None` on the other ranks.
+    pub fn gather<T: Serialize + DeserializeOwned>(
+        &self,
+        root: Rank,
+        value: T,
+    ) -> Result<Option<Vec<T>>> {
+        let tag = self.next_tag();
+        let mine = Self::encode(&value, "a gathered value")?;
+        match self.gather_bytes(root, tag, mine)? {
+            None => Ok(None),
+            Some(all) => {
+                let mut out = Vec::with_capacity(all.len());
+                let mut own = Some(value);
+                for (r, bytes) in all.iter().enumerate() {
+                    if r == root {
+                        out.push(own.take().expect("own value once"));
+                    } else {
+                        out.push(Self::decode(bytes, "a gathered value", r)?);
+                    }
+                }
+                Ok(Some(out))
+            }
+        }
+    }
+
+    /// Every rank's `value`, in rank order, on every rank.
+    pub fn allgather<T: Serialize + DeserializeOwned + Clone>(&self, value: T) -> Result<Vec<T>> {
+        let all = self.gather(0, value)?;
+        self.broadcast(0, all.unwrap_or_default())
+    }
+
+    /// `op` folded over every rank's `value` in rank order (on rank 0), on every rank.
+    pub fn allreduce<T: Serialize + DeserializeOwned>(
+        &self,
+        value: T,
+        op: impl Fn(T, T) -> T,
+    ) -> Result<T> {
+        let reduced = self
+            .gather(0, value)?
+            .map(|all| all.into_iter().reduce(&op).expect("at least one rank"));
+        match reduced {
+            Some(v) => self.broadcast(0, v),
+            None => {
+                // Non-roots receive rank 0's result; their argument is ignored.
+                let tag = self.next_tag();
+                let bytes = self.broadcast_bytes(0, tag, None)?;
+                Self::decode(&bytes, "a reduced value", 0)
+            }
+        }
+    }
+
+    /// Entering operator `site` running task `task`: checks that every rank reached the
+    /// same operator, and returns the driver's serialized `captures` on every rank.
+    ///
+    /// A rank at a different operator makes every rank fail with [`Error::Divergence`]
+    /// naming both call sites.
+    pub fn enter_operator(&self, site: &str, task: &str, captures: Vec<u8>) -> Result<Vec<u8>> {
+        let tag = tags::OPERATOR | (self.seq.fetch_add(1, Ordering::SeqCst) & ((1 << 56) - 1));
+        let entry = Self::encode(
+            &Entry {
+                site: site.to_string(),
+                task: task.to_string(),
+            },
+            "an operator entry",
+        )?;
+        let verdict = match self.gather_bytes(0, tag, entry)? {
+            Some(all) => {
+                let mut verdict = Verdict::Go { captures };
+                for (r, bytes) in all.iter().enumerate().skip(1) {
+                    let e: Entry = Self::decode(bytes, "an operator entry", r)?;
+                    if e.site != site || e.task != task {
+                        verdict = Verdict::Diverged {
+                            rank: r,
+                            driver: site.to_string(),
+                            here: e.site,
+                        };
+                        break;
+                    }
+                }
+                Some(Self::encode(&verdict, "an operator verdict")?)
+            }
+            None => None,
+        };
+        let bytes = self.broadcast_bytes(0, tag, verdict)?;
+        match Self::decode::<Verdict>(&bytes, "an operator verdict", 0)? {
+            Verdict::Go { captures } => Ok(captures),
+            Verdict::Diverged { rank, driver, here } => {
+                Err(Error::Divergence { rank, driver, here })
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Moving bytes between the ranks of a job.
+//!
+//! A [`Transport`] sends tagged messages to a rank and receives them by (sender, tag). Two
+//! implementations share everything above the socket:
+//!
+//! * [`mem`]: every rank of a cluster inside one process (tests and simulations: a 4-rank
+//!   cluster in one `#[test]`, deterministic, no sockets);
+//! * [`quic`]: one QUIC connection per pair of ranks (quinn), authenticated by the job's
+//!   secret, across processes and machines.
+//!
+//! Messages from one rank to another arrive in the order they were sent. Receiving blocks
+//! until the message is there, the deadline passes ([`Error::Timeout`]) or some rank of the
+//! job is lost ([`Error::PeerLost`]): a job whose rank died fails at once instead of
+//! waiting forever.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+pub mod mem;
+pub mod quic;
+
+pub use quic::{QuicOptions, QuicTransport};
+
+/// A rank: `0..world_size`.
+pub type Rank = usize;
+
+/// The kind of traffic a tag belongs to (its top byte).
+pub mod tags {
+    /// Collectives (barrier, broadcast, allreduce, gather): low bits are a sequence number.
+    pub const COLLECTIVE: u64 = 0x01 << 56;
+    /// Store requests and replies.
+    pub const STORE: u64 = 0x02 << 56;
+    /// Operator entry checks (task name and call site).
+    pub const OPERATOR: u64 = 0x03 << 56;
+    /// The transport's own messages (rank table, goodbye).
+    pub const SYSTEM: u64 = 0xff << 56;
+    /// Rank 0 tells every rank where the others listen.
+    pub const RANK_TABLE: u64 = SYSTEM | 1;
+    /// A rank is done with the job and will send nothing more.
+    pub const GOODBYE: u64 = SYSTEM | 2;
+}
+
+/// Sends and receives tagged messages between the ranks of one job.
+pub trait Transport: Send + Sync {
+    /// This process's rank.
+    fn rank(&self) -> Rank;
+
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+
+    /// Queues `payload` for rank `to` under `tag` (sending to oneself is allowed). Returns
+    /// once the message is queued; messages to one rank arrive in the order sent.
+    fn send(&self, to: Rank, tag: u64, payload: Vec<u8>) -> Result<()>;
+
+    /// The next message from rank `from` with `tag`, waiting until `deadline`.
+    fn recv(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>>;
+
+    /// The next message with `tag` from any rank, waiting until `deadline`.
+    fn recv_any(&self, tag: u64, deadline: Instant) -> Result<(Rank, Vec<u8>)>;
+
+    /// Says goodbye to every rank, waits (up to `timeout`) until every message sent has been
+    /// delivered, and closes the connections. Further sends fail.
+    fn shutdown(&self, timeout: Duration) -> Result<()>;
+}
+
+/// Messages received and not yet taken, per tag and sender; shared by the transports.
+///
+/// A lost rank poisons the mailbox: every later wait that cannot be satisfied from what
+/// already arrived fails with [`Error::PeerLost`], so no rank waits for a message that will
+/// never come.
+pub struct Mailbox {
+    state: Mutex<MailState>,
+    arrived: Condvar,
+}
+
+struct MailState {
+    queues: HashMap<u64, Vec<VecDeque<Vec<u8>>>>,
+    lost: Option<(Rank, String)>,
+    /// Ranks that said goodbye (they send nothing more, and their loss is no failure).
+    finished: Vec<bool>,
+    world: usize,
+}
+
+impl Mailbox {
+    /// An empty mailbox for a job of `world` ranks.
+    pub fn new(world: usize) -> Self {
+        Mailbox {
+            state: Mutex::new(MailState {
+                queues: HashMap::new(),
+                lost: None,
+                finished: vec![false; world],
+                world,
+            }),
+            arrived: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MailState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Delivers a message from rank `from`.
+    pub fn deliver(&self, from: Rank, tag: u64, payload: Vec<u8>) {
+        let mut st = self.lock();
+        if tag == tags::GOODBYE {
+            if let Some(f) = st.finished.get_mut(from) {
+                *f = true;
+            }
+        } else {
+            let world = st.world;
+            st.queues
+                .entry(tag)
+                .or_insert_with(|| vec![VecDeque::new(); world])[from]
+                .push_back(payload);
+        }
+        drop(st);
+        self.arrived.notify_all();
+    }
+
+    /// Records that rank `rank` is lost (unless it said goodbye first); wakes every waiter.
+    pub fn lose(&self, rank: Rank, reason: impl Into<String>) {
+        let mut st = self.lock();
+        if st.finished.get(rank).copied().unwrap_or(false) || st.lost.is_some() {
+            return;
+        }
+        st.lost = Some((rank, reason.into()));
+        drop(st);
+        self.arrived.notify_all();
+    }
+
+    /// The first rank lost, if any.
+    pub fn lost(&self) -> Option<(Rank, String)> {
+        self.lock().lost.clone()
+    }
+
+    /// Whether every rank in `ranks` said goodbye.
+    pub fn all_finished(&self, ranks: impl IntoIterator<Item = Rank>) -> bool {
+        let st = self.lock();
+        ranks.into_iter().all(|r| st.finished[r])
+    }
+
+    /// Waits until every rank in `ranks` said goodbye (or one is lost, or the deadline).
+    pub fn wait_finished(&self, ranks: &[Rank], deadline: Instant) -> Result<()> {
+        self.wait(deadline, "goodbyes from the other ranks", |st| {
+            ranks.iter().all(|&r| st.finished[r]).then_some(())
+        })
+    }
+
+    /// Takes the next message from `from` with `tag`.
+    pub fn take(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
+        self.wait(deadline, &format!("a message from rank {from}"), |st| {
+            st.queues.get_mut(&tag)?.get_mut(from)?.pop_front()
+        })
+    }
+
+    /// Takes the next message with `tag` from any rank (lowest rank first).
+    pub fn take_any(&self, tag: u64, deadline: Instant) -> Result<(Rank, Vec<u8>)> {
+        self.wait(deadline, "a message from any rank", |st| {
+            let queues = st.queues.get_mut(&tag)?;
+            queues
+                .iter_mut()
+                .enumerate()
+                .find_map(|(r, q)| q.pop_front().map(|m| (r, m)))
+        })
+    }
+
+    fn wait<T>(
+        &self,
+        deadline: Instant,
+        what: &str,
+        mut ready: impl FnMut(&mut MailState) -> Option<T>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let mut st = self.lock();
+        loop {
+            if let Some(v) = ready(&mut st) {
+                return Ok(v);
+            }
+            if let Some((rank, reason)) = &st.lost {
+                return Err(Error::PeerLost {
+                    rank: *rank,
+                    reason: reason.clone(),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: what.to_string(),
+                    secs: (now - start).as_secs_f64(),
+                });
+            }
+            st = self
+                .arrived
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A deadline `timeout` from now (saturating far in the future).
+pub fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mailbox_keeps_order_per_sender_and_tag() {
+        let m = Mailbox::new(3);
+        m.deliver(1, 5, vec![1]);
+        m.deliver(2, 5, vec![2]);
+        m.deliver(1, 5, vec![3]);
+        m.deliver(1, 6, vec![4]);
+        let soon = deadline_in(Duration::from_millis(10));
+        assert_eq!(m.take(1, 5, soon).unwrap(), vec![1]);
+        assert_eq!(m.take(1, 5, soon).unwrap(), vec![3]);
+        assert_eq!(m.take_any(5, soon).unwrap(), (2, vec![2]));
+        assert_eq!(m.take(1, 6, soon).unwrap(), vec![4]);
+        match m.take(0, 5, soon) {
+            Err(Error::Timeout { what, .. }) => assert!(what.contains("rank 0")),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_rank_wakes_waiters_with_its_reason() {
+        let m = std::sync::Arc::new(Mailbox::new(2));
+        let m2 = m.clone();
+        let waiter =
+            std::thread::spawn(move || m2.take(1, 9, deadline_in(Duration::from_secs(30))));
+        std::thread::sleep(Duration::from_millis(20));
+        m.lose(1, "connection reset");
+        match waiter.join().unwrap() {
+            Err(Error::PeerLost { rank: 1, reason }) => assert_eq!(reason, "connection reset"),
+            other => panic!("expected PeerLost, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_rank_that_said_goodbye_is_not_lost() {
+        let m = Mailbox::new(2);
+        m.deliver(1, tags::GOODBYE, Vec::new());
+        m.lose(1, "closed");
+        assert!(m.lost().is_none());
+        assert!(m.all_finished([1]));
+    }
+}
