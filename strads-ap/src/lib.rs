@@ -64,6 +64,8 @@ pub mod internals {
     pub use strads_ap_runtime::dds::{MapView, MultiMapView, RecordVectorView, VectorView};
     pub use strads_ap_runtime::plan;
     pub use strads_ap_runtime::recon;
+    pub use strads_ap_runtime::transport;
+    pub use strads_ap_runtime::wire;
 }
 
 /// Everything a converted program needs: `use strads_ap::prelude::*;`.

@@ -557,7 +557,7 @@ async fn writer(
         let mut next = Some(first);
         while let Some(item) = next.take() {
             match item {
-                Outgoing::Msg(tag, payload) => batch.push(tag, &payload),
+                Outgoing::Msg(tag, payload) => batch.push(tag, payload),
                 Outgoing::Flush(done) => flushes.push(done),
             }
             if batch.len() < BATCH_BYTES {
@@ -566,10 +566,11 @@ async fn writer(
         }
         if !batch.is_empty() {
             seq += 1;
-            let bytes = batch.finish();
+            let mut chunks: Vec<bytes::Bytes> =
+                batch.finish().into_iter().map(bytes::Bytes::from).collect();
             let sent = async {
                 let mut s = conn.open_uni().await?;
-                s.write_all(&bytes).await?;
+                s.write_all_chunks(&mut chunks).await?;
                 s.finish()?;
                 Ok::<SendStream, Box<dyn std::error::Error + Send + Sync>>(s)
             }
@@ -657,10 +658,21 @@ async fn read_batch(
             Err(e) => return Err(format!("truncated frame header: {e}")),
         }
         let h = wire::frame_header(header, max_frame)?;
-        let mut payload = vec![0u8; h.len];
-        s.read_exact(&mut payload)
-            .await
-            .map_err(|e| format!("truncated frame of {} bytes: {e}", h.len))?;
+        // Filled chunk by chunk: no zeroing, one copy out of the stream's buffers.
+        let mut payload = Vec::with_capacity(h.len);
+        while payload.len() < h.len {
+            match s.read_chunk(h.len - payload.len(), true).await {
+                Ok(Some(chunk)) => payload.extend_from_slice(&chunk.bytes),
+                Ok(None) => {
+                    return Err(format!(
+                        "truncated frame: {} of {} bytes",
+                        payload.len(),
+                        h.len
+                    ))
+                }
+                Err(e) => return Err(format!("truncated frame of {} bytes: {e}", h.len)),
+            }
+        }
         out.push((h.tag, payload));
     }
     Ok((u64::from_le_bytes(seq), out))

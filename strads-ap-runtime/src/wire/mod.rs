@@ -183,19 +183,30 @@ pub fn decode_handshake(body: &[u8]) -> Result<Handshake, String> {
     postcard::from_bytes(body).map_err(|e| format!("malformed handshake message: {e}"))
 }
 
-/// Frames a batch of messages for one stream.
+/// Frames a batch of messages for one stream, as a list of byte chunks: headers and small
+/// payloads are packed together; a large payload is its own chunk, moved, never copied.
 #[derive(Debug)]
 pub struct BatchWriter {
-    buf: Vec<u8>,
+    chunks: Vec<Vec<u8>>,
+    small: Vec<u8>,
+    len: usize,
     frames: usize,
 }
 
 impl BatchWriter {
+    /// Payloads at least this long travel as their own chunk.
+    pub const LARGE: usize = 64 << 10;
+
     /// Starts batch number `seq`.
     pub fn new(seq: u64) -> Self {
-        let mut buf = Vec::with_capacity(4096);
-        buf.extend_from_slice(&seq.to_le_bytes());
-        BatchWriter { buf, frames: 0 }
+        let mut small = Vec::with_capacity(4096);
+        small.extend_from_slice(&seq.to_le_bytes());
+        BatchWriter {
+            chunks: Vec::new(),
+            small,
+            len: 8,
+            frames: 0,
+        }
     }
 
     /// Appends one message.
@@ -203,17 +214,23 @@ impl BatchWriter {
     /// # Panics
     /// If the payload is longer than `u32::MAX` bytes (the transport refuses such sends
     /// earlier, with an error).
-    pub fn push(&mut self, tag: u64, payload: &[u8]) {
+    pub fn push(&mut self, tag: u64, payload: Vec<u8>) {
         let len = u32::try_from(payload.len()).expect("payload length checked by the sender");
-        self.buf.extend_from_slice(&tag.to_le_bytes());
-        self.buf.extend_from_slice(&len.to_le_bytes());
-        self.buf.extend_from_slice(payload);
+        self.small.extend_from_slice(&tag.to_le_bytes());
+        self.small.extend_from_slice(&len.to_le_bytes());
+        if payload.len() >= Self::LARGE {
+            self.chunks.push(std::mem::take(&mut self.small));
+            self.chunks.push(payload);
+        } else {
+            self.small.extend_from_slice(&payload);
+        }
+        self.len += FRAME_HEADER + payload_len(len);
         self.frames += 1;
     }
 
     /// Bytes so far.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     /// Whether no message was pushed.
@@ -221,10 +238,17 @@ impl BatchWriter {
         self.frames == 0
     }
 
-    /// The stream's bytes.
-    pub fn finish(self) -> Vec<u8> {
-        self.buf
+    /// The stream's bytes, in chunks.
+    pub fn finish(mut self) -> Vec<Vec<u8>> {
+        if !self.small.is_empty() {
+            self.chunks.push(self.small);
+        }
+        self.chunks
     }
+}
+
+fn payload_len(len: u32) -> usize {
+    len as usize
 }
 
 /// A frame header read from a stream.
@@ -251,7 +275,7 @@ pub fn frame_header(bytes: [u8; FRAME_HEADER], max_frame: usize) -> Result<Frame
 /// Messages of one batch: (tag, payload) in send order.
 pub type Messages = Vec<(u64, Vec<u8>)>;
 
-/// Splits a whole batch (as [`BatchWriter::finish`] made it) into its sequence number and
+/// Splits a whole batch (the concatenated chunks of [`BatchWriter::finish`]) into its sequence number and
 /// messages; for tests and tools (the transport reads streams incrementally).
 pub fn parse_batch(bytes: &[u8], max_frame: usize) -> Result<(u64, Messages), String> {
     if bytes.len() < 8 {
@@ -336,10 +360,15 @@ mod tests {
     fn batches_round_trip() {
         let mut w = BatchWriter::new(7);
         assert!(w.is_empty());
-        w.push(1, b"hello");
-        w.push(u64::MAX, b"");
-        w.push(42, &[9; 1000]);
-        let bytes = w.finish();
+        w.push(1, b"hello".to_vec());
+        w.push(u64::MAX, Vec::new());
+        w.push(42, vec![9; 100_000]);
+        w.push(43, vec![8; 1000]);
+        assert_eq!(w.len(), 8 + 4 * 12 + 5 + 100_000 + 1000);
+        let chunks = w.finish();
+        assert_eq!(chunks.len(), 3, "the large payload travels alone");
+        let bytes = chunks.concat();
+        assert_eq!(bytes.len(), 8 + 4 * 12 + 5 + 100_000 + 1000);
         let (seq, msgs) = parse_batch(&bytes, 1 << 20).unwrap();
         assert_eq!(seq, 7);
         assert_eq!(
@@ -347,7 +376,8 @@ mod tests {
             vec![
                 (1, b"hello".to_vec()),
                 (u64::MAX, vec![]),
-                (42, vec![9; 1000])
+                (42, vec![9; 100_000]),
+                (43, vec![8; 1000])
             ]
         );
     }
@@ -355,8 +385,8 @@ mod tests {
     #[test]
     fn oversized_and_truncated_frames_are_refused() {
         let mut w = BatchWriter::new(0);
-        w.push(3, &[0; 100]);
-        let bytes = w.finish();
+        w.push(3, vec![0; 100]);
+        let bytes = w.finish().concat();
         let err = parse_batch(&bytes, 99).unwrap_err();
         assert!(
             err.contains("oversized frame: 100 bytes (limit 99)"),

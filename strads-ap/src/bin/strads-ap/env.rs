@@ -1,0 +1,54 @@
+//! The environment variables that make up the launcher ↔ program contract.
+//!
+//! The runtime reads the same names (`strads_ap::cluster::env` and the QUIC transport's
+//! `env` module); a unit test below keeps the lists in step until they live in one place.
+
+/// This process's rank, `0..STRADS_WORLD_SIZE`; rank 0 is the driver. Not set under Slurm,
+/// where the program reads `SLURM_PROCID` instead.
+pub const RANK: &str = "STRADS_RANK";
+/// Number of processes in the job.
+pub const WORLD_SIZE: &str = "STRADS_WORLD_SIZE";
+/// Worker threads per process; set only when `--threads` is given (default: all cores).
+pub const THREADS: &str = "STRADS_THREADS";
+/// Seed of the runtime's own randomness. Never set by the launcher; in ssh mode it is
+/// forwarded from the launcher's environment, as the other modes inherit it.
+pub const SEED: &str = "STRADS_SEED";
+/// `1` to make the runtime print what it does. Forwarded like [`SEED`].
+pub const VERBOSE: &str = "STRADS_VERBOSE";
+/// `host:port` where rank 0 listens and every other rank first connects.
+pub const RENDEZVOUS: &str = "STRADS_RENDEZVOUS";
+/// The job's secret: 32 random bytes as 64 hex digits. A process without it cannot join
+/// the job. Set in local and Slurm modes (never on an ssh command line, where `ps` would
+/// show it).
+pub const SECRET: &str = "STRADS_SECRET";
+/// Path of a file (mode 0600) holding the same secret; set in every mode. In ssh mode it
+/// is the only way the secret travels, so the output directory must be on a file system
+/// all hosts share.
+pub const SECRET_FILE: &str = "STRADS_SECRET_FILE";
+/// A short random id of the job (12 hex digits), for logs and file names.
+pub const JOB_ID: &str = "STRADS_JOB_ID";
+/// Absolute path of the job's output directory (logs, `job.json`, the secret file).
+pub const OUTPUT_DIR: &str = "STRADS_OUTPUT_DIR";
+/// Seconds a rank waits for the others to join before giving up; set only when
+/// `--startup-timeout` is given (the program's default is 60).
+pub const STARTUP_TIMEOUT: &str = "STRADS_STARTUP_TIMEOUT";
+
+#[cfg(test)]
+mod tests {
+    use strads_ap::cluster::env as cluster;
+    use strads_ap_runtime::transport::quic::env as quic;
+
+    #[test]
+    fn names_match_the_runtime() {
+        assert_eq!(super::RANK, cluster::RANK);
+        assert_eq!(super::WORLD_SIZE, cluster::WORLD_SIZE);
+        assert_eq!(super::THREADS, cluster::THREADS);
+        assert_eq!(super::SEED, cluster::SEED);
+        assert_eq!(super::VERBOSE, cluster::VERBOSE);
+        assert_eq!(super::RENDEZVOUS, quic::RENDEZVOUS);
+        assert_eq!(super::SECRET, quic::SECRET);
+        assert_eq!(super::SECRET_FILE, quic::SECRET_FILE);
+        assert_eq!(super::JOB_ID, quic::JOB_ID);
+        assert_eq!(super::STARTUP_TIMEOUT, quic::STARTUP_TIMEOUT);
+    }
+}

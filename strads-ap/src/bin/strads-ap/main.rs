@@ -1,0 +1,341 @@
+//! `strads-ap run`: start the processes of a strads-ap job and watch them.
+//!
+//! ```text
+//! strads-ap run -n N [--threads T] [--hosts FILE | --slurm] [--output-dir D] [--port P]
+//!               [--startup-timeout SECS] [--grace SECS] -- PROGRAM ARGS...
+//! ```
+//!
+//! Every process runs the same `PROGRAM ARGS`; the launcher tells each one its place in
+//! the job through environment variables, so any other cluster manager can start a job
+//! too by setting them:
+//!
+//! | variable | value |
+//! |---|---|
+//! | `STRADS_RANK` | `0..N`; rank 0 is the driver (not set under Slurm: `SLURM_PROCID`) |
+//! | `STRADS_WORLD_SIZE` | `N` |
+//! | `STRADS_THREADS` | worker threads per rank, only with `--threads` |
+//! | `STRADS_RENDEZVOUS` | `host:port` where rank 0 listens |
+//! | `STRADS_SECRET` | the job's secret, 64 hex digits (local and Slurm modes) |
+//! | `STRADS_SECRET_FILE` | `D/secret`, the same secret in a file of mode 0600 |
+//! | `STRADS_JOB_ID` | a random 12-hex-digit id |
+//! | `STRADS_OUTPUT_DIR` | `D`, absolute |
+//! | `STRADS_STARTUP_TIMEOUT` | seconds to wait for all ranks, only with `--startup-timeout` |
+//!
+//! Rank 0's output goes to the terminal, rank r's to `D/rank-r.log`. Rank 0 reads the
+//! launcher's stdin when it is a file or a pipe (each rank leads its own process group, so
+//! it cannot read a terminal); the others read nothing. When a rank fails,
+//! the others are stopped (SIGTERM, then SIGKILL after `--grace` seconds), the launcher
+//! shows the end of the failed rank's log and exits with its code (128 + the signal
+//! number for a rank killed by a signal). `D/job.json` records the outcome. Usage errors
+//! and a program that cannot be started exit with 2.
+//!
+//! The pieces: [`job`] decides the processes and their variables (local, [`ssh`],
+//! [`slurm`]); [`supervise`] starts, watches and stops them; [`sys`] holds the system
+//! calls.
+
+mod env;
+mod hosts;
+mod job;
+mod slurm;
+mod ssh;
+mod supervise;
+mod sys;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use job::{Job, Placement};
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The rendezvous port in ssh and Slurm modes when `--port` is not given.
+const DEFAULT_PORT: u16 = 29517;
+
+/// The exit code of usage errors and of jobs that could not be started.
+const USAGE_ERROR: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "strads-ap",
+    version,
+    about = "Launcher of strads-ap jobs",
+    long_about = "Launcher of strads-ap jobs: runs one program as the N processes (ranks) of a \
+                  job, on this machine, over ssh, or under Slurm."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run PROGRAM as the N ranks of a job and watch them.
+    #[command(long_about = RUN_ABOUT)]
+    Run(RunArgs),
+}
+
+const RUN_ABOUT: &str = "\
+Run PROGRAM ARGS as the N ranks of a job and watch them.
+
+Each rank learns its place from environment variables: STRADS_RANK (0..N, not set under \
+Slurm), STRADS_WORLD_SIZE, STRADS_THREADS (with --threads), STRADS_RENDEZVOUS (host:port \
+of rank 0), STRADS_SECRET (local and Slurm modes) and STRADS_SECRET_FILE (D/secret, mode \
+0600), STRADS_JOB_ID, STRADS_OUTPUT_DIR (D) and STRADS_STARTUP_TIMEOUT (with \
+--startup-timeout).
+
+Rank 0 writes to the terminal; rank r to D/rank-r.log. If a rank fails, the others are \
+stopped, the end of its log is shown, and strads-ap exits with the rank's exit code \
+(128 + signal number if it was killed). D/job.json records the outcome.
+
+Modes: by default all ranks run on this machine. With --hosts FILE (one `HOST` or \
+`HOST slots=K` per line) rank r runs through `ssh HOST`, in the same directory; the output \
+directory must be on a file system all hosts share. With --slurm, inside an allocation, \
+one `srun` starts the ranks.";
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Number of ranks (processes).
+    #[arg(short = 'n', value_name = "N", value_parser = at_least_one)]
+    ranks: usize,
+
+    /// Worker threads per rank [default: all cores].
+    #[arg(long, value_name = "T", value_parser = at_least_one)]
+    threads: Option<usize>,
+
+    /// Run the ranks over ssh on the hosts listed in FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "slurm")]
+    hosts: Option<PathBuf>,
+
+    /// Run the ranks with srun inside the current Slurm allocation.
+    #[arg(long)]
+    slurm: bool,
+
+    /// Directory for logs, the secret and job.json [default: ./strads-ap-logs/JOB-ID].
+    #[arg(long, value_name = "D")]
+    output_dir: Option<PathBuf>,
+
+    /// Port rank 0 listens on [default: a free port locally, 29517 with --hosts/--slurm].
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
+    port: Option<u16>,
+
+    /// Seconds the ranks wait for each other at startup [program's default: 60].
+    #[arg(long, value_name = "SECS")]
+    startup_timeout: Option<u64>,
+
+    /// Seconds between SIGTERM and SIGKILL when stopping ranks.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = seconds)]
+    grace: Duration,
+
+    /// The program each rank runs, and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    command: Vec<OsString>,
+}
+
+fn at_least_one(text: &str) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "must be a whole number of at least 1, not {text:?}"
+        )),
+    }
+}
+
+fn seconds(text: &str) -> std::result::Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("must be a number of seconds (0 or more), not {text:?}"))
+}
+
+fn main() -> ExitCode {
+    let Command::Run(args) = Cli::parse().command;
+    match run(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("strads-ap run: {error:#}");
+            ExitCode::from(USAGE_ERROR)
+        }
+    }
+}
+
+/// Turns the arguments into a job, starts it and returns the exit code.
+fn run(args: RunArgs) -> Result<u8> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        bail!("no PROGRAM given (put it after `--`)");
+    };
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let id = job::random_hex(6);
+
+    // Everything that can be wrong with the arguments is checked before anything is
+    // created.
+    let (placement, rendezvous_host) = if let Some(file) = &args.hosts {
+        let hosts = hosts::read(file)?;
+        let assigned: Vec<String> = hosts::assign(&hosts, args.ranks)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let first = hosts::dial_name(&assigned[0]);
+        let forward = [env::SEED, env::VERBOSE]
+            .into_iter()
+            .filter_map(|name| std::env::var_os(name).map(|value| (name, value)))
+            .collect();
+        let placement = Placement::Ssh {
+            hosts: assigned,
+            cwd: cwd.clone(),
+            forward,
+        };
+        (placement, Some(first))
+    } else if args.slurm {
+        let Some(list) = std::env::var_os(slurm::NODELIST) else {
+            bail!(
+                "--slurm runs inside a Slurm allocation (salloc, sbatch), but {} is not set",
+                slurm::NODELIST
+            );
+        };
+        let first = slurm::first_node(&list.to_string_lossy())?;
+        (Placement::Slurm, Some(first))
+    } else {
+        (Placement::Local, None)
+    };
+    let rendezvous = match rendezvous_host {
+        Some(host) => format!("{host}:{}", args.port.unwrap_or(DEFAULT_PORT)),
+        None => {
+            let port = match args.port {
+                Some(port) => port,
+                None => free_udp_port()?,
+            };
+            format!("127.0.0.1:{port}")
+        }
+    };
+
+    let output_dir = match &args.output_dir {
+        Some(dir) => std::path::absolute(dir)
+            .with_context(|| format!("cannot resolve output directory {}", dir.display()))?,
+        None => cwd.join("strads-ap-logs").join(&id),
+    };
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("cannot create output directory {}", output_dir.display()))?;
+    let job = Job {
+        id,
+        ranks: args.ranks,
+        threads: args.threads,
+        rendezvous,
+        secret: job::random_hex(32),
+        output_dir,
+        startup_timeout: args.startup_timeout,
+        placement,
+    };
+    write_secret(&job.secret_file(), &job.secret)?;
+    let processes = job.processes(program, program_args);
+    let signals = supervise::watch_signals().context("cannot watch for signals")?;
+
+    let ranks = supervise::plural(job.ranks, "rank");
+    let dir = job.output_dir.display();
+    match &job.placement {
+        Placement::Local => {
+            eprintln!("strads-ap run: job {}, {ranks}, logs in {dir}", job.id)
+        }
+        Placement::Ssh { .. } => eprintln!(
+            "strads-ap run: job {}, {ranks} over ssh, rendezvous {}, logs in {dir}",
+            job.id, job.rendezvous
+        ),
+        Placement::Slurm => eprintln!(
+            "strads-ap run: job {}, {ranks} under srun, rendezvous {}, job files in {dir}",
+            job.id, job.rendezvous
+        ),
+    }
+    supervise::supervise(&job, processes, args.grace, &signals)
+}
+
+/// A UDP port on loopback that is free now (it could be taken again before rank 0 binds
+/// it; `--port` avoids the race).
+fn free_udp_port() -> Result<u16> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0")
+        .context("cannot find a free UDP port on 127.0.0.1")?;
+    Ok(socket
+        .local_addr()
+        .context("cannot find a free UDP port on 127.0.0.1")?
+        .port())
+}
+
+/// Writes the secret to a new file only its owner can read.
+fn write_secret(path: &Path, secret: &str) -> Result<()> {
+    let context = || format!("cannot write the secret file {}", path.display());
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(error).with_context(context)
+        }
+        _ => {}
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(context)?;
+    writeln!(file, "{secret}").with_context(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_arguments_parse() {
+        let cli = Cli::try_parse_from([
+            "strads-ap",
+            "run",
+            "-n",
+            "3",
+            "--threads",
+            "2",
+            "--grace",
+            "0.5",
+            "--",
+            "prog",
+            "-n",
+            "9",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command;
+        assert_eq!(args.ranks, 3);
+        assert_eq!(args.threads, Some(2));
+        assert_eq!(args.grace, Duration::from_millis(500));
+        assert_eq!(args.command, ["prog", "-n", "9"]);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let refused = [
+            &["strads-ap", "run", "-n", "0", "--", "p"][..],
+            &["strads-ap", "run", "-n", "2"],
+            &["strads-ap", "run", "-n", "2", "--threads", "0", "--", "p"],
+            &[
+                "strads-ap",
+                "run",
+                "-n",
+                "2",
+                "--hosts",
+                "h",
+                "--slurm",
+                "--",
+                "p",
+            ],
+            &["strads-ap", "run", "-n", "2", "--grace", "-1", "--", "p"],
+            &["strads-ap", "run", "-n", "2", "--port", "0", "--", "p"],
+        ];
+        for argv in refused {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+    }
+}
