@@ -28,9 +28,15 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// The worker thread count: `--threads`, or the number of cores.
+    /// The worker thread count: `--threads`, or `STRADS_THREADS` (set by `strads-ap run
+    /// --threads`), or the number of cores.
     pub fn threads(&self) -> usize {
         self.threads
+            .or_else(|| {
+                std::env::var("STRADS_THREADS")
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+            })
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1)
     }

@@ -24,7 +24,7 @@ pub mod wire;
 #[doc(hidden)]
 pub mod __private;
 
-pub use cluster::{init, init_with, is_driver, rank, threads, world_size, Config};
+pub use cluster::{finish, init, init_with, is_driver, rank, threads, world_size, Config};
 pub use dds::{
     read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, ReadOptions,
     ReadReport, Relaxed,

@@ -27,7 +27,8 @@ use strads_ap_examples::report::{
 fn main() -> Result<()> {
     let args = MlrArgs::parse();
     let threads = args.common.threads();
-    strads_ap::init_with(strads_ap::Config::local(threads))?;
+    // The job the launcher describes (a world of one without it), with our thread count.
+    strads_ap::init_with(strads_ap::Config::from_env()?.with_threads(threads))?;
     let seed = args.common.seed;
     let (minibatch, lr, mode) = (args.minibatch, args.lr, args.sync.mode());
     ensure!(minibatch > 0, "--minibatch must be at least 1");

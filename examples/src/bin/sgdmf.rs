@@ -24,7 +24,8 @@ use strads_ap_examples::report::{
 fn main() -> Result<()> {
     let args = SgdmfArgs::parse();
     let threads = args.common.threads();
-    strads_ap::init_with(strads_ap::Config::local(threads))?;
+    // The job the launcher describes (a world of one without it), with our thread count.
+    strads_ap::init_with(strads_ap::Config::from_env()?.with_threads(threads))?;
     let seed = args.common.seed;
     let (rank, lr, reg) = (args.rank, args.lr, args.reg);
 

@@ -25,6 +25,11 @@ pub mod env {
     pub const SEED: &str = "STRADS_SEED";
     /// `1` to print what the runtime does (reconnaissance, plans) to stderr.
     pub const VERBOSE: &str = "STRADS_VERBOSE";
+    /// Slurm's rank, read when `STRADS_RANK` is not set.
+    pub const SLURM_PROCID: &str = "SLURM_PROCID";
+    /// Slurm's task count, read when `STRADS_WORLD_SIZE` is not set.
+    pub const SLURM_NTASKS: &str = "SLURM_NTASKS";
+    pub use crate::transport::quic::env::*;
 }
 
 /// How a process takes part in a job.
@@ -69,6 +74,12 @@ impl Config {
         }
     }
 
+    /// The same job with `threads` worker threads per process.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
     /// The same, printing what the runtime does to stderr.
     pub fn verbose(mut self, verbose: bool) -> Self {
         self.verbose = verbose;
@@ -87,10 +98,11 @@ impl Config {
                 Err(e) => Err(Error::Config(format!("{name}: {e}"))),
             }
         };
-        if let Some(rank) = read(env::RANK)? {
+        // Under Slurm (`srun`), the launcher leaves rank and size to Slurm's variables.
+        if let Some(rank) = read(env::RANK)?.or(read(env::SLURM_PROCID)?) {
             config.rank = rank as usize;
         }
-        if let Some(world) = read(env::WORLD_SIZE)? {
+        if let Some(world) = read(env::WORLD_SIZE)?.or(read(env::SLURM_NTASKS)?) {
             config.world_size = world as usize;
         }
         if let Some(threads) = read(env::THREADS)? {
@@ -114,14 +126,6 @@ impl Config {
                 config.rank, config.world_size
             )));
         }
-        if config.world_size > 1 {
-            return Err(Error::Config(format!(
-                "{}={} asks for a multi-process job, which this build does not support yet; \
-                 run without the launcher for a world of one",
-                env::WORLD_SIZE,
-                config.world_size
-            )));
-        }
         Ok(config)
     }
 }
@@ -137,8 +141,10 @@ static CONTEXT: OnceLock<Context> = OnceLock::new();
 
 /// Joins the job the launcher described, or starts a world of one using all cores.
 ///
-/// Calling it again with the same configuration is harmless; operators call it themselves
-/// if the program did not.
+/// In a job of several processes this connects to the other ranks (see
+/// [`crate::transport::quic`]) and returns once all have joined, or fails with a clear error
+/// at the start-up deadline. Calling it again with the same configuration is harmless;
+/// operators call it themselves if the program did not (in a world of one).
 ///
 /// # Examples
 /// ```
@@ -164,6 +170,75 @@ pub fn init_with(config: Config) -> Result<()> {
         return Err(Error::Config(format!(
             "init called twice with different jobs: rank {}/{} then {}/{}",
             ctx.config.rank, ctx.config.world_size, config.rank, config.world_size
+        )));
+    }
+    if config.world_size > 1 {
+        join_cluster(&config)?;
+    }
+    Ok(())
+}
+
+/// The connections of a job of several processes.
+struct Cluster {
+    transport: Arc<crate::transport::QuicTransport>,
+    comm: collective::Comm,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static JOINING: Mutex<()> = Mutex::new(());
+
+fn join_cluster(config: &Config) -> Result<()> {
+    let _one_at_a_time = JOINING.lock().unwrap_or_else(|p| p.into_inner());
+    if CLUSTER.get().is_some() {
+        return Ok(());
+    }
+    let transport = crate::transport::QuicTransport::from_env(config.rank, config.world_size)?;
+    let comm = collective::Comm::new(transport.clone());
+    comm.barrier()?;
+    if config.verbose {
+        eprintln!(
+            "strads-ap: rank {} of {} joined the job at {}",
+            config.rank,
+            config.world_size,
+            transport.local_addr()
+        );
+    }
+    let _ = CLUSTER.set(Cluster { transport, comm });
+    Ok(())
+}
+
+/// The collectives of this job, once [`init`] joined a job of several processes; `None` in
+/// a world of one.
+///
+/// ```
+/// strads_ap_runtime::init().unwrap();
+/// assert!(strads_ap_runtime::cluster::comm().is_none());
+/// ```
+pub fn comm() -> Option<&'static collective::Comm> {
+    CLUSTER.get().map(|c| &c.comm)
+}
+
+/// Leaves the job cleanly: says goodbye to every rank, waits until everything sent has been
+/// delivered and every rank has said goodbye, and closes the connections. Call it last, on
+/// every rank; a rank that exits without it looks lost to the others. Does nothing in a
+/// world of one.
+pub fn finish() -> Result<()> {
+    use crate::transport::Transport;
+    match CLUSTER.get() {
+        Some(c) => c.transport.shutdown(std::time::Duration::from_secs(60)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses an operator that does not run across processes yet, with a clear error.
+pub(crate) fn local_only(op: &str) -> Result<()> {
+    let config = &context().config;
+    if config.world_size > 1 {
+        return Err(Error::Config(format!(
+            "{op}: this operator does not run across processes yet (this is rank {} of {}); \
+             for now a multi-process job has the launcher, the transport and the collectives \
+             (strads_ap::cluster::comm()); run without the launcher for a world of one",
+            config.rank, config.world_size
         )));
     }
     Ok(())

@@ -135,6 +135,7 @@ impl ReadOptions {
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
         let path = path.as_ref();
+        crate::cluster::local_only("read_from_file")?;
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let text = std::str::from_utf8(&bytes).map_err(|e| {
             let line = bytes[..e.valid_up_to()]

@@ -198,6 +198,7 @@ impl<K: Element + Eq + Hash> MapKey for K {}
 impl<K: MapKey, V: Element> DMap<K, V> {
     /// An empty map.
     pub fn new() -> Result<Self> {
+        crate::cluster::local_only("DMap::new")?;
         Ok(DMap {
             table: MapTable::create(Entries::new()),
         })
@@ -205,6 +206,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
 
     /// A map holding `pairs` (a later pair replaces an earlier one with the same key).
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
+        crate::cluster::local_only("DMap::from_pairs")?;
         Ok(DMap {
             table: MapTable::create(Entries::from_pairs(pairs)),
         })
@@ -482,6 +484,7 @@ impl<K, V> Clone for DMultiMap<K, V> {
 impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// An empty multimap.
     pub fn new() -> Result<Self> {
+        crate::cluster::local_only("DMultiMap::new")?;
         Ok(DMultiMap {
             table: MapTable::create(Entries::new()),
         })
@@ -489,6 +492,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
 
     /// A multimap holding `pairs`; values of one key keep their order.
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
+        crate::cluster::local_only("DMultiMap::from_pairs")?;
         let mut entries: Entries<K, Vec<V>> = Entries::new();
         for (k, v) in pairs {
             match entries.get_mut(&k) {

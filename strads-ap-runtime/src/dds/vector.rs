@@ -74,6 +74,7 @@ impl<T: Element> DVector<T> {
     where
         F: Fn(usize) -> T + Send + Sync,
     {
+        crate::cluster::local_only("DVector::from_fn")?;
         let threads = context().config().threads;
         let data = if threads == 1 {
             // On the calling thread: its allocator arena is the one the serial program
@@ -89,6 +90,7 @@ impl<T: Element> DVector<T> {
 
     /// A DVector holding the elements of `v`.
     pub fn from_vec(v: Vec<T>) -> Result<Self> {
+        crate::cluster::local_only("DVector::from_vec")?;
         Ok(Self::from_data(v))
     }
 

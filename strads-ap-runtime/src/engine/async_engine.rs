@@ -46,6 +46,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
 ) -> Result<()> {
     let ctx = context();
+    crate::cluster::local_only("async_for!")?;
     let threads = opts.threads.unwrap_or(ctx.config().threads);
     let bounds = |i: I| {
         i.to_usize().ok_or_else(|| {

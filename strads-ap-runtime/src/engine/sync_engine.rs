@@ -49,6 +49,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         ));
     }
     let ctx = context();
+    crate::cluster::local_only("sync_for!")?;
     let threads = opts.threads.unwrap_or(ctx.config().threads);
     let mut registry = Registry::default();
     register(task, &mut registry);

@@ -33,6 +33,7 @@
 //! [`slurm`]); [`supervise`] starts, watches and stops them; [`sys`] holds the system
 //! calls.
 
+mod check;
 mod env;
 mod hosts;
 mod job;
@@ -76,7 +77,16 @@ enum Command {
     /// Run PROGRAM as the N ranks of a job and watch them.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
+    /// Be one rank of a job that checks the cluster: `strads-ap run -n N -- strads-ap check`.
+    #[command(long_about = CHECK_ABOUT)]
+    Check(check::CheckArgs),
 }
+
+const CHECK_ABOUT: &str = "\
+Be one rank of a job that checks the cluster works: run it under the launcher, as in \
+`strads-ap run -n 4 --hosts hosts.txt -- strads-ap check`. Every rank joins (proving it \
+holds the job's secret), then the ranks run collectives and time a barrier and a bulk \
+broadcast. Rank 0 prints one JSON line with the figures.";
 
 const RUN_ABOUT: &str = "\
 Run PROGRAM ARGS as the N ranks of a job and watch them.
@@ -152,7 +162,10 @@ fn seconds(text: &str) -> std::result::Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let Command::Run(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Run(args) => args,
+        Command::Check(args) => return check::main(args),
+    };
     match run(args) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
@@ -307,7 +320,9 @@ mod tests {
             "9",
         ])
         .unwrap();
-        let Command::Run(args) = cli.command;
+        let Command::Run(args) = cli.command else {
+            panic!("parsed as another command");
+        };
         assert_eq!(args.ranks, 3);
         assert_eq!(args.threads, Some(2));
         assert_eq!(args.grace, Duration::from_millis(500));
