@@ -17,6 +17,7 @@ pub mod engine;
 mod error;
 pub mod plan;
 pub mod recon;
+pub mod store;
 pub mod transport;
 mod util;
 pub mod wire;
