@@ -102,7 +102,7 @@ impl QuicOptions {
         }
     }
 
-    /// Options from the launcher's environment variables (see [`env`]).
+    /// Options from the launcher's environment variables (see [`mod@env`]).
     pub fn from_env(rank: Rank, world: usize) -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let rendezvous = var(env::RENDEZVOUS).ok_or_else(|| {
@@ -387,7 +387,7 @@ impl QuicTransport {
         Ok(Arc::new(t))
     }
 
-    /// Starts a transport from the launcher's environment (see [`env`]).
+    /// Starts a transport from the launcher's environment (see [`mod@env`]).
     pub fn from_env(rank: Rank, world: usize) -> Result<Arc<QuicTransport>> {
         Self::start(QuicOptions::from_env(rank, world)?)
     }

@@ -8,10 +8,11 @@
 //!   exported keying material ([`proof`]). Binding the proof to the TLS session means a
 //!   relay in the middle cannot reuse it, so certificates need not be checked: knowing the
 //!   secret is what authenticates a rank. Handshake messages are length-prefixed postcard
-//!   ([`encode_handshake`], [`HandshakeDecoder`]) and at most [`MAX_HANDSHAKE`] bytes.
+//!   ([`encode_handshake`], [`handshake_len`], [`decode_handshake`]) and at most
+//!   [`MAX_HANDSHAKE`] bytes.
 //! * **Data**: each unidirectional stream carries one *batch*: the batch's sequence number
 //!   (per direction of a connection) and then frames `tag (u64) | length (u32) | payload`
-//!   ([`BatchWriter`], [`BatchReader`]). Frames longer than the receiver's limit are refused
+//!   ([`BatchWriter`], [`frame_header`], [`parse_batch`]). Frames longer than the receiver's limit are refused
 //!   before any allocation. Sequence numbers let a receiver read streams concurrently and
 //!   still deliver messages in send order ([`Reorder`]).
 
