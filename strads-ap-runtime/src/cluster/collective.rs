@@ -197,7 +197,7 @@ impl Comm {
     }
 
     /// Every rank's `value`, in rank order, on every rank.
-    pub fn allgather<T: Serialize + DeserializeOwned + Clone>(&self, value: T) -> Result<Vec<T>> {
+    pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: T) -> Result<Vec<T>> {
         let all = self.gather(0, value)?;
         self.broadcast(0, all.unwrap_or_default())
     }

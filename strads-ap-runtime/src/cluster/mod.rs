@@ -133,7 +133,6 @@ impl Config {
 /// The process-wide runtime state.
 pub struct Context {
     config: Config,
-    next_table: AtomicU64,
     pools: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
 }
 
@@ -230,15 +229,154 @@ pub fn finish() -> Result<()> {
     }
 }
 
+/// The rank a thread acts as: its place in the job, its collectives, and the counter that
+/// gives DDSs their ids (in program order, so every rank gives a DDS the same id).
+///
+/// A process has one by default (from [`init`]). Tests and simulations run several ranks
+/// in one process: each thread enters its own with [`scoped`] (see
+/// [`crate::transport::mem`]).
+pub struct RankCtx {
+    rank: usize,
+    world: usize,
+    /// `None`: the process's cluster (after [`init`]), if any.
+    comm: Option<collective::Comm>,
+    next_table: AtomicU64,
+    uid: u64,
+}
+
+impl std::fmt::Debug for RankCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RankCtx")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .finish()
+    }
+}
+
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+impl RankCtx {
+    /// A rank of a job whose collectives run over `comm` (e.g. on a `mem` transport).
+    pub fn new(comm: collective::Comm) -> Arc<RankCtx> {
+        Arc::new(RankCtx {
+            rank: comm.rank(),
+            world: comm.world_size(),
+            comm: Some(comm),
+            next_table: AtomicU64::new(1),
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    fn process_default() -> Arc<RankCtx> {
+        static DEFAULT: OnceLock<Arc<RankCtx>> = OnceLock::new();
+        DEFAULT
+            .get_or_init(|| {
+                let config = &context().config;
+                Arc::new(RankCtx {
+                    rank: config.rank,
+                    world: config.world_size,
+                    comm: None,
+                    next_table: AtomicU64::new(1),
+                    uid: 0,
+                })
+            })
+            .clone()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// The collectives, in a job of several ranks.
+    pub fn comm(&self) -> Option<&collective::Comm> {
+        self.comm.as_ref().or_else(|| comm())
+    }
+
+    /// The collectives of a job of several ranks, or an error naming `op` if the job has
+    /// not been joined.
+    pub(crate) fn comm_for(&self, op: &str) -> Result<&collective::Comm> {
+        self.comm().ok_or_else(|| {
+            Error::Config(format!(
+                "{op}: rank {} of {} has not joined the job; call strads_ap::init() first",
+                self.rank, self.world
+            ))
+        })
+    }
+
+    /// Whether the job has several ranks.
+    pub fn is_distributed(&self) -> bool {
+        self.world > 1
+    }
+
+    /// A fresh DDS id.
+    pub(crate) fn new_table_id(&self) -> u64 {
+        self.next_table.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Tells apart the ranks living in one process (0 for the process's own).
+    pub(crate) fn uid(&self) -> u64 {
+        self.uid
+    }
+}
+
+thread_local! {
+    static SCOPE: std::cell::RefCell<Option<Arc<RankCtx>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` on this thread as rank `ctx` (operators called inside act for that rank).
+///
+/// ```
+/// use std::thread;
+/// use strads_ap_runtime::cluster::{collective::Comm, scoped, RankCtx};
+/// use strads_ap_runtime::transport::mem::MemCluster;
+/// use strads_ap_runtime::DVector;
+///
+/// let ranks: Vec<_> = MemCluster::new(2).into_transports().into_iter().map(|t| {
+///     thread::spawn(move || scoped(RankCtx::new(Comm::new(t)), || {
+///         let v = DVector::from_fn(5, |i| i as u64)?;   // each rank holds its range
+///         v.reduce(|a, b| a + b)                         // the same sum on every rank
+///     }))
+/// }).collect();
+/// for r in ranks {
+///     assert_eq!(r.join().unwrap().unwrap(), 10);
+/// }
+/// ```
+pub fn scoped<R>(ctx: Arc<RankCtx>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<RankCtx>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            SCOPE.with(|s| *s.borrow_mut() = old);
+        }
+    }
+    let old = SCOPE.with(|s| s.borrow_mut().replace(ctx));
+    let _restore = Restore(old);
+    f()
+}
+
+/// The rank this thread acts as.
+pub fn here() -> Arc<RankCtx> {
+    SCOPE
+        .with(|s| s.borrow().clone())
+        .unwrap_or_else(RankCtx::process_default)
+}
+
 /// Refuses an operator that does not run across processes yet, with a clear error.
 pub(crate) fn local_only(op: &str) -> Result<()> {
-    let config = &context().config;
-    if config.world_size > 1 {
+    let here = here();
+    if here.is_distributed() {
         return Err(Error::Config(format!(
             "{op}: this operator does not run across processes yet (this is rank {} of {}); \
-             for now a multi-process job has the launcher, the transport and the collectives \
-             (strads_ap::cluster::comm()); run without the launcher for a world of one",
-            config.rank, config.world_size
+             for now a multi-process job has the launcher, the transport, the collectives \
+             (strads_ap::cluster::comm()) and the DVector data operators; run without the \
+             launcher for a world of one",
+            here.rank, here.world
         )));
     }
     Ok(())
@@ -263,7 +401,6 @@ impl Context {
         }
         Context {
             config,
-            next_table: AtomicU64::new(1),
             pools: Mutex::new(HashMap::new()),
         }
     }
@@ -271,12 +408,6 @@ impl Context {
     /// The configuration this process runs with.
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// A fresh table id. Ids are handed out in program order, so every rank of an SPMD
-    /// job gives the same DDS the same id.
-    pub(crate) fn new_table_id(&self) -> u64 {
-        self.next_table.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A rayon pool with exactly `threads` workers (cached per size).

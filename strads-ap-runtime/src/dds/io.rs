@@ -76,7 +76,7 @@ pub struct ReadOptions {
 }
 
 /// What [`ReadOptions::read`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReadReport {
     /// Lines parsed into elements.
     pub parsed: usize,
@@ -135,7 +135,64 @@ impl ReadOptions {
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
         let path = path.as_ref();
-        crate::cluster::local_only("read_from_file")?;
+        let ctx = crate::cluster::here();
+        let comm = if ctx.is_distributed() {
+            Some(ctx.comm_for("read_from_file")?)
+        } else {
+            None
+        };
+        // In a job of several ranks every rank reads the file (it must be visible to all)
+        // and parses its share of the line-aligned byte ranges; the outcome is agreed on.
+        let local = self.read_share(path, &parser, ctx.rank(), ctx.world_size());
+        let (items, report) = match comm {
+            None => local?,
+            Some(comm) => {
+                let shared = local.map_err(|e| SharedError::from(&e));
+                let all = comm.allgather(shared)?;
+                let mut items = Vec::new();
+                let mut report = ReadReport::default();
+                for part in all {
+                    let (part_items, part_report) = part.map_err(|e| e.into_error(path))?;
+                    items.extend(part_items);
+                    report.skipped += part_report.skipped;
+                    report.parsed += part_report.parsed;
+                    if report.first_skipped.is_none() {
+                        report.first_skipped = part_report.first_skipped;
+                    }
+                }
+                (items, report)
+            }
+        };
+        if let Some((line, message)) = &report.first_skipped {
+            if ctx.rank() == 0 {
+                tracing::warn!(
+                    "{}: skipped {} bad lines; the first, line {line}: {message}",
+                    path.display(),
+                    report.skipped
+                );
+            }
+        }
+        if items.is_empty() && !self.allow_empty {
+            return Err(Error::EmptyFile {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok((DVector::from_data(items), report))
+    }
+
+    /// Parses rank `rank`'s share (of `world`) of the file's line-aligned byte ranges.
+    fn read_share<T, E, F>(
+        &self,
+        path: &Path,
+        parser: &F,
+        rank: usize,
+        world: usize,
+    ) -> Result<(Vec<T>, ReadReport)>
+    where
+        T: Element,
+        E: Display,
+        F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
+    {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let text = std::str::from_utf8(&bytes).map_err(|e| {
             let line = bytes[..e.valid_up_to()]
@@ -159,17 +216,28 @@ impl ReadOptions {
         }
         let text = &text[body_start..];
         let threads = context().config().threads;
-        let ranges = split_lines(text, threads * 4);
+        let ranges = split_lines(text, threads * 4 * world);
+        // Rank r takes a contiguous run of the ranges, about 1/world of them.
+        let (lo, hi) = (
+            ranges.len() * rank / world,
+            ranges.len() * (rank + 1) / world,
+        );
+        let mine = &ranges[lo..hi];
         let pool = context().pool(threads);
         let chunks: Vec<Chunk<T>> = pool.install(|| {
-            ranges
-                .par_iter()
-                .map(|r| self.parse_chunk(&text[r.clone()], &parser))
+            mine.par_iter()
+                .map(|r| self.parse_chunk(&text[r.clone()], parser))
                 .collect()
         });
         let mut report = ReadReport::default();
         let mut items = Vec::with_capacity(chunks.iter().map(|c| c.items.len()).sum());
-        let mut first_line = self.header_lines + 1;
+        let before = mine.first().map_or(0, |r| {
+            text.as_bytes()[..r.start]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+        });
+        let mut first_line = self.header_lines + 1 + before;
         for chunk in chunks {
             for (line, message, text) in chunk.bad {
                 let line = first_line + line;
@@ -188,19 +256,7 @@ impl ReadOptions {
             items.extend(chunk.items);
         }
         report.parsed = items.len();
-        if let Some((line, message)) = &report.first_skipped {
-            tracing::warn!(
-                "{}: skipped {} bad lines; the first, line {line}: {message}",
-                path.display(),
-                report.skipped
-            );
-        }
-        if items.is_empty() && !self.allow_empty {
-            return Err(Error::EmptyFile {
-                path: path.to_path_buf(),
-            });
-        }
-        Ok((DVector::from_data(items), report))
+        Ok((items, report))
     }
 
     fn parse_chunk<T, E: Display>(
@@ -232,6 +288,51 @@ impl ReadOptions {
             }
         }
         chunk
+    }
+}
+
+/// A reading error as it travels between ranks.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum SharedError {
+    Parse {
+        line: usize,
+        message: String,
+        text: String,
+    },
+    Other(String),
+}
+
+impl SharedError {
+    fn from(e: &Error) -> Self {
+        match e {
+            Error::Parse {
+                line,
+                message,
+                text,
+                ..
+            } => SharedError::Parse {
+                line: *line,
+                message: message.clone(),
+                text: text.clone(),
+            },
+            other => SharedError::Other(other.to_string()),
+        }
+    }
+
+    fn into_error(self, path: &Path) -> Error {
+        match self {
+            SharedError::Parse {
+                line,
+                message,
+                text,
+            } => Error::Parse {
+                path: path.to_path_buf(),
+                line,
+                message,
+                text,
+            },
+            SharedError::Other(message) => Error::Config(format!("read_from_file: {message}")),
+        }
     }
 }
 

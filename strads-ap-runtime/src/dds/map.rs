@@ -17,7 +17,6 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::table::{lookup_table, register_table, TableHandle, TableLock};
 use super::view::{RecordVectorView, VectorView};
 use super::Element;
-use crate::cluster::context;
 use crate::engine::ctx::{raise, ExecCtx, Fault};
 use crate::error::{Error, Result};
 use crate::recon::Recorder;
@@ -100,7 +99,7 @@ pub(crate) struct MapTable<K, V> {
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> MapTable<K, V> {
     fn create(data: Entries<K, V>) -> Arc<Self> {
-        let id = context().new_table_id();
+        let id = crate::cluster::here().new_table_id();
         let table = Arc::new(MapTable {
             id,
             data: RwLock::new(data),

@@ -9,24 +9,29 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
 use super::aggregate::{Aggregate, Aggregation};
 use crate::error::{Error, Result};
 
-/// Live tables by id, so that a handle deserialized from the wire finds its table.
-fn registry() -> &'static Mutex<HashMap<u64, Weak<dyn Any + Send + Sync>>> {
-    static REG: OnceLock<Mutex<HashMap<u64, Weak<dyn Any + Send + Sync>>>> = OnceLock::new();
+type Registry = Mutex<HashMap<(u64, u64), Weak<dyn Any + Send + Sync>>>;
+
+/// Live tables by (rank in this process, id), so that a handle deserialized from the wire
+/// finds its table.
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 pub(crate) fn register_table<T: Any + Send + Sync>(id: u64, table: &Arc<T>) {
     let weak: Weak<dyn Any + Send + Sync> =
         Arc::downgrade(&(table.clone() as Arc<dyn Any + Send + Sync>));
+    let uid = crate::cluster::here().uid();
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     reg.retain(|_, w| w.strong_count() > 0);
-    reg.insert(id, weak);
+    reg.insert((uid, id), weak);
 }
 
 pub(crate) fn lookup_table<T: Any + Send + Sync>(id: u64) -> std::result::Result<Arc<T>, String> {
+    let uid = crate::cluster::here().uid();
     let reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     let any = reg
-        .get(&id)
+        .get(&(uid, id))
         .and_then(Weak::upgrade)
         .ok_or_else(|| format!("no live DDS table with id {id} in this process"))?;
     any.downcast::<T>()
@@ -63,7 +68,12 @@ pub(crate) trait TableLock {
 /// The storage of a [`DVector`](super::DVector) on this rank.
 pub(crate) struct VectorTable<T> {
     pub id: u64,
+    /// Elements in the whole job.
     pub len: usize,
+    /// Global index of `data[0]`.
+    pub offset: usize,
+    /// The rank that holds this part.
+    pub ctx: Arc<crate::cluster::RankCtx>,
     /// The elements of this rank's partition (a world of one holds all of them).
     pub data: RwLock<Vec<T>>,
     pub relaxed: AtomicBool,
@@ -71,10 +81,20 @@ pub(crate) struct VectorTable<T> {
 }
 
 impl<T: Send + Sync + 'static> VectorTable<T> {
-    pub fn new(id: u64, data: Vec<T>) -> Arc<Self> {
+    /// A table of `len` elements of which this rank (`ctx`) holds `data`, starting at global
+    /// index `offset`.
+    pub fn new(
+        ctx: Arc<crate::cluster::RankCtx>,
+        len: usize,
+        offset: usize,
+        data: Vec<T>,
+    ) -> Arc<Self> {
+        let id = ctx.new_table_id();
         let table = Arc::new(VectorTable {
             id,
-            len: data.len(),
+            len,
+            offset,
+            ctx,
             data: RwLock::new(data),
             relaxed: AtomicBool::new(false),
             aggregation: RwLock::new(None),

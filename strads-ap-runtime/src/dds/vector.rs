@@ -10,8 +10,10 @@ use super::aggregate::{Aggregate, Aggregation};
 use super::map::DMap;
 use super::table::{lookup_table, VectorTable};
 use super::Element;
-use crate::cluster::context;
+use crate::cluster::collective::Comm;
+use crate::cluster::{context, RankCtx};
 use crate::error::{Error, Result};
+use crate::store::RangePartition;
 
 /// A distributed vector of `T`: the strads-ap replacement for `Vec<T>`.
 ///
@@ -62,35 +64,88 @@ pub enum Relaxed {
 }
 
 impl<T: Element> DVector<T> {
+    /// A DVector made by every rank from the same full `data` (SPMD): each keeps its range.
     pub(crate) fn from_data(data: Vec<T>) -> Self {
-        let id = context().new_table_id();
+        let ctx = crate::cluster::here();
+        let part = RangePartition::new(data.len(), ctx.world_size());
+        let range = part.range(ctx.rank());
+        let (len, offset) = (data.len(), range.start);
+        let local = if ctx.is_distributed() {
+            let mut data = data;
+            data.truncate(range.end);
+            data.drain(..range.start);
+            data
+        } else {
+            data
+        };
         DVector {
-            table: VectorTable::new(id, data),
+            table: VectorTable::new(ctx, len, offset, local),
         }
     }
 
-    /// A DVector of `len` elements, element `i` being `f(i)`; built in parallel.
+    /// A DVector of `len` elements of which this rank holds `local`, its range.
+    fn from_local(ctx: Arc<RankCtx>, len: usize, local: Vec<T>) -> Self {
+        let range = RangePartition::new(len, ctx.world_size()).range(ctx.rank());
+        debug_assert_eq!(range.len(), local.len());
+        DVector {
+            table: VectorTable::new(ctx, len, range.start, local),
+        }
+    }
+
+    /// The collectives when the job has several ranks; `None` in a world of one.
+    fn dist(&self, op: &str) -> Result<Option<&Comm>> {
+        let ctx = &self.table.ctx;
+        if ctx.is_distributed() {
+            ctx.comm_for(op).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn partition(&self) -> RangePartition {
+        RangePartition::new(self.table.len, self.table.ctx.world_size())
+    }
+
+    /// A DVector of `len` elements, element `i` being `f(i)`; built in parallel. In a job
+    /// of several ranks each rank computes its own range.
     pub fn from_fn<F>(len: usize, f: F) -> Result<Self>
     where
         F: Fn(usize) -> T + Send + Sync,
     {
-        crate::cluster::local_only("DVector::from_fn")?;
+        let ctx = crate::cluster::here();
+        let range = RangePartition::new(len, ctx.world_size()).range(ctx.rank());
+        if ctx.is_distributed() {
+            ctx.comm_for("DVector::from_fn")?.enter_operator(
+                "DVector::from_fn",
+                &format!("len {len}"),
+                Vec::new(),
+            )?;
+        }
         let threads = context().config().threads;
         let data = if threads == 1 {
             // On the calling thread: its allocator arena is the one the serial program
             // would use, which keeps rows allocated here close together.
-            (0..len).map(&f).collect()
+            range.map(&f).collect()
         } else {
             context()
                 .pool(threads)
-                .install(|| (0..len).into_par_iter().map(&f).collect())
+                .install(|| range.into_par_iter().map(&f).collect())
         };
-        Ok(Self::from_data(data))
+        Ok(Self::from_local(ctx, len, data))
     }
 
-    /// A DVector holding the elements of `v`.
+    /// A DVector holding the elements of `v`. In a job of several ranks every rank passes
+    /// the same `v` (it is computed by the same program) and keeps its range; ranks passing
+    /// vectors of different lengths fail with [`Error::Divergence`].
     pub fn from_vec(v: Vec<T>) -> Result<Self> {
-        crate::cluster::local_only("DVector::from_vec")?;
+        let ctx = crate::cluster::here();
+        if ctx.is_distributed() {
+            ctx.comm_for("DVector::from_vec")?.enter_operator(
+                "DVector::from_vec",
+                &format!("len {}", v.len()),
+                Vec::new(),
+            )?;
+        }
         Ok(Self::from_data(v))
     }
 
@@ -109,36 +164,66 @@ impl<T: Element> DVector<T> {
         self.table.id
     }
 
-    /// A copy of element `i`.
-    pub fn get(&self, i: usize) -> Result<T> {
-        let data = self.table.read("DVector::get")?;
-        data.get(i).cloned().ok_or(Error::IndexOutOfBounds {
-            op: "DVector::get",
-            index: i,
-            len: data.len(),
-        })
-    }
-
-    /// Replaces element `i`.
-    pub fn set(&self, i: usize, value: T) -> Result<()> {
-        let mut data = self.table.write("DVector::set")?;
-        let len = data.len();
-        let slot = data.get_mut(i).ok_or(Error::IndexOutOfBounds {
-            op: "DVector::set",
-            index: i,
-            len,
-        })?;
-        *slot = value;
+    fn check_index(&self, op: &'static str, i: usize) -> Result<()> {
+        if i >= self.table.len {
+            return Err(Error::IndexOutOfBounds {
+                op,
+                index: i,
+                len: self.table.len,
+            });
+        }
         Ok(())
     }
 
-    /// All elements, in order, as a `Vec`.
+    /// A copy of element `i` (on every rank: its owner sends it).
+    pub fn get(&self, i: usize) -> Result<T> {
+        self.check_index("DVector::get", i)?;
+        let local = {
+            let data = self.table.read("DVector::get")?;
+            i.checked_sub(self.table.offset)
+                .and_then(|j| data.get(j))
+                .cloned()
+        };
+        match self.dist("DVector::get")? {
+            None => local.ok_or(Error::IndexOutOfBounds {
+                op: "DVector::get",
+                index: i,
+                len: self.table.len,
+            }),
+            Some(comm) => {
+                let owner = self.partition().owner(i);
+                comm.broadcast(owner, local)?.ok_or_else(|| {
+                    Error::Transport(format!("rank {owner} did not send element {i}"))
+                })
+            }
+        }
+    }
+
+    /// Replaces element `i` (its owner does; every rank calls it with the same value).
+    pub fn set(&self, i: usize, value: T) -> Result<()> {
+        self.check_index("DVector::set", i)?;
+        let mut data = self.table.write("DVector::set")?;
+        if let Some(slot) = i
+            .checked_sub(self.table.offset)
+            .and_then(|j| data.get_mut(j))
+        {
+            *slot = value;
+        }
+        Ok(())
+    }
+
+    /// All elements, in order, as a `Vec` (on every rank).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        Ok(self.table.read("DVector::to_vec")?.clone())
+        let local = self.table.read("DVector::to_vec")?.clone();
+        match self.dist("DVector::to_vec")? {
+            None => Ok(local),
+            Some(comm) => Ok(comm.allgather(local)?.concat()),
+        }
     }
 
     /// Runs `f` on all elements, read-only, without copying them in a world of one (the
-    /// cheap way to evaluate a model in driver code).
+    /// cheap way to evaluate a model in driver code). In a job of several ranks every rank
+    /// first gathers a copy of all elements.
     ///
     /// ```
     /// use strads_ap_runtime::DVector;
@@ -148,6 +233,10 @@ impl<T: Element> DVector<T> {
     /// # Ok::<(), strads_ap_runtime::Error>(())
     /// ```
     pub fn with_all<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        if self.dist("DVector::with_all")?.is_some() {
+            let all = self.to_vec()?;
+            return Ok(f(&all));
+        }
         let data = self.table.read("DVector::with_all")?;
         Ok(f(&data))
     }
@@ -157,7 +246,8 @@ impl<T: Element> DVector<T> {
         Ok(self.to_vec()?.into_iter())
     }
 
-    /// A new DVector with `f` applied to every element (in parallel).
+    /// A new DVector with `f` applied to every element (in parallel; each rank maps its
+    /// range).
     pub fn map<U, F>(&self, f: F) -> Result<DVector<U>>
     where
         U: Element,
@@ -165,7 +255,11 @@ impl<T: Element> DVector<T> {
     {
         let data = self.table.read("DVector::map")?;
         let out = self.install(|| data.par_iter().map(&f).collect());
-        Ok(DVector::from_data(out))
+        Ok(DVector::from_local(
+            self.table.ctx.clone(),
+            self.table.len,
+            out,
+        ))
     }
 
     /// Combines all elements with `f` (associative and commutative), in parallel.
@@ -178,41 +272,71 @@ impl<T: Element> DVector<T> {
         self.map_reduce(T::clone, f)
     }
 
-    /// Maps every element with `map` and combines the results with `reduce`.
+    /// Maps every element with `map` and combines the results with `reduce`. In a job of
+    /// several ranks each rank reduces its range and the partial results are combined in
+    /// rank order, so every rank gets the same value.
     ///
     /// Fails with [`Error::Empty`] on an empty DVector.
     pub fn map_reduce<U, M, R>(&self, map: M, reduce: R) -> Result<U>
     where
-        U: Send,
+        U: Element,
         M: Fn(&T) -> U + Send + Sync,
         R: Fn(U, U) -> U + Send + Sync,
     {
-        let data = self.table.read("DVector::map_reduce")?;
-        self.install(|| data.par_iter().map(&map).reduce_with(&reduce))
-            .ok_or(Error::Empty {
-                op: "DVector::map_reduce",
-            })
+        let partial = {
+            let data = self.table.read("DVector::map_reduce")?;
+            self.install(|| data.par_iter().map(&map).reduce_with(&reduce))
+        };
+        let total = match self.dist("DVector::map_reduce")? {
+            None => partial,
+            Some(comm) => comm
+                .allgather(partial)?
+                .into_iter()
+                .flatten()
+                .reduce(&reduce),
+        };
+        total.ok_or(Error::Empty {
+            op: "DVector::map_reduce",
+        })
     }
 
-    /// Applies `f` to every element in place, with its index (in parallel).
+    /// Applies `f` to every element in place, with its (global) index, in parallel.
     pub fn transform<F>(&self, f: F) -> Result<()>
     where
         F: Fn(usize, &mut T) + Send + Sync,
     {
+        let offset = self.table.offset;
         let mut guard = self.table.write("DVector::transform")?;
         let data: &mut Vec<T> = &mut guard;
-        self.install(|| data.par_iter_mut().enumerate().for_each(|(i, x)| f(i, x)));
+        self.install(|| {
+            data.par_iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| f(offset + i, x))
+        });
         Ok(())
     }
 
-    /// A new DVector of the elements for which `keep` is true, in order.
+    /// A new DVector of the elements for which `keep` is true, in order. In a job of
+    /// several ranks the kept elements are spread again over balanced ranges.
     pub fn filter<F>(&self, keep: F) -> Result<DVector<T>>
     where
         F: Fn(&T) -> bool + Send + Sync,
     {
-        let data = self.table.read("DVector::filter")?;
-        let out = self.install(|| data.par_iter().filter(|x| keep(x)).cloned().collect());
-        Ok(DVector::from_data(out))
+        let kept: Vec<T> = {
+            let data = self.table.read("DVector::filter")?;
+            self.install(|| data.par_iter().filter(|x| keep(x)).cloned().collect())
+        };
+        match self.dist("DVector::filter")? {
+            None => Ok(DVector::from_local(
+                self.table.ctx.clone(),
+                kept.len(),
+                kept,
+            )),
+            Some(comm) => {
+                let all = comm.allgather(kept)?.concat();
+                Ok(DVector::from_data(all))
+            }
+        }
     }
 
     /// Inner join with a map: each element whose key (by `key`) is in `map` is paired with
@@ -224,6 +348,7 @@ impl<T: Element> DVector<T> {
         (T, V): Element,
         F: Fn(&T) -> K + Send + Sync,
     {
+        crate::cluster::local_only("DVector::join")?;
         let data = self.table.read("DVector::join")?;
         let out = map.with_read("DVector::join", |lookup| {
             self.install(|| {
@@ -236,14 +361,48 @@ impl<T: Element> DVector<T> {
     }
 
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).
+    ///
+    /// In a job of several ranks rank 0 gathers the elements and writes the file; every
+    /// rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let data = self.table.read("DVector::save")?;
-        super::io::save_snapshot(path.as_ref(), "DVector", &data)
+        match self.dist("DVector::save")? {
+            None => {
+                let data = self.table.read("DVector::save")?;
+                super::io::save_snapshot(path.as_ref(), "DVector", &data)
+            }
+            Some(comm) => {
+                let local = self.table.read("DVector::save")?.clone();
+                let outcome = match comm.gather(0, local)? {
+                    Some(parts) => {
+                        super::io::save_snapshot(path.as_ref(), "DVector", &parts.concat())
+                            .map_err(|e| e.to_string())
+                    }
+                    None => Ok(()),
+                };
+                comm.broadcast(0, outcome)?
+                    .map_err(|e| Error::Config(format!("DVector::save on rank 0: {e}")))
+            }
+        }
     }
 
     /// Reads a DVector written by [`DVector::save`]; checks the element type and checksum.
+    ///
+    /// In a job of several ranks rank 0 reads the file and every rank keeps its range.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let data: Vec<T> = super::io::load_snapshot(path.as_ref(), "DVector")?;
+        let ctx = crate::cluster::here();
+        if !ctx.is_distributed() {
+            let data: Vec<T> = super::io::load_snapshot(path.as_ref(), "DVector")?;
+            return Ok(Self::from_data(data));
+        }
+        let comm = ctx.comm_for("DVector::load")?;
+        let loaded: std::result::Result<Vec<T>, String> = if comm.rank() == 0 {
+            super::io::load_snapshot(path.as_ref(), "DVector").map_err(|e| e.to_string())
+        } else {
+            Ok(Vec::new())
+        };
+        let data = comm
+            .broadcast(0, loaded)?
+            .map_err(|e| Error::Config(format!("DVector::load on rank 0: {e}")))?;
         Ok(Self::from_data(data))
     }
 

@@ -1,0 +1,248 @@
+//! DVector data operators on an in-process cluster of 4 ranks (threads over the `mem`
+//! transport) give the same results, on every rank, as in a world of one.
+
+use std::sync::Arc;
+use std::thread;
+
+use strads_ap_runtime::cluster::{collective::Comm, scoped, RankCtx};
+use strads_ap_runtime::transport::mem::MemCluster;
+use strads_ap_runtime::{DVector, Error, Result};
+
+/// Runs `job` as every rank of a `world`-rank cluster and returns each rank's result.
+fn on_ranks<T: Send + 'static>(
+    world: usize,
+    job: impl Fn() -> Result<T> + Send + Sync + 'static,
+) -> Vec<Result<T>> {
+    let job = Arc::new(job);
+    let handles: Vec<_> = MemCluster::new(world)
+        .into_transports()
+        .into_iter()
+        .map(|t| {
+            let job = job.clone();
+            thread::spawn(move || scoped(RankCtx::new(Comm::new(t)), || job()))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// The same job in a world of one (this thread, no scope) and on 4 ranks: every rank must
+/// agree with the world of one.
+fn same_everywhere<T: PartialEq + std::fmt::Debug + Send + 'static>(
+    job: impl Fn() -> Result<T> + Send + Sync + Clone + 'static,
+) {
+    let one = job().expect("the world of one succeeds");
+    for world in [2, 3, 4] {
+        for (rank, got) in on_ranks(world, job.clone()).into_iter().enumerate() {
+            let got = got.unwrap_or_else(|e| panic!("rank {rank} of {world}: {e}"));
+            assert_eq!(got, one, "rank {rank} of {world}");
+        }
+    }
+}
+
+#[test]
+fn construction_and_element_access() {
+    same_everywhere(|| {
+        let v = DVector::from_fn(10, |i| i as u64 * 3)?;
+        let w = DVector::from_vec((0..7).map(|i| format!("e{i}")).collect::<Vec<_>>())?;
+        v.set(9, 100)?;
+        v.set(0, 7)?;
+        let picks = (v.get(0)?, v.get(4)?, v.get(9)?, w.get(6)?);
+        Ok((v.len(), v.to_vec()?, w.to_vec()?, picks, v.iter()?.count()))
+    });
+}
+
+#[test]
+fn map_reduce_transform_filter() {
+    same_everywhere(|| {
+        let v = DVector::from_fn(23, |i| i as i64 - 5)?;
+        let sq = v.map(|x| x * x)?;
+        let total = sq.reduce(|a, b| a + b)?;
+        let evens = v.map_reduce(|x| u32::from(x % 2 == 0), |a, b| a + b)?;
+        v.transform(|i, x| *x += i as i64)?;
+        let kept = v.filter(|x| x % 3 == 0)?;
+        let sum_kept = kept.map_reduce(|x| *x, |a, b| a + b)?;
+        Ok((
+            sq.to_vec()?,
+            total,
+            evens,
+            v.to_vec()?,
+            kept.len(),
+            kept.to_vec()?,
+            sum_kept,
+        ))
+    });
+}
+
+#[test]
+fn with_all_sees_every_element() {
+    same_everywhere(|| {
+        let w = DVector::from_fn(9, |i| vec![i as f32; 2])?;
+        w.with_all(|rows| rows.iter().flatten().map(|x| x * x).sum::<f32>())
+    });
+}
+
+#[test]
+fn fewer_elements_than_ranks_and_empty_vectors() {
+    same_everywhere(|| {
+        let tiny = DVector::from_vec(vec![5u8, 6])?;
+        let empty: DVector<u8> = DVector::from_vec(Vec::new())?;
+        let none = tiny.filter(|_| false)?;
+        let reduced_empty = matches!(empty.reduce(|a, b| a + b), Err(Error::Empty { .. }));
+        Ok((
+            tiny.to_vec()?,
+            tiny.reduce(|a, b| a + b)?,
+            empty.len(),
+            none.len(),
+            reduced_empty,
+            tiny.get(1)?,
+        ))
+    });
+}
+
+#[test]
+fn out_of_bounds_is_the_same_error_on_every_rank() {
+    for got in on_ranks(3, || {
+        let v = DVector::from_fn(4, |i| i)?;
+        v.get(4)
+    }) {
+        match got {
+            Err(Error::IndexOutOfBounds {
+                index: 4, len: 4, ..
+            }) => {}
+            other => panic!("expected an out-of-bounds error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn ranks_building_different_vectors_is_a_divergence_error() {
+    let results = on_ranks(3, || {
+        let rank = strads_ap_runtime::cluster::here().rank();
+        DVector::from_vec(vec![0u32; 5 + usize::from(rank == 2)]).map(|_| ())
+    });
+    for r in results {
+        match r {
+            Err(Error::Divergence { rank: 2, .. }) => {}
+            other => panic!("expected a divergence at rank 2, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn save_on_a_cluster_loads_in_a_world_of_one_and_back() {
+    let dir = std::env::temp_dir().join(format!("strads-dist-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("v.bin");
+    let p = path.clone();
+    for r in on_ranks(4, move || {
+        DVector::from_fn(11, |i| i as f64 / 2.0)?.save(&p)
+    }) {
+        r.unwrap();
+    }
+    let back: DVector<f64> = DVector::load(&path).unwrap();
+    assert_eq!(
+        back.to_vec().unwrap(),
+        (0..11).map(|i| i as f64 / 2.0).collect::<Vec<_>>()
+    );
+    let p = path.clone();
+    for r in on_ranks(3, move || DVector::<f64>::load(&p)?.to_vec()) {
+        assert_eq!(r.unwrap(), back.to_vec().unwrap());
+    }
+    let missing = dir.join("missing.bin");
+    for r in on_ranks(2, move || DVector::<f64>::load(&missing).map(|_| ())) {
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("missing.bin"), "{msg}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn operators_not_yet_distributed_say_so() {
+    for r in on_ranks(2, || {
+        let v = DVector::from_fn(4, |i| i as u32)?;
+        let m = strads_ap_runtime::DMap::<u32, u32>::new();
+        Ok((v.len(), m.map(|_| ())))
+    }) {
+        let (_, map) = r.unwrap();
+        let msg = map.unwrap_err().to_string();
+        assert!(msg.contains("does not run across processes yet"), "{msg}");
+    }
+}
+
+fn write_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("strads-dist-read-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn parse_pair(line: &str) -> std::result::Result<(u32, f32), String> {
+    let mut it = line.split_whitespace();
+    let a = it
+        .next()
+        .ok_or("empty")?
+        .parse::<u32>()
+        .map_err(|e| e.to_string())?;
+    let b = it
+        .next()
+        .ok_or("missing value")?
+        .parse::<f32>()
+        .map_err(|e| e.to_string())?;
+    Ok((a, b))
+}
+
+#[test]
+fn read_from_file_on_a_cluster_matches_a_world_of_one() {
+    // Large enough for several byte ranges, with a header, comments and blank lines.
+    let mut text = String::from("id value\n");
+    for i in 0..40_000u32 {
+        if i % 997 == 0 {
+            text.push_str("# a comment\n\n");
+        }
+        text.push_str(&format!("{i} {}.5\n", i % 13));
+    }
+    let path = write_file("pairs.txt", &text);
+    let p = path.clone();
+    same_everywhere(move || {
+        let (v, report) = strads_ap_runtime::ReadOptions::new()
+            .header_lines(1)
+            .comment_prefix("#")
+            .read(&p, parse_pair)?;
+        Ok((v.len(), v.to_vec()?, report))
+    });
+}
+
+#[test]
+fn a_bad_line_is_reported_with_its_global_line_number_on_every_rank() {
+    let mut text = String::new();
+    for i in 0..30_000u32 {
+        if i == 25_000 {
+            text.push_str("25000 not-a-number\n");
+        } else {
+            text.push_str(&format!("{i} 1.0\n"));
+        }
+    }
+    let path = write_file("bad.txt", &text);
+    let p = path.clone();
+    for r in on_ranks(4, move || {
+        strads_ap_runtime::read_from_file(&p, parse_pair).map(|v| v.len())
+    }) {
+        match r {
+            Err(Error::Parse { line, text, .. }) => {
+                assert_eq!(line, 25_001);
+                assert!(text.contains("not-a-number"), "{text}");
+            }
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+    let p = path.clone();
+    for r in on_ranks(3, move || {
+        strads_ap_runtime::ReadOptions::new()
+            .skip_bad_lines(true)
+            .read(&p, parse_pair)
+            .map(|(v, report)| (v.len(), report.skipped, report.first_skipped.map(|f| f.0)))
+    }) {
+        assert_eq!(r.unwrap(), (29_999, 1, Some(25_001)));
+    }
+}
