@@ -141,6 +141,15 @@ pub enum Error {
     /// The network layer failed (binding a socket, connecting, TLS set-up).
     #[error("transport: {0}")]
     Transport(String),
+    /// Another rank of the job failed inside a collective operator (its own error is
+    /// reported there); this rank stopped with it.
+    #[error("rank {rank} failed: {message}")]
+    RemoteFailure {
+        /// The rank that failed.
+        rank: usize,
+        /// Its error.
+        message: String,
+    },
     /// Ranks reached different operators: the program's control flow diverged.
     #[error(
         "ranks diverged: rank 0 is at {driver} but rank {rank} is at {here}; every rank must \

@@ -160,6 +160,10 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> TableHandle for MapTabl
     fn elem_size(&self) -> usize {
         std::mem::size_of::<V>()
     }
+    fn gather_all(&self, op: &'static str, _comm: &crate::cluster::collective::Comm) -> Result<()> {
+        crate::cluster::local_only(op)
+    }
+    fn keep_own_range(&self) {}
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(MapLock(self.write(op)?)))
     }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
 
 use super::aggregate::{Aggregate, Aggregation};
+use crate::cluster::collective::Comm;
 use crate::error::{Error, Result};
 
 type Registry = Mutex<HashMap<(u64, u64), Weak<dyn Any + Send + Sync>>>;
@@ -53,6 +54,11 @@ pub(crate) trait TableHandle: Send + Sync {
     fn elem_size(&self) -> usize;
     /// Exclusive use for the duration of an operator.
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
+    /// In a job of several ranks: gathers every rank's part so that this rank holds all
+    /// elements, for a loop that reads or writes any of them (a collective).
+    fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()>;
+    /// Drops the elements of other ranks again, after [`TableHandle::gather_all`].
+    fn keep_own_range(&self);
 }
 
 /// A locked table: where its elements are.
@@ -133,7 +139,7 @@ impl<T> TableLock for VectorLock<'_, T> {
     }
 }
 
-impl<T: Send + Sync + 'static> TableHandle for VectorTable<T> {
+impl<T: super::Element> TableHandle for VectorTable<T> {
     fn id(&self) -> u64 {
         self.id
     }
@@ -148,6 +154,31 @@ impl<T: Send + Sync + 'static> TableHandle for VectorTable<T> {
     }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(VectorLock(self.write(op)?)))
+    }
+    fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()> {
+        let mut data = self.write(op)?;
+        let local = std::mem::take(&mut *data);
+        let own = local.len();
+        let all = comm.allgather(local)?.concat();
+        if all.len() != self.len {
+            return Err(Error::Transport(format!(
+                "{op}: gathered {} elements of DVector {}, expected {} (this rank held {own})",
+                all.len(),
+                self.id,
+                self.len
+            )));
+        }
+        *data = all;
+        Ok(())
+    }
+    fn keep_own_range(&self) {
+        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        if data.len() == self.len {
+            let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
+                .range(self.ctx.rank());
+            data.truncate(range.end);
+            data.drain(..range.start);
+        }
     }
 }
 
@@ -191,6 +222,24 @@ pub(crate) trait Merger: Send + Sync {
     /// # Safety
     /// As for [`Merger::push`].
     unsafe fn merge_all(&self, master: *mut u8, replicas: &mut [Replica]);
+    /// A copy of the `len` elements at `master`, to combine ranks' deltas against later.
+    ///
+    /// # Safety
+    /// As for [`Merger::replica`].
+    unsafe fn snapshot(&self, master: *const u8, len: usize) -> Box<dyn Any + Send>;
+    /// Combines the ranks' changes since `start` (a [`Merger::snapshot`]): every rank's
+    /// master becomes `start` plus the table's aggregation of the ranks' deltas, each rank's
+    /// delta standing for `count` workers' (a collective over `comm`).
+    ///
+    /// # Safety
+    /// As for [`Merger::push`]; `start` is a snapshot of this table's master.
+    unsafe fn combine_ranks(
+        &self,
+        comm: &Comm,
+        master: *mut u8,
+        start: &(dyn Any + Send),
+        count: usize,
+    ) -> Result<()>;
 }
 
 /// A worker's copy of a table: the values it started from and the values it works on.
@@ -305,6 +354,72 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             buf.work[k].clone_from(&master[k]);
             buf.base[k].clone_from(&master[k]);
         }
+    }
+
+    unsafe fn snapshot(&self, master: *const u8, len: usize) -> Box<dyn Any + Send> {
+        // SAFETY: the caller guarantees `len` initialised `T`s that no one writes now.
+        let master = unsafe { std::slice::from_raw_parts(master as *const T, len) };
+        Box::new(master.to_vec())
+    }
+
+    unsafe fn combine_ranks(
+        &self,
+        comm: &Comm,
+        master: *mut u8,
+        start: &(dyn Any + Send),
+        count: usize,
+    ) -> Result<()> {
+        let start = start
+            .downcast_ref::<Vec<T>>()
+            .expect("strads-ap internal error: snapshot of another element type");
+        // SAFETY: the caller guarantees exclusive access to the master's initialised `T`s,
+        // as many as the snapshot holds.
+        let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, start.len()) };
+        let aggregation = self.aggregation();
+        let average = match aggregation {
+            Aggregation::Average => true,
+            Aggregation::Sum => false,
+            Aggregation::Custom(_) => {
+                return Err(Error::Config(format!(
+                    "sync_for!: DVector {} has a custom aggregation, which is not supported \
+                     across ranks yet (use Average or Sum)",
+                    self.table.id
+                )))
+            }
+        };
+        // This rank's delta, weighted by its workers for an average.
+        let delta: Vec<T> = master
+            .iter()
+            .zip(start)
+            .map(|(m, s)| {
+                let mut d = m.clone();
+                d.sub_delta(s);
+                if average {
+                    d.scale(count as f64);
+                }
+                d
+            })
+            .collect();
+        let (total, mut sum) = comm.allreduce((count, delta), |(c1, mut a), (c2, b)| {
+            for (x, y) in a.iter_mut().zip(&b) {
+                x.add_delta(y);
+            }
+            (c1 + c2, a)
+        })?;
+        if sum.len() != master.len() {
+            return Err(Error::Transport(format!(
+                "sync_for!: ranks hold DVector {} with different lengths",
+                self.table.id
+            )));
+        }
+        for ((m, s), d) in master.iter_mut().zip(start).zip(&mut sum) {
+            if average && total > 0 {
+                d.scale(1.0 / total as f64);
+            }
+            m.clone_from(s);
+            m.add_delta(d);
+        }
+        Ok(())
     }
 
     unsafe fn merge_all(&self, master: *mut u8, replicas: &mut [Replica]) {

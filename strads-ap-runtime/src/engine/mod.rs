@@ -447,6 +447,15 @@ impl FirstError {
         self.failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The first error's message, if any.
+    pub fn message(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|e| e.to_string())
+    }
+
     pub fn into_result(self) -> crate::Result<()> {
         match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e),

@@ -11,6 +11,7 @@ use super::{
     body_error, linger, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry,
     SyncMode,
 };
+use crate::cluster::collective::Comm;
 use crate::cluster::context;
 use crate::dds::table::{Replica, TableHandle};
 use crate::dds::{DVector, Element};
@@ -49,12 +50,44 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         ));
     }
     let ctx = context();
-    crate::cluster::local_only("sync_for!")?;
     let threads = opts.threads.unwrap_or(ctx.config().threads);
     let mut registry = Registry::default();
     register(task, &mut registry);
     registry.check(site)?;
     let data_captured = registry.entries.iter().any(|e| e.table.id() == data.id());
+
+    // A job of several ranks: each rank runs the mini-batches of its part of `data`
+    // against a full copy of every other captured table, and the ranks combine their
+    // changes at every synchronisation point (see `CrossRank`).
+    let here = crate::cluster::here();
+    let comm = if here.is_distributed() {
+        Some(here.comm_for("sync_for!")?)
+    } else {
+        None
+    };
+    let mut _restore = None;
+    if let Some(comm) = comm {
+        comm.enter_operator(&site.to_string(), "sync_for!", Vec::new())?;
+        if data_captured {
+            return Err(Error::invalid(
+                "sync_for!",
+                format!(
+                    "{site}: in a job of several ranks the body cannot capture the input \
+                     DVector yet"
+                ),
+            ));
+        }
+        let others: Vec<&dyn TableHandle> = registry
+            .entries
+            .iter()
+            .map(|e| &*e.table)
+            .filter(|t| t.id() != data.id())
+            .collect();
+        _restore = Some(RestoreRanges(others.clone()));
+        for t in others {
+            t.gather_all("sync_for!", comm)?;
+        }
+    }
 
     let (locks, bases) = registry.lock_all(site)?;
     let mut data_lock = if data_captured {
@@ -76,7 +109,8 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         unsafe { std::slice::from_raw_parts(ptr as *const D, len) }
     };
     let batches: Vec<&[D]> = items.chunks(minibatch).collect();
-    let batch_start = |b: usize| b * minibatch;
+    let first_item = data.table.offset;
+    let batch_start = |b: usize| first_item + b * minibatch;
 
     // Which tables get per-worker replicas: aggregatable ones the body may write.
     let re_key = (
@@ -85,7 +119,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
         items.len(),
         minibatch,
     );
-    let re_log: Option<Arc<AccessLog>> = if opts.re {
+    let re_log: Option<Arc<AccessLog>> = if opts.re && comm.is_none() {
         let key = re_key.clone();
         let cached = if opts.recheck {
             None
@@ -161,6 +195,7 @@ pub fn run_sync_for<Task: Sync, D: Element>(
 
     let t0 = Instant::now();
     let errors = FirstError::new();
+    let mut cross = comm.map(|comm| CrossRank::new(comm, &registry, &bases, data.id()));
     let merge_lock = Mutex::new(());
     let new_worker = || -> (ExecCtx, Vec<(usize, Replica)>) {
         let mut bindings = template.clone();
@@ -189,88 +224,134 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     match mode {
         _ if threads == 1 => {
             let (ctx, _) = new_worker();
-            for b in 0..batches.len() {
-                if errors.failed() {
+            let steps = steps_everywhere(comm, batches.len())?;
+            for b in 0..steps {
+                let mine = b < batches.len() && !errors.failed();
+                if mine {
+                    run_batch(&ctx, b);
+                }
+                let stop = match &mut cross {
+                    // SAFETY: between mini-batches nothing else touches the masters.
+                    Some(c) => unsafe { c.sync(&registry, &bases, usize::from(mine), &errors)? },
+                    None => errors.failed(),
+                };
+                if stop {
                     break;
                 }
-                run_batch(&ctx, b);
             }
         }
         SyncMode::Hybrid => {
-            let next = AtomicUsize::new(0);
-            let work = || {
-                let (mut ctx, mut replicas) = new_worker();
-                // Sparse mode: per replicated table, the tag of every key (the mini-batch
-                // that may touch it now).
-                let mut tags: Vec<Vec<u32>> = match sparse {
-                    Some(_) => replicas
-                        .iter()
-                        .map(|(slot, _)| vec![UNTOUCHED; bases[*slot].len])
-                        .collect(),
-                    None => Vec::new(),
-                };
-                for ((slot, _), t) in replicas.iter().zip(&tags) {
-                    ctx.bindings[*slot].tags = t.as_ptr();
-                }
-                loop {
-                    let b = next.fetch_add(1, Ordering::Relaxed);
-                    if b >= batches.len() || errors.failed() {
-                        break;
-                    }
-                    if let Some(log) = sparse {
-                        let touched = log.task(b);
-                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                        for ((slot, r), t) in replicas.iter_mut().zip(&mut tags) {
-                            let keys = || {
-                                touched
-                                    .iter()
-                                    .filter(|a| a.slot() == *slot)
-                                    .map(|a| a.key() as usize)
-                            };
-                            for k in keys() {
-                                t[k] = b as u32;
-                            }
-                            ctx.bindings[*slot].allowed = b as u32;
-                            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-                            // SAFETY: the master is locked by this engine and only
-                            // touched under `merge_lock`, which we hold; reconnaissance
-                            // keys are below the table's length.
-                            unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut keys()) };
-                        }
-                    }
-                    run_batch(&ctx, b);
-                    let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                    for (slot, r) in &mut replicas {
-                        let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-                        let master = bases[*slot].ptr;
-                        match sparse {
-                            Some(log) => {
-                                let mut written = log
-                                    .task(b)
-                                    .iter()
-                                    .filter(|a| a.slot() == *slot && a.write())
-                                    .map(|a| a.key() as usize);
-                                // SAFETY: as above.
-                                unsafe { merger.push_keys(master, r, &mut written) };
-                            }
-                            // SAFETY: the master is locked by this engine and only
-                            // touched under `merge_lock`, which we hold.
-                            None => unsafe { merger.push(master, r) },
-                        }
-                    }
-                }
+            // Across ranks: windows of a few mini-batches per thread, each ending in a
+            // synchronisation point; in a world of one, one window of everything.
+            let window = if comm.is_some() {
+                threads * HYBRID_WINDOW
+            } else {
+                batches.len().max(1)
             };
-            on_workers(&pool, threads.min(batches.len()), &work);
+            let windows = steps_everywhere(comm, batches.len().div_ceil(window))?;
+            for w in 0..windows {
+                let lo = (w * window).min(batches.len());
+                let hi = ((w + 1) * window).min(batches.len());
+                let next = AtomicUsize::new(lo);
+                let work = || {
+                    let (mut ctx, mut replicas) = new_worker();
+                    // Sparse mode: per replicated table, the tag of every key (the mini-batch
+                    // that may touch it now).
+                    let mut tags: Vec<Vec<u32>> = match sparse {
+                        Some(_) => replicas
+                            .iter()
+                            .map(|(slot, _)| vec![UNTOUCHED; bases[*slot].len])
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    for ((slot, _), t) in replicas.iter().zip(&tags) {
+                        ctx.bindings[*slot].tags = t.as_ptr();
+                    }
+                    loop {
+                        let b = next.fetch_add(1, Ordering::Relaxed);
+                        if b >= hi || errors.failed() {
+                            break;
+                        }
+                        if let Some(log) = sparse {
+                            let touched = log.task(b);
+                            let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                            for ((slot, r), t) in replicas.iter_mut().zip(&mut tags) {
+                                let keys = || {
+                                    touched
+                                        .iter()
+                                        .filter(|a| a.slot() == *slot)
+                                        .map(|a| a.key() as usize)
+                                };
+                                for k in keys() {
+                                    t[k] = b as u32;
+                                }
+                                ctx.bindings[*slot].allowed = b as u32;
+                                let merger =
+                                    registry.entries[*slot].merger.as_ref().expect("merger");
+                                // SAFETY: the master is locked by this engine and only
+                                // touched under `merge_lock`, which we hold; reconnaissance
+                                // keys are below the table's length.
+                                unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut keys()) };
+                            }
+                        }
+                        run_batch(&ctx, b);
+                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                        for (slot, r) in &mut replicas {
+                            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+                            let master = bases[*slot].ptr;
+                            match sparse {
+                                Some(log) => {
+                                    let mut written = log
+                                        .task(b)
+                                        .iter()
+                                        .filter(|a| a.slot() == *slot && a.write())
+                                        .map(|a| a.key() as usize);
+                                    // SAFETY: as above.
+                                    unsafe { merger.push_keys(master, r, &mut written) };
+                                }
+                                // SAFETY: the master is locked by this engine and only
+                                // touched under `merge_lock`, which we hold.
+                                None => unsafe { merger.push(master, r) },
+                            }
+                        }
+                    }
+                };
+                if hi > lo && !errors.failed() {
+                    on_workers(&pool, threads.min(hi - lo), &work);
+                }
+                let stop = match &mut cross {
+                    // SAFETY: the window's workers have all returned.
+                    Some(c) => unsafe { c.sync(&registry, &bases, hi - lo, &errors)? },
+                    None => errors.failed(),
+                };
+                if stop {
+                    break;
+                }
+            }
         }
         SyncMode::Bsp => {
             let mut workers: Vec<SendWorker> =
                 (0..threads).map(|_| SendWorker(new_worker())).collect();
             let slots: Vec<usize> = workers[0].0 .1.iter().map(|(slot, _)| *slot).collect();
-            for first in (0..batches.len()).step_by(threads) {
-                if errors.failed() {
-                    break;
+            let rounds = steps_everywhere(comm, batches.len().div_ceil(threads))?;
+            for round in 0..rounds {
+                let first = round * threads;
+                let count = if errors.failed() {
+                    0
+                } else {
+                    threads.min(batches.len().saturating_sub(first))
+                };
+                if count == 0 {
+                    let stop = match &mut cross {
+                        // SAFETY: no worker is running.
+                        Some(c) => unsafe { c.sync(&registry, &bases, 0, &errors)? },
+                        None => true,
+                    };
+                    if stop {
+                        break;
+                    }
+                    continue;
                 }
-                let count = threads.min(batches.len() - first);
                 let run_batch = &run_batch;
                 pool.in_place_scope(|s| {
                     let mut round = workers.iter_mut().take(count).enumerate();
@@ -304,6 +385,27 @@ pub fn run_sync_for<Task: Sync, D: Element>(
                         unsafe { merger.push(master, &mut w.0 .1[k].1) };
                     }
                 }
+                if let Some(c) = &mut cross {
+                    // SAFETY: the round's workers have finished and merged.
+                    if unsafe { c.sync(&registry, &bases, count, &errors)? } {
+                        break;
+                    }
+                    // Workers start the next round from the combined values.
+                    for (k, &slot) in slots.iter().enumerate() {
+                        let merger = registry.entries[slot].merger.as_ref().expect("merger");
+                        for w in workers.iter_mut() {
+                            // SAFETY: as above; the replica's delta is zero, so this only
+                            // refreshes it.
+                            unsafe {
+                                merger.refresh_keys(
+                                    bases[slot].ptr,
+                                    &mut w.0 .1[k].1,
+                                    &mut (0..bases[slot].len),
+                                )
+                            };
+                        }
+                    }
+                }
             }
         }
     }
@@ -326,6 +428,95 @@ pub fn run_sync_for<Task: Sync, D: Element>(
             .remove(&re_key);
     }
     outcome
+}
+
+/// Mini-batches per thread between two synchronisation points of Hybrid mode across ranks.
+const HYBRID_WINDOW: usize = 4;
+
+/// The number of steps every rank takes: the largest of the ranks' own counts.
+fn steps_everywhere(comm: Option<&Comm>, mine: usize) -> Result<usize> {
+    match comm {
+        None => Ok(mine),
+        Some(c) => c.allreduce(mine, usize::max),
+    }
+}
+
+/// Gives the other ranks their elements back when the loop ends, however it ends.
+struct RestoreRanges<'a>(Vec<&'a dyn TableHandle>);
+
+impl Drop for RestoreRanges<'_> {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.keep_own_range();
+        }
+    }
+}
+
+/// Synchronisation of the ranks of a `sync_for!`: at each point, the ranks agree whether
+/// one failed, then every aggregatable table becomes its value at the previous point plus
+/// the aggregation (average or sum) of the ranks' changes since.
+struct CrossRank<'a> {
+    comm: &'a Comm,
+    /// Slots of the tables combined, and their values at the last point.
+    tables: Vec<(usize, Box<dyn std::any::Any + Send>)>,
+}
+
+impl<'a> CrossRank<'a> {
+    fn new(comm: &'a Comm, registry: &Registry, bases: &[super::Base], data: u64) -> Self {
+        let tables = registry
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.merger.is_some() && e.table.id() != data)
+            .map(|(slot, e)| {
+                let merger = e.merger.as_ref().expect("filtered");
+                // SAFETY: the table is locked by the engine and no worker runs yet.
+                (slot, unsafe {
+                    merger.snapshot(bases[slot].ptr, bases[slot].len)
+                })
+            })
+            .collect();
+        CrossRank { comm, tables }
+    }
+
+    /// A synchronisation point after this rank ran `count` mini-batches since the last.
+    /// Returns whether the loop must stop (some rank failed).
+    ///
+    /// # Safety
+    /// No worker may touch the tables during the call.
+    unsafe fn sync(
+        &mut self,
+        registry: &Registry,
+        bases: &[super::Base],
+        count: usize,
+        errors: &FirstError,
+    ) -> Result<bool> {
+        let failures = self.comm.allgather(errors.message())?;
+        if let Some((rank, message)) = failures
+            .into_iter()
+            .enumerate()
+            .find_map(|(r, m)| m.map(|m| (r, m)))
+        {
+            if !errors.failed() {
+                errors.set(Error::RemoteFailure { rank, message });
+            }
+            return Ok(true);
+        }
+        for (slot, start) in &mut self.tables {
+            let merger = registry.entries[*slot]
+                .merger
+                .as_ref()
+                .expect("aggregatable");
+            let master = bases[*slot].ptr;
+            // SAFETY: the caller guarantees no worker touches the masters; the snapshot
+            // was taken from this master.
+            unsafe {
+                merger.combine_ranks(self.comm, master, &**start, count)?;
+                *start = merger.snapshot(master, bases[*slot].len);
+            }
+        }
+        Ok(false)
+    }
 }
 
 /// A worker's context and replicas, moved between rayon threads under a mutex.
