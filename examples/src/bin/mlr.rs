@@ -122,5 +122,7 @@ fn main() -> Result<()> {
         setup_secs: strads_setup_secs(),
         sync: Some(args.sync.name().into()),
     });
+    // Leave the job cleanly (every rank; nothing in a world of one).
+    strads_ap::finish()?;
     Ok(())
 }

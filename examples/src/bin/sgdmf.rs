@@ -114,5 +114,7 @@ fn main() -> Result<()> {
         test_rmse: rmse(sum_squared(&test)?, test.len()),
         setup_secs: strads_setup_secs(),
     });
+    // Leave the job cleanly (every rank; nothing in a world of one).
+    strads_ap::finish()?;
     Ok(())
 }

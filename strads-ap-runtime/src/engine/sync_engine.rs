@@ -224,15 +224,30 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     match mode {
         _ if threads == 1 => {
             let (ctx, _) = new_worker();
-            let steps = steps_everywhere(comm, batches.len())?;
-            for b in 0..steps {
-                let mine = b < batches.len() && !errors.failed();
-                if mine {
+            // Across ranks, BSP synchronises after every mini-batch (one worker per rank)
+            // and Hybrid after every window; in a world of one there is nothing to wait for.
+            let window = match (comm, mode) {
+                (None, _) => batches.len().max(1),
+                (Some(_), SyncMode::Bsp) => 1,
+                (Some(_), SyncMode::Hybrid) => {
+                    HYBRID_WINDOW.max(batches.len().div_ceil(HYBRID_SYNCS))
+                }
+            };
+            let steps = steps_everywhere(comm, batches.len().div_ceil(window))?;
+            for step in 0..steps {
+                let lo = (step * window).min(batches.len());
+                let hi = ((step + 1) * window).min(batches.len());
+                let mut ran = 0;
+                for b in lo..hi {
+                    if errors.failed() {
+                        break;
+                    }
                     run_batch(&ctx, b);
+                    ran += 1;
                 }
                 let stop = match &mut cross {
                     // SAFETY: between mini-batches nothing else touches the masters.
-                    Some(c) => unsafe { c.sync(&registry, &bases, usize::from(mine), &errors)? },
+                    Some(c) => unsafe { c.sync(&registry, &bases, ran, &errors)? },
                     None => errors.failed(),
                 };
                 if stop {
@@ -241,10 +256,11 @@ pub fn run_sync_for<Task: Sync, D: Element>(
             }
         }
         SyncMode::Hybrid => {
-            // Across ranks: windows of a few mini-batches per thread, each ending in a
-            // synchronisation point; in a world of one, one window of everything.
+            // Across ranks: the local mini-batches in about `HYBRID_SYNCS` windows (at
+            // least a few mini-batches per thread each), each ending in a synchronisation
+            // point; in a world of one, one window of everything.
             let window = if comm.is_some() {
-                threads * HYBRID_WINDOW
+                (threads * HYBRID_WINDOW).max(batches.len().div_ceil(HYBRID_SYNCS))
             } else {
                 batches.len().max(1)
             };
@@ -430,8 +446,12 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     outcome
 }
 
-/// Mini-batches per thread between two synchronisation points of Hybrid mode across ranks.
+/// Least mini-batches per thread between two synchronisation points of Hybrid mode across
+/// ranks.
 const HYBRID_WINDOW: usize = 4;
+/// Synchronisation points per `sync_for!` call in Hybrid mode across ranks (Hybrid is
+/// asynchronous inside a node; across ranks it combines the ranks' changes this often).
+const HYBRID_SYNCS: usize = 8;
 
 /// The number of steps every rank takes: the largest of the ranks' own counts.
 fn steps_everywhere(comm: Option<&Comm>, mine: usize) -> Result<usize> {

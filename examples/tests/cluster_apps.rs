@@ -1,0 +1,155 @@
+//! The examples run unchanged as several processes over QUIC on 127.0.0.1, started by the
+//! launcher, and match a world of one. Each job is bounded in time; the launcher reaps its
+//! ranks (and they die with it if the test kills it).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The launcher, built beside the examples by `cargo test --workspace`.
+fn launcher() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_mlr")).with_file_name("strads-ap");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: the launcher is not built at {} (run `cargo test --workspace`, or \
+             `cargo build -p strads-ap` first)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// Runs `program args` as `ranks` processes (or directly for 1) and returns rank 0's JSON
+/// line.
+fn run(ranks: usize, program: &str, args: &[&str]) -> Value {
+    let mut cmd = if ranks == 1 {
+        Command::new(program)
+    } else {
+        let dir = std::env::temp_dir().join(format!(
+            "strads-apps-{}-{ranks}-{}",
+            std::process::id(),
+            args.join("_").replace('/', "_")
+        ));
+        let mut c = Command::new(launcher().expect("checked by the caller"));
+        c.args([
+            "run",
+            "-n",
+            &ranks.to_string(),
+            "--threads",
+            "1",
+            "--output-dir",
+        ])
+        .arg(dir)
+        .arg("--")
+        .arg(program);
+        c
+    };
+    let mut child = cmd
+        .args(args)
+        .env("STRADS_THREADS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the job");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{ranks} ranks of {program} did not finish within {LIMIT:?}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{ranks} ranks of {program} failed:\n{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line:\n{stdout}\n{stderr}"));
+    serde_json::from_str(line).expect("JSON")
+}
+
+#[test]
+fn mlr_on_two_and_three_processes_matches_a_world_of_one() {
+    if launcher().is_none() {
+        return;
+    }
+    let mlr = env!("CARGO_BIN_EXE_mlr");
+    for sync in ["bsp", "hybrid"] {
+        let args = ["--epochs", "5", "--samples", "20000", "--sync", sync];
+        for ranks in [2, 3] {
+            // The same number of workers: `ranks` processes of one thread against one
+            // process of `ranks` threads (BSP averages over workers, wherever they run).
+            let threads = ranks.to_string();
+            let one_args: Vec<&str> = args
+                .iter()
+                .copied()
+                .chain(["--threads", &threads])
+                .collect();
+            let one = run(1, mlr, &one_args);
+            let base = one["train_loss"].as_f64().unwrap();
+            let got = run(ranks, mlr, &args);
+            assert_eq!(got["ranks"], ranks as u64);
+            let loss = got["train_loss"].as_f64().unwrap();
+            assert!(
+                (loss - base).abs() <= 0.01 * base,
+                "{sync}, {ranks} ranks: train loss {loss} vs {base} in a world of one"
+            );
+            let acc = got["test_accuracy"].as_f64().unwrap();
+            let base_acc = one["test_accuracy"].as_f64().unwrap();
+            assert!(
+                (acc - base_acc).abs() <= 0.02,
+                "{sync}, {ranks} ranks: accuracy {acc} vs {base_acc}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_operator_not_yet_distributed_fails_the_job_with_a_clear_message() {
+    let Some(launcher) = launcher() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("strads-apps-sgdmf-{}", std::process::id()));
+    let out = Command::new(launcher)
+        .args(["run", "-n", "2", "--output-dir"])
+        .arg(&dir)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_sgdmf"))
+        .args([
+            "--ratings",
+            "2000",
+            "--users",
+            "100",
+            "--items",
+            "50",
+            "--epochs",
+            "1",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run the launcher");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("async_for!: this operator does not run across processes yet"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
