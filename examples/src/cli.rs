@@ -141,6 +141,55 @@ pub struct MlrArgs {
     pub sync: SyncArg,
 }
 
+/// Arguments of LDA topic modelling by collapsed Gibbs sampling (`lda`, `lda-serial`).
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    version,
+    about = "LDA topic modelling: collapsed Gibbs sampling with the SparseLDA sampler"
+)]
+pub struct LdaArgs {
+    /// Common arguments (`--data`: an LDA-C file, `n id:count ...` per document with the
+    /// vocabulary in a sibling `.tokens` file, or `docid<TAB>tokens...` lines).
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Topics `K`.
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub topics: usize,
+
+    /// Symmetric Dirichlet prior of the documents' topic mixtures.
+    #[arg(long, default_value_t = 0.1, value_parser = positive_f64)]
+    pub alpha: f64,
+
+    /// Symmetric Dirichlet prior of the topics' word distributions.
+    #[arg(long, default_value_t = 0.01, value_parser = positive_f64)]
+    pub beta: f64,
+
+    /// Documents of the synthetic corpus.
+    #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
+    pub docs: usize,
+
+    /// Words of the synthetic corpus's vocabulary.
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+    pub vocab: usize,
+
+    /// Mean tokens per document of the synthetic corpus (lengths are uniform between half
+    /// and one and a half times it).
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub doc_len: usize,
+}
+
+/// Parses a finite number greater than 0, in double precision (a Dirichlet prior).
+fn positive_f64(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(x.is_finite() && x > 0.0) {
+        return Err("must be a finite number greater than 0".into());
+    }
+    Ok(x)
+}
+
 /// Parses a count that must be at least 1.
 fn at_least_one(s: &str) -> Result<usize, String> {
     let n: usize = s
@@ -172,4 +221,111 @@ fn non_negative(s: &str) -> Result<f32, String> {
         return Err("must be a finite number at least 0".into());
     }
     Ok(x)
+}
+
+/// Which parameter tables the TransE strads-ap twin declares relaxed (`--relaxed`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelaxedArg {
+    /// None: every conflict is planned around (the loop is serializable).
+    None,
+    /// The relation table: every triple writes its relation's row, and a graph has few
+    /// relations, so planning around them would serialise the loop.
+    Relations,
+    /// Relations and entities: no conflict is planned around; workers update replicas
+    /// whose deltas are summed after every group of triples.
+    All,
+}
+
+impl RelaxedArg {
+    /// The name used on the command line and in result lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            RelaxedArg::None => "none",
+            RelaxedArg::Relations => "relations",
+            RelaxedArg::All => "all",
+        }
+    }
+
+    /// Whether the relation table is relaxed.
+    pub fn relations(self) -> bool {
+        self != RelaxedArg::None
+    }
+
+    /// Whether the entity table is relaxed.
+    pub fn entities(self) -> bool {
+        self == RelaxedArg::All
+    }
+}
+
+/// Arguments of TransE knowledge-graph embeddings (`transe`, `transe-serial`).
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    version,
+    about = "TransE: knowledge-graph embeddings trained by SGD on a margin ranking loss"
+)]
+pub struct TranseArgs {
+    /// Common arguments (`--data`: a directory with train.txt, valid.txt and test.txt, or
+    /// one `head<TAB>relation<TAB>tail` file, split 80/10/10 by the seed).
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Entities of the synthetic graph.
+    #[arg(long, default_value_t = 20_000, value_parser = at_least_two)]
+    pub entities: usize,
+
+    /// Relations of the synthetic graph.
+    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    pub relations: usize,
+
+    /// Triples of the synthetic graph (before the 80/10/10 split).
+    #[arg(long, default_value_t = 500_000, value_parser = at_least_one)]
+    pub triples: usize,
+
+    /// Embedding dimension.
+    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    pub dim: usize,
+
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.01, value_parser = positive)]
+    pub lr: f32,
+
+    /// Margin of the ranking loss.
+    #[arg(long, default_value_t = 1.0, value_parser = positive)]
+    pub margin: f32,
+
+    /// Dissimilarity: 1 (L1 norm) or 2 (L2 norm) of `h + r - t`.
+    #[arg(long, default_value = "1", value_parser = parse_norm)]
+    pub norm: crate::transe::Norm,
+
+    /// Test triples evaluated at most (a seeded sample when the test set is larger).
+    #[arg(long, default_value_t = crate::transe::EVAL_SAMPLE, value_parser = at_least_one)]
+    pub eval_sample: usize,
+
+    /// Tables the strads-ap twin's `async_for!` declares relaxed (the serial twin ignores
+    /// it).
+    #[arg(long, value_enum, default_value_t = RelaxedArg::Relations)]
+    pub relaxed: RelaxedArg,
+
+    /// Run the strads-ap twin with `sync_for!` over mini-batches of triples instead of
+    /// `async_for!` (the serial twin ignores it).
+    #[arg(long, value_enum)]
+    pub sync: Option<SyncArg>,
+
+    /// Triples per mini-batch of `--sync`.
+    #[arg(long, default_value_t = 256, value_parser = at_least_one)]
+    pub minibatch: usize,
+}
+
+/// Parses a count that must be at least 2 (entities: a corruption needs another one).
+fn at_least_two(s: &str) -> Result<usize, String> {
+    let n = at_least_one(s)?;
+    if n < 2 {
+        return Err("must be at least 2".into());
+    }
+    Ok(n)
+}
+
+/// Parses `--norm`: 1 or 2.
+fn parse_norm(s: &str) -> Result<crate::transe::Norm, String> {
+    s.parse()
 }

@@ -18,6 +18,8 @@
 
 pub mod cli;
 pub mod data;
+pub mod lda;
 pub mod metrics;
 pub mod model;
 pub mod report;
+pub mod transe;

@@ -68,3 +68,13 @@ fn sgdmf_body_is_the_serial_body() {
 fn mlr_body_is_the_serial_body() {
     assert_twins("mlr-serial.rs", "mlr.rs");
 }
+
+#[test]
+fn lda_body_is_the_serial_body() {
+    assert_twins("lda-serial.rs", "lda.rs");
+}
+
+#[test]
+fn transe_body_is_the_serial_body() {
+    assert_twins("transe-serial.rs", "transe.rs");
+}

@@ -13,6 +13,11 @@
 //!   "strads_secs_per_epoch":..,"speedup":..,"setup_vs_serial_epoch":..,"rmse_ratio":..}`
 //! * MLR: the same with `"loss_ratio"` (strads-ap / serial train loss) and
 //!   `"accuracy_diff"` (strads-ap − serial test accuracy) instead of `"rmse_ratio"`.
+//! * LDA: the same with `"loglik_ratio"` (strads-ap / serial log-likelihood per token; both
+//!   are negative, so below 1 means strads-ap's is higher) instead of `"rmse_ratio"`.
+//!
+//! * TransE: the same with `"mrr_ratio"` (strads-ap / serial filtered MRR) and
+//!   `"hits10_diff"` (strads-ap − serial filtered Hits@10) instead of `"rmse_ratio"`.
 //!
 //! Every figure is a median over the repetitions; ratios are of medians.
 
@@ -32,6 +37,10 @@ enum App {
     Sgdmf,
     /// Multinomial logistic regression (`mlr-serial` vs `mlr`).
     Mlr,
+    /// LDA topic modelling by collapsed Gibbs sampling (`lda-serial` vs `lda`).
+    Lda,
+    /// TransE knowledge-graph embeddings (`transe-serial` vs `transe`).
+    Transe,
 }
 
 impl App {
@@ -39,6 +48,8 @@ impl App {
         match self {
             App::Sgdmf => "sgdmf",
             App::Mlr => "mlr",
+            App::Lda => "lda",
+            App::Transe => "transe",
         }
     }
 }
@@ -81,6 +92,12 @@ struct Summary {
     loss_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     accuracy_diff: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loglik_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mrr_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hits10_diff: Option<f64>,
 }
 
 /// The twin binary `name` in `dir`, or an error saying how to build it.
@@ -180,6 +197,9 @@ fn main() -> Result<()> {
         rmse_ratio: None,
         loss_ratio: None,
         accuracy_diff: None,
+        loglik_ratio: None,
+        mrr_ratio: None,
+        hits10_diff: None,
     };
     match args.app {
         App::Sgdmf => {
@@ -194,6 +214,20 @@ fn main() -> Result<()> {
             let pa = median(&field(&strads_runs, "test_accuracy")?);
             summary.loss_ratio = Some(ratio(pl, sl));
             summary.accuracy_diff = Some(pa - sa);
+        }
+        App::Lda => {
+            let s = median(&field(&serial_runs, "loglik_per_token")?);
+            let p = median(&field(&strads_runs, "loglik_per_token")?);
+            // Log-likelihoods are negative: a plain quotient.
+            summary.loglik_ratio = Some(if s != 0.0 { p / s } else { f64::NAN });
+        }
+        App::Transe => {
+            let s = median(&field(&serial_runs, "mrr")?);
+            let p = median(&field(&strads_runs, "mrr")?);
+            let sh = median(&field(&serial_runs, "hits10")?);
+            let ph = median(&field(&strads_runs, "hits10")?);
+            summary.mrr_ratio = Some(ratio(p, s));
+            summary.hits10_diff = Some(ph - sh);
         }
     }
     print_json_line(&summary);
