@@ -18,6 +18,7 @@
 
 pub mod cli;
 pub mod data;
+pub mod idx;
 pub mod lda;
 pub mod metrics;
 pub mod model;

@@ -139,3 +139,21 @@ fn movielens_100k_loads() {
     assert_eq!(r.items, 1_682);
     assert!(r.ratings.iter().all(|x| (1.0..=5.0).contains(&x.rating)));
 }
+
+#[test]
+fn fashion_mnist_loads_from_debians_package() {
+    // `apt-get install dataset-fashion-mnist` (.ci/run installs it when it can).
+    let dir = PathBuf::from("/usr/share/datasets/fashion-mnist");
+    if !strads_ap_examples::idx::is_idx_dir(&dir) {
+        eprintln!("skipping: Fashion-MNIST not installed at {}", dir.display());
+        println!("skipping: Fashion-MNIST not installed at {}", dir.display());
+        return;
+    }
+    let (train, test) = strads_ap_examples::idx::load_idx_dir(&dir).expect("Fashion-MNIST loads");
+    assert_eq!((train.samples.len(), test.len()), (60_000, 10_000));
+    assert_eq!((train.features, train.classes), (784, 10));
+    assert!(train
+        .samples
+        .iter()
+        .all(|s| s.label < 10 && s.x.iter().all(|&(i, v)| i < 784 && v > 0.0 && v <= 1.0)));
+}

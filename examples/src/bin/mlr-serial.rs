@@ -14,10 +14,10 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use clap::Parser;
 use strads_ap_examples::cli::MlrArgs;
-use strads_ap_examples::data;
 use strads_ap_examples::metrics::{correct, softmax_loss};
 use strads_ap_examples::model::{add_scaled, score, softmax};
 use strads_ap_examples::report::{mean, print_json_line, progress, MlrResult, SERIAL};
+use strads_ap_examples::{data, idx};
 
 fn main() -> Result<()> {
     let args = MlrArgs::parse();
@@ -25,13 +25,24 @@ fn main() -> Result<()> {
     let (minibatch, lr) = (args.minibatch, args.lr);
     ensure!(minibatch > 0, "--minibatch must be at least 1");
 
-    // Data: a libsvm file or the synthetic generator, then the seeded 90/10 split.
-    let all = match &args.common.data {
-        Some(path) => data::load_libsvm(path)?,
-        None => data::synthetic_samples(args.samples, args.features, args.classes, seed),
+    // Data: an IDX directory (Fashion-MNIST, with its own split), a libsvm file or the
+    // synthetic generator (then the seeded 90/10 split).
+    let (all, given_test) = match &args.common.data {
+        Some(path) if idx::is_idx_dir(path) => {
+            let (train, test) = idx::load_idx_dir(path)?;
+            (train, Some(test))
+        }
+        Some(path) => (data::load_libsvm(path)?, None),
+        None => (
+            data::synthetic_samples(args.samples, args.features, args.classes, seed),
+            None,
+        ),
     };
     let (classes, dims) = (all.classes, all.features + 1);
-    let (train, test) = data::split_train_test(all.samples, seed);
+    let (train, test) = match given_test {
+        Some(test) => (all.samples, test),
+        None => data::split_train_test(all.samples, seed),
+    };
     ensure!(!train.is_empty(), "no training samples");
     eprintln!(
         "mlr [{SERIAL}]: {} training and {} test samples, {} features, {classes} classes",

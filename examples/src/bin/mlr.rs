@@ -17,12 +17,12 @@ use anyhow::{ensure, Result};
 use clap::Parser;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::MlrArgs;
-use strads_ap_examples::data;
 use strads_ap_examples::metrics::{correct, softmax_loss};
 use strads_ap_examples::model::{add_scaled, score, softmax};
 use strads_ap_examples::report::{
     mean, print_json_line, print_loop_stats, progress, strads_setup_secs, MlrResult, STRADS,
 };
+use strads_ap_examples::{data, idx};
 
 fn main() -> Result<()> {
     let args = MlrArgs::parse();
@@ -35,17 +35,28 @@ fn main() -> Result<()> {
 
     // Data: a libsvm file (read with strads-ap's parallel reader and the shared line
     // parser) or the synthetic generator, then the seeded 90/10 split.
-    let all = match &args.common.data {
+    // An IDX directory (Fashion-MNIST) brings its own train/test split.
+    let (all, given_test) = match &args.common.data {
+        Some(path) if idx::is_idx_dir(path) => {
+            let (train, test) = idx::load_idx_dir(path)?;
+            (train, Some(test))
+        }
         Some(path) => {
             let (raw, _) = ReadOptions::new()
                 .comment_prefix("#")
                 .read(path, data::parse_libsvm_line)?;
-            data::remap_samples(raw.to_vec()?)
+            (data::remap_samples(raw.to_vec()?), None)
         }
-        None => data::synthetic_samples(args.samples, args.features, args.classes, seed),
+        None => (
+            data::synthetic_samples(args.samples, args.features, args.classes, seed),
+            None,
+        ),
     };
     let (classes, dims) = (all.classes, all.features + 1);
-    let (train, test) = data::split_train_test(all.samples, seed);
+    let (train, test) = match given_test {
+        Some(test) => (all.samples, test),
+        None => data::split_train_test(all.samples, seed),
+    };
     ensure!(!train.is_empty(), "no training samples");
     let train: DVector<data::Sample> = DVector::from_vec(train)?;
     let test: DVector<data::Sample> = DVector::from_vec(test)?;
