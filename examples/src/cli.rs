@@ -329,3 +329,85 @@ fn at_least_two(s: &str) -> Result<usize, String> {
 fn parse_norm(s: &str) -> Result<crate::transe::Norm, String> {
     s.parse()
 }
+
+/// Arguments of word2vec, skip-gram with negative sampling (`word2vec`, `word2vec-serial`).
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    version,
+    about = "Word2vec: skip-gram word embeddings trained by SGD with negative sampling"
+)]
+pub struct Word2vecArgs {
+    /// Common arguments (`--data`: one sentence per line, tokens separated by spaces;
+    /// without it a seeded synthetic corpus of word clusters).
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Sentences of the synthetic corpus.
+    #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
+    pub sentences: usize,
+
+    /// Use only the first N sentences of the corpus (all by default).
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub max_sentences: Option<usize>,
+
+    /// Words occurring fewer times are dropped from the corpus.
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
+    pub min_count: usize,
+
+    /// Embedding dimension.
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub dim: usize,
+
+    /// Largest context window (each position draws a window of 1 to this many words).
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
+    pub window: usize,
+
+    /// Negative samples per (word, context) pair.
+    #[arg(long, default_value_t = 5)]
+    pub negative: usize,
+
+    /// Sub-sampling threshold of frequent words (0: keep all).
+    #[arg(long, default_value_t = 1e-3, value_parser = non_negative_f64)]
+    pub sample: f64,
+
+    /// Initial learning rate (decays linearly to lr * 1e-4 over all epochs).
+    #[arg(long, default_value_t = 0.025, value_parser = positive)]
+    pub lr: f32,
+
+    /// Sentences per mini-batch of the strads-ap twin's `sync_for!` (the serial twin runs
+    /// the same mini-batches in order). Workers merge whole tables after every mini-batch,
+    /// so mini-batches are large: on Brown, 2,048 sentences (about 34,000 words) make 28
+    /// merges per epoch.
+    #[arg(long, default_value_t = 2048, value_parser = at_least_one)]
+    pub minibatch: usize,
+
+    /// WordSim-353 file (`word1<TAB>word2<TAB>score`, `#` comments) [default:
+    /// ../shared/data/word2vec-eval/wordsim353.tsv when present].
+    #[arg(long, value_name = "PATH")]
+    pub wordsim: Option<PathBuf>,
+
+    /// Analogy questions (`a b c d` lines, `: section` lines) [default:
+    /// ../shared/data/word2vec-eval/questions-words.txt when present].
+    #[arg(long, value_name = "PATH")]
+    pub analogies: Option<PathBuf>,
+
+    /// Analogy questions evaluated at most (a seeded sample when more are in the
+    /// vocabulary; 0 skips the analogies).
+    #[arg(long, default_value_t = crate::word2vec::ANALOGY_SAMPLE)]
+    pub analogy_sample: usize,
+
+    /// Write the input vectors to this file in the word2vec text format.
+    #[arg(long, value_name = "PATH")]
+    pub save: Option<PathBuf>,
+}
+
+/// Parses a finite number at least 0, in double precision (a threshold).
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(x.is_finite() && x >= 0.0) {
+        return Err("must be a finite number at least 0".into());
+    }
+    Ok(x)
+}

@@ -13,6 +13,7 @@
 //! * [`metrics`] — RMSE, softmax loss and accuracy;
 //! * [`cli`] — command-line arguments, shared by both twins of an example;
 //! * [`report`] — the per-epoch progress line and the final JSON result line.
+//! * [`word2vec`] — corpora, sampling, evaluation and output of the word2vec pair.
 
 #![warn(missing_docs)]
 
@@ -24,3 +25,4 @@ pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod transe;
+pub mod word2vec;

@@ -78,3 +78,8 @@ fn lda_body_is_the_serial_body() {
 fn transe_body_is_the_serial_body() {
     assert_twins("transe-serial.rs", "transe.rs");
 }
+
+#[test]
+fn word2vec_body_is_the_serial_body() {
+    assert_twins("word2vec-serial.rs", "word2vec.rs");
+}

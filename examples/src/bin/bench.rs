@@ -18,6 +18,9 @@
 //!
 //! * TransE: the same with `"mrr_ratio"` (strads-ap / serial filtered MRR) and
 //!   `"hits10_diff"` (strads-ap − serial filtered Hits@10) instead of `"rmse_ratio"`.
+//! * Word2vec: the same with `"rho_diff"` (strads-ap − serial WordSim Spearman ρ),
+//!   `"analogy_diff"` (strads-ap − serial analogy accuracy) and `"serial_words_per_sec"`,
+//!   `"strads_words_per_sec"` instead of `"rmse_ratio"`.
 //!
 //! Every figure is a median over the repetitions; ratios are of medians.
 
@@ -41,6 +44,8 @@ enum App {
     Lda,
     /// TransE knowledge-graph embeddings (`transe-serial` vs `transe`).
     Transe,
+    /// Word2vec skip-gram with negative sampling (`word2vec-serial` vs `word2vec`).
+    Word2vec,
 }
 
 impl App {
@@ -50,6 +55,7 @@ impl App {
             App::Mlr => "mlr",
             App::Lda => "lda",
             App::Transe => "transe",
+            App::Word2vec => "word2vec",
         }
     }
 }
@@ -98,6 +104,14 @@ struct Summary {
     mrr_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hits10_diff: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rho_diff: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    analogy_diff: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serial_words_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strads_words_per_sec: Option<f64>,
 }
 
 /// The twin binary `name` in `dir`, or an error saying how to build it.
@@ -200,6 +214,10 @@ fn main() -> Result<()> {
         loglik_ratio: None,
         mrr_ratio: None,
         hits10_diff: None,
+        rho_diff: None,
+        analogy_diff: None,
+        serial_words_per_sec: None,
+        strads_words_per_sec: None,
     };
     match args.app {
         App::Sgdmf => {
@@ -228,6 +246,16 @@ fn main() -> Result<()> {
             let ph = median(&field(&strads_runs, "hits10")?);
             summary.mrr_ratio = Some(ratio(p, s));
             summary.hits10_diff = Some(ph - sh);
+        }
+        App::Word2vec => {
+            let s = median(&field(&serial_runs, "wordsim_rho")?);
+            let p = median(&field(&strads_runs, "wordsim_rho")?);
+            let sa = median(&field(&serial_runs, "analogy_acc")?);
+            let pa = median(&field(&strads_runs, "analogy_acc")?);
+            summary.rho_diff = Some(p - s);
+            summary.analogy_diff = Some(pa - sa);
+            summary.serial_words_per_sec = Some(median(&field(&serial_runs, "words_per_sec")?));
+            summary.strads_words_per_sec = Some(median(&field(&strads_runs, "words_per_sec")?));
         }
     }
     print_json_line(&summary);
