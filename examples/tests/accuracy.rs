@@ -4,9 +4,11 @@
 //! The binaries are run as child processes, each bounded by a timeout so that a hang
 //! fails the test instead of stalling it.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
+
+use common::{num, run_json};
 
 use serde_json::Value;
 use strads_ap_examples::data::{split_train_test, synthetic_ratings};
@@ -15,58 +17,9 @@ use strads_ap_examples::metrics::rating_mean_std;
 /// Longest a child may run.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs `binary` with `args`, kills it after [`TIMEOUT`], and returns its JSON result line
-/// (the last line of stdout).
+/// Runs `binary` with `args` (bounded by [`TIMEOUT`]) and returns its JSON result line.
 fn run(binary: &str, args: &[&str]) -> Value {
-    let shown = format!("{binary} {}", args.join(" "));
-    let mut child = Command::new(binary)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = pipe.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{shown} did not finish within {TIMEOUT:?}; killed it");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = (
-        stdout.join().expect("stdout"),
-        stderr.join().expect("stderr"),
-    );
-    assert!(status.success(), "{shown} failed ({status}):\n{stderr}");
-    eprint!("{stderr}");
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_else(|| panic!("{shown} printed no result line:\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{shown}: bad result line {line:?}: {e}"))
-}
-
-/// Field `key` of a result line, as a number.
-fn num(result: &Value, key: &str) -> f64 {
-    result
-        .get(key)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("result line without a number `{key}`: {result}"))
+    run_json(binary, args, TIMEOUT).0
 }
 
 fn check_common(result: &Value, app: &str, implementation: &str, threads: f64) {

@@ -2,10 +2,13 @@
 //! launcher, and match a world of one. Each job is bounded in time; the launcher reaps its
 //! ranks (and they die with it if the test kills it).
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::run_json;
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -28,61 +31,32 @@ fn launcher() -> Option<PathBuf> {
 /// Runs `program args` as `ranks` processes (or directly for 1) and returns rank 0's JSON
 /// line.
 fn run(ranks: usize, program: &str, args: &[&str]) -> Value {
-    let mut cmd = if ranks == 1 {
-        Command::new(program)
-    } else {
-        let dir = std::env::temp_dir().join(format!(
-            "strads-apps-{}-{ranks}-{}",
-            std::process::id(),
-            args.join("_").replace('/', "_")
-        ));
-        let mut c = Command::new(launcher().expect("checked by the caller"));
-        c.args([
-            "run",
-            "-n",
-            &ranks.to_string(),
-            "--threads",
-            "1",
-            "--output-dir",
-        ])
-        .arg(dir)
-        .arg("--")
-        .arg(program);
-        c
-    };
-    let mut child = cmd
-        .args(args)
-        .env("STRADS_THREADS", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the job");
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{ranks} ranks of {program} did not finish within {LIMIT:?}:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if ranks == 1 {
+        return run_json(program, args, LIMIT).0;
     }
-    let out = child.wait_with_output().expect("output");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{ranks} ranks of {program} failed:\n{stderr}"
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON line:\n{stdout}\n{stderr}"));
-    serde_json::from_str(line).expect("JSON")
+    let dir = std::env::temp_dir().join(format!(
+        "strads-apps-{}-{ranks}-{}",
+        std::process::id(),
+        args.join("_").replace('/', "_")
+    ));
+    let dir = dir.display().to_string();
+    let n = ranks.to_string();
+    let mut launch = vec![
+        "run",
+        "-n",
+        &n,
+        "--threads",
+        "1",
+        "--output-dir",
+        &dir,
+        "--",
+        program,
+    ];
+    launch.extend_from_slice(args);
+    let launcher = launcher().expect("checked by the caller");
+    let result = run_json(&launcher.display().to_string(), &launch, LIMIT).0;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 #[test]

@@ -7,10 +7,12 @@
 //! The binaries are run as child processes, each bounded by a timeout so that a hang
 //! fails the test instead of stalling it.
 
-use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{num, run_json, Output};
 
 use serde_json::Value;
 use strads_ap_examples::lda::{
@@ -20,92 +22,25 @@ use strads_ap_examples::lda::{
 /// Longest a child may run.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A fresh file `name` with `content` in a per-process temporary directory.
 fn temp_file(name: &str, content: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("strads-ap-examples-lda-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, content).expect("write temp file");
-    path
+    common::temp_file("lda", name, content)
 }
 
 /// The Reuters LDA-C file, or `None` (with a message) when the shared data is absent.
 fn reuters() -> Option<PathBuf> {
-    let path = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/lda/reuters.ldac"
-    ));
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipping: {} not found", path.display());
-        println!("skipping: {} not found", path.display());
-        None
-    }
+    common::shared_data("lda/reuters.ldac", Path::is_file)
 }
 
-/// What a child printed and how it ended.
-struct Output {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `binary` with `args`, killing it after [`TIMEOUT`].
 fn run_raw(binary: &str, args: &[&str]) -> Output {
-    let shown = format!("{binary} {}", args.join(" "));
-    let mut child = Command::new(binary)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = pipe.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{shown} did not finish within {TIMEOUT:?}; killed it");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        success: status.success(),
-        stdout: stdout.join().expect("stdout"),
-        stderr: stderr.join().expect("stderr"),
-    }
+    common::run_raw(binary, args, TIMEOUT)
 }
 
 /// Runs `binary` with `args`; returns its JSON result line (the last line of stdout) and
 /// the log-likelihood per token after every epoch, from its progress lines.
 fn run(binary: &str, args: &[&str]) -> (Value, Vec<f64>) {
     let shown = format!("{binary} {}", args.join(" "));
-    let out = run_raw(binary, args);
-    assert!(out.success, "{shown} failed:\n{}", out.stderr);
-    eprint!("{}", out.stderr);
-    let line = out
-        .stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_else(|| panic!("{shown} printed no result line:\n{}", out.stderr));
-    let result = serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("{shown}: bad result line {line:?}: {e}"));
-    let per_epoch = out
-        .stderr
+    let (result, stderr) = run_json(binary, args, TIMEOUT);
+    let per_epoch = stderr
         .lines()
         .filter(|l| l.contains(" epoch ") && l.contains("loglik_per_token = "))
         .map(|l| {
@@ -120,14 +55,6 @@ fn run(binary: &str, args: &[&str]) -> (Value, Vec<f64>) {
         })
         .collect();
     (result, per_epoch)
-}
-
-/// Field `key` of a result line, as a number.
-fn num(result: &Value, key: &str) -> f64 {
-    result
-        .get(key)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("result line without a number `{key}`: {result}"))
 }
 
 fn check_common(result: &Value, implementation: &str, threads: f64, epochs: f64) {

@@ -7,11 +7,13 @@
 //! as means over three seeds: one run's Hits@10 moves by a percent or two with the order
 //! of its updates, and a parallel run's order is not fixed.
 
-use std::io::Read;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::{num, run_json};
 
 use serde_json::Value;
 use strads_ap_examples::transe::{
@@ -30,74 +32,19 @@ const SEEDS: [&str; 3] = ["1", "2", "3"];
 
 /// The UMLS directory, or `None` (after saying so) when the shared data is absent.
 fn umls() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/kg/umls");
-    if path.join("train.txt").is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipping: {} not found", path.display());
-        println!("skipping: {} not found", path.display());
-        None
-    }
+    common::shared_data("kg/umls", |p| p.join("train.txt").is_file())
 }
 
-/// Runs `binary` with `args`, kills it after [`TIMEOUT`], and returns whether it
-/// succeeded, its stdout and its stderr.
+/// Runs `binary` with `args` (bounded by [`TIMEOUT`]): whether it succeeded, its stdout and
+/// its stderr.
 fn run_raw(binary: &str, args: &[&str]) -> (bool, String, String) {
-    let shown = format!("{binary} {}", args.join(" "));
-    let mut child = Command::new(binary)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = pipe.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{shown} did not finish within {TIMEOUT:?}; killed it");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (
-        status.success(),
-        stdout.join().expect("stdout"),
-        stderr.join().expect("stderr"),
-    )
+    let out = common::run_raw(binary, args, TIMEOUT);
+    (out.success, out.stdout, out.stderr)
 }
 
 /// Runs a twin that must succeed and returns its JSON result line.
 fn run(binary: &str, args: &[&str]) -> Value {
-    let shown = format!("{binary} {}", args.join(" "));
-    let (ok, stdout, stderr) = run_raw(binary, args);
-    assert!(ok, "{shown} failed:\n{stderr}");
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_else(|| panic!("{shown} printed no result line:\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{shown}: bad result line {line:?}: {e}"))
-}
-
-/// Field `key` of a result line, as a number.
-fn num(result: &Value, key: &str) -> f64 {
-    result
-        .get(key)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("result line without a number `{key}`: {result}"))
+    run_json(binary, args, TIMEOUT).0
 }
 
 /// The mean `hits10` and `mrr` of `binary` over [`SEEDS`], on UMLS.

@@ -13,10 +13,12 @@
 //! fails the test instead of stalling it.
 
 use std::collections::HashMap;
-use std::io::Read;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{num, run_json, Output};
 
 use serde_json::Value;
 use strads_ap_examples::word2vec::{
@@ -27,89 +29,29 @@ use strads_ap_examples::word2vec::{
 /// Longest a child may run.
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A fresh file `name` with `content` in a per-process temporary directory.
 fn temp_file(name: &str, content: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("strads-ap-examples-w2v-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, content).expect("write temp file");
-    path
+    common::temp_file("w2v", name, content)
 }
 
-/// The shared data directory, or `None` (with a message) when `what` is absent.
+/// The shared data file `what`, or `None` (with a message) when it is absent.
 fn shared(what: &str) -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data")
-        .join(what);
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipping: {} not found", path.display());
-        println!("skipping: {} not found", path.display());
-        None
-    }
+    common::shared_data(what, Path::is_file)
 }
 
-/// What a child printed and how it ended.
-struct Output {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `binary` with `args`, killing it after [`TIMEOUT`].
 fn run_raw(binary: &str, args: &[&str]) -> Output {
-    let shown = format!("{binary} {}", args.join(" "));
-    let mut child = Command::new(binary)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = pipe.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{shown} did not finish within {TIMEOUT:?}; killed it");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        success: status.success(),
-        stdout: stdout.join().expect("stdout"),
-        stderr: stderr.join().expect("stderr"),
-    }
+    common::run_raw(binary, args, TIMEOUT)
 }
 
 /// Runs `binary` with `args` and returns its JSON result line (the last line of stdout).
 fn run(binary: &str, args: &[&str]) -> Value {
-    let shown = format!("{binary} {}", args.join(" "));
     let start = Instant::now();
-    let out = run_raw(binary, args);
-    assert!(out.success, "{shown} failed:\n{}", out.stderr);
-    eprint!("{}", out.stderr);
-    eprintln!("({shown}: {:.1} s)", start.elapsed().as_secs_f64());
-    let line = out
-        .stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_else(|| panic!("{shown} printed no result line:\n{}", out.stderr));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{shown}: bad result line {line:?}: {e}"))
+    let (result, _) = run_json(binary, args, TIMEOUT);
+    eprintln!(
+        "({binary} {}: {:.1} s)",
+        args.join(" "),
+        start.elapsed().as_secs_f64()
+    );
+    result
 }
 
 /// Runs `binary` with `args`, expects it to fail, and returns its stderr.
@@ -122,12 +64,6 @@ fn run_failing(binary: &str, args: &[&str]) -> String {
         out.stdout
     );
     out.stderr
-}
-
-fn num(v: &Value, key: &str) -> f64 {
-    v.get(key)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("result line without a number `{key}`: {v}"))
 }
 
 const SERIAL: &str = env!("CARGO_BIN_EXE_word2vec-serial");

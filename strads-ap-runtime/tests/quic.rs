@@ -37,6 +37,15 @@ fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> mpsc::R
     rx
 }
 
+/// A well-behaved rank of a 2-rank job: joins, meets the other at a barrier, leaves.
+fn member(rank: usize, addr: SocketAddr) -> mpsc::Receiver<strads_ap_runtime::Result<()>> {
+    bounded(move || {
+        let t = QuicTransport::start(options(rank, 2, addr))?;
+        Comm::new(t.clone()).barrier()?;
+        t.shutdown(Duration::from_secs(10))
+    })
+}
+
 fn wait<T>(rx: mpsc::Receiver<T>, what: &str) -> T {
     rx.recv_timeout(LIMIT)
         .unwrap_or_else(|_| panic!("{what} did not finish within {LIMIT:?}"))
@@ -98,11 +107,7 @@ fn three_ranks_join_and_run_collectives_and_bulk_messages() {
 #[test]
 fn a_rank_with_the_wrong_secret_is_refused_and_the_job_goes_on() {
     let addr = free_addr();
-    let rank0 = bounded(move || {
-        let t = QuicTransport::start(options(0, 2, addr))?;
-        Comm::new(t.clone()).barrier()?;
-        t.shutdown(Duration::from_secs(10))
-    });
+    let rank0 = member(0, addr);
     let mut bad = options(1, 2, addr);
     bad.secret = b"not the secret of this job".to_vec();
     let intruder = wait(
@@ -113,11 +118,7 @@ fn a_rank_with_the_wrong_secret_is_refused_and_the_job_goes_on() {
         Err(Error::Transport(msg)) => assert!(msg.contains("wrong cluster secret"), "{msg}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
-    let rank1 = bounded(move || {
-        let t = QuicTransport::start(options(1, 2, addr))?;
-        Comm::new(t.clone()).barrier()?;
-        t.shutdown(Duration::from_secs(10))
-    });
+    let rank1 = member(1, addr);
     wait(rank0, "rank 0").unwrap();
     wait(rank1, "rank 1").unwrap();
 }
@@ -125,11 +126,7 @@ fn a_rank_with_the_wrong_secret_is_refused_and_the_job_goes_on() {
 #[test]
 fn a_rank_of_another_job_is_refused() {
     let addr = free_addr();
-    let rank0 = bounded(move || {
-        let t = QuicTransport::start(options(0, 2, addr))?;
-        Comm::new(t.clone()).barrier()?;
-        t.shutdown(Duration::from_secs(10))
-    });
+    let rank0 = member(0, addr);
     let mut other = options(1, 2, addr);
     other.job = "another-job".into();
     match wait(
@@ -140,11 +137,7 @@ fn a_rank_of_another_job_is_refused() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     // Rank 0 is still waiting for the real rank 1.
-    let rank1 = bounded(move || {
-        let t = QuicTransport::start(options(1, 2, addr))?;
-        Comm::new(t.clone()).barrier()?;
-        t.shutdown(Duration::from_secs(10))
-    });
+    let rank1 = member(1, addr);
     wait(rank0, "rank 0").unwrap();
     wait(rank1, "rank 1").unwrap();
 }
@@ -152,11 +145,7 @@ fn a_rank_of_another_job_is_refused() {
 #[test]
 fn garbage_instead_of_a_hello_is_refused_without_harm() {
     let addr = free_addr();
-    let rank0 = bounded(move || {
-        let t = QuicTransport::start(options(0, 2, addr))?;
-        Comm::new(t.clone()).barrier()?;
-        t.shutdown(Duration::from_secs(10))
-    });
+    let rank0 = member(0, addr);
     // Raw UDP noise at the rendezvous port, then a TLS-speaking client sending garbage.
     let noise = UdpSocket::bind("127.0.0.1:0").unwrap();
     for i in 0..50u8 {
@@ -174,11 +163,7 @@ fn garbage_instead_of_a_hello_is_refused_without_harm() {
         closed.to_string()
     });
     assert!(reason.contains("handshake message of"), "{reason}");
-    let rank1 = bounded(move || {
-        let t = QuicTransport::start(options(1, 2, addr))?;
-        Comm::new(t.clone()).barrier()?;
-        t.shutdown(Duration::from_secs(10))
-    });
+    let rank1 = member(1, addr);
     wait(rank0, "rank 0").unwrap();
     wait(rank1, "rank 1").unwrap();
 }

@@ -97,8 +97,13 @@ impl Comm {
         &self.transport
     }
 
+    /// The next sequence number, as a tag of `kind` (a top byte of [`tags`]).
+    fn next_tag_of(&self, kind: u64) -> u64 {
+        kind | (self.seq.fetch_add(1, Ordering::SeqCst) & ((1 << 56) - 1))
+    }
+
     fn next_tag(&self) -> u64 {
-        tags::COLLECTIVE | (self.seq.fetch_add(1, Ordering::SeqCst) & ((1 << 56) - 1))
+        self.next_tag_of(tags::COLLECTIVE)
     }
 
     fn encode<T: Serialize>(value: &T, what: &str) -> Result<Vec<u8>> {
@@ -228,7 +233,7 @@ impl Comm {
     /// A rank at a different operator makes every rank fail with [`Error::Divergence`]
     /// naming both call sites.
     pub fn enter_operator(&self, site: &str, task: &str, captures: Vec<u8>) -> Result<Vec<u8>> {
-        let tag = tags::OPERATOR | (self.seq.fetch_add(1, Ordering::SeqCst) & ((1 << 56) - 1));
+        let tag = self.next_tag_of(tags::OPERATOR);
         let entry = Self::encode(
             &Entry {
                 site: site.to_string(),

@@ -225,7 +225,7 @@ impl BatchWriter {
         } else {
             self.small.extend_from_slice(&payload);
         }
-        self.len += FRAME_HEADER + payload_len(len);
+        self.len += FRAME_HEADER + len as usize;
         self.frames += 1;
     }
 
@@ -246,10 +246,6 @@ impl BatchWriter {
         }
         self.chunks
     }
-}
-
-fn payload_len(len: u32) -> usize {
-    len as usize
 }
 
 /// A frame header read from a stream.

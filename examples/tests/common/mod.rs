@@ -1,0 +1,106 @@
+//! Helpers shared by the examples' integration tests: running a twin as a bounded child
+//! process, reading its JSON result line, temporary files and the shared data sets.
+
+// Each test crate uses a different subset.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// What a child printed and how it ended.
+pub struct Output {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `binary` with `args`, killing it (and failing the test) after `timeout`.
+pub fn run_raw(binary: &str, args: &[&str], timeout: Duration) -> Output {
+    let shown = format!("{binary} {}", args.join(" "));
+    let mut child = Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = pipe.read_to_string(&mut s);
+            s
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} did not finish within {timeout:?}; killed it");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        success: status.success(),
+        stdout: stdout.join().expect("stdout"),
+        stderr: stderr.join().expect("stderr"),
+    }
+}
+
+/// Runs a twin that must succeed; returns its JSON result line (the last non-empty line of
+/// stdout) and its stderr (which is also echoed, for the test log).
+pub fn run_json(binary: &str, args: &[&str], timeout: Duration) -> (Value, String) {
+    let shown = format!("{binary} {}", args.join(" "));
+    let out = run_raw(binary, args, timeout);
+    assert!(out.success, "{shown} failed:\n{}", out.stderr);
+    eprint!("{}", out.stderr);
+    let line = out
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_else(|| panic!("{shown} printed no result line:\n{}", out.stderr));
+    let value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("{shown}: bad result line {line:?}: {e}"));
+    (value, out.stderr)
+}
+
+/// Field `key` of a result line, as a number.
+pub fn num(result: &Value, key: &str) -> f64 {
+    result
+        .get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("result line without a number `{key}`: {result}"))
+}
+
+/// A fresh file `name` with `content` in a per-process temporary directory `tag`.
+pub fn temp_file(tag: &str, name: &str, content: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("strads-ap-examples-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, content).expect("write temp file");
+    path
+}
+
+/// `../shared/data/<what>` if `present(path)` holds, or `None` after saying it is skipped.
+pub fn shared_data(what: &str, present: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(what);
+    if present(&path) {
+        Some(path)
+    } else {
+        eprintln!("skipping: {} not found", path.display());
+        println!("skipping: {} not found", path.display());
+        None
+    }
+}
