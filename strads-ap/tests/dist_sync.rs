@@ -2,29 +2,11 @@
 //! rank running the mini-batches of its part of the data against a full copy of the
 //! parameters, combined at every synchronisation point.
 
-use std::sync::Arc;
-use std::thread;
+mod common;
 
-use strads_ap::cluster::{collective::Comm, scoped, RankCtx};
-use strads_ap::internals::transport::mem::MemCluster;
+use common::on_ranks;
 use strads_ap::prelude::*;
 use strads_ap::{Error, Result};
-
-fn on_ranks<T: Send + 'static>(
-    world: usize,
-    job: impl Fn() -> Result<T> + Send + Sync + 'static,
-) -> Vec<Result<T>> {
-    let job = Arc::new(job);
-    let handles: Vec<_> = MemCluster::new(world)
-        .into_transports()
-        .into_iter()
-        .map(|t| {
-            let job = job.clone();
-            thread::spawn(move || scoped(RankCtx::new(Comm::new(t)), || job()))
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
-}
 
 /// With summing aggregation the total over every mini-batch of every rank is exact, in
 /// both modes, for any number of ranks and threads (including ranks with fewer batches).

@@ -6,32 +6,12 @@
 //! writer) and check that it is acyclic, i.e. that one global serial order explains every
 //! element. We also check that every task ran exactly once.
 
+mod common;
+
+use common::{acyclic, check_serializable, random_patterns, Pattern};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strads_ap::prelude::*;
-
-/// One access of a task: (key, write?).
-type Pattern = Vec<(u32, bool)>;
-
-fn random_patterns(seed: u64, tasks: usize, keys: u32, hot: bool) -> Vec<Pattern> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..tasks)
-        .map(|_| {
-            let n = rng.gen_range(0..5);
-            (0..n)
-                .map(|_| {
-                    // A skewed key distribution makes big components.
-                    let key = if hot && rng.gen_bool(0.3) {
-                        rng.gen_range(0..3)
-                    } else {
-                        rng.gen_range(0..keys)
-                    };
-                    (key, rng.gen_bool(0.5))
-                })
-                .collect()
-        })
-        .collect()
-}
 
 fn run_and_check(patterns: Vec<Pattern>, keys: usize, threads: usize) {
     let n = patterns.len();
@@ -57,78 +37,12 @@ fn run_and_check(patterns: Vec<Pattern>, keys: usize, threads: usize) {
     )
     .unwrap();
 
-    assert!(
-        ran.to_vec().unwrap().iter().all(|&r| r == 1),
-        "a task did not run exactly once"
+    let (log, seen, ran) = (
+        log.to_vec().unwrap(),
+        seen.to_vec().unwrap(),
+        ran.to_vec().unwrap(),
     );
-    let log = log.to_vec().unwrap();
-    let seen = seen.to_vec().unwrap();
-
-    // Every write happened once, where the pattern says.
-    for (k, p) in patterns.iter().enumerate() {
-        let mut writes: Vec<u32> = p.iter().filter(|a| a.1).map(|a| a.0).collect();
-        writes.sort_unstable();
-        let mut found: Vec<u32> = log
-            .iter()
-            .enumerate()
-            .flat_map(|(key, seq)| {
-                seq.iter()
-                    .filter(|&&t| t as usize == k)
-                    .map(move |_| key as u32)
-            })
-            .collect();
-        found.sort_unstable();
-        assert_eq!(writes, found, "task {k}'s writes");
-    }
-
-    // Precedence graph.
-    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for seq in &log {
-        for w in seq.windows(2) {
-            if w[0] != w[1] {
-                edges[w[0] as usize].push(w[1] as usize);
-            }
-        }
-    }
-    for (reader, reads) in seen.iter().enumerate() {
-        for &(key, count) in reads {
-            let seq = &log[key as usize];
-            if count > 0 {
-                let before = seq[count as usize - 1] as usize;
-                if before != reader {
-                    edges[before].push(reader);
-                }
-            }
-            if let Some(&after) = seq.get(count as usize) {
-                if after as usize != reader {
-                    edges[reader].push(after as usize);
-                }
-            }
-        }
-    }
-    assert!(
-        acyclic(&edges),
-        "the precedence graph has a cycle: the run was not serializable"
-    );
-}
-
-/// Whether the graph (adjacency lists) has no cycle: Kahn's algorithm removes every node.
-fn acyclic(edges: &[Vec<usize>]) -> bool {
-    let n = edges.len();
-    let mut indegree = vec![0usize; n];
-    edges.iter().flatten().for_each(|&t| indegree[t] += 1);
-    let mut ready: Vec<usize> = (0..n).filter(|&t| indegree[t] == 0).collect();
-    let mut removed = 0;
-    while let Some(t) = ready.pop() {
-        removed += 1;
-        for &u in &edges[t] {
-            indegree[u] -= 1;
-            if indegree[u] == 0 {
-                ready.push(u);
-            }
-        }
-    }
-    removed == n
+    check_serializable(&patterns, &log, &seen, &ran);
 }
 
 #[test]

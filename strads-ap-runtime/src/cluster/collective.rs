@@ -207,6 +207,63 @@ impl Comm {
         self.broadcast(0, all.unwrap_or_default())
     }
 
+    /// Personalised all-to-all: sends `out[r]` to every rank `r` and returns what every
+    /// rank sent here, in rank order (`out[self]` is returned as is). Every rank must call
+    /// it with one buffer per rank.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::thread;
+    /// use strads_ap_runtime::cluster::collective::Comm;
+    /// use strads_ap_runtime::transport::mem::MemCluster;
+    ///
+    /// let handles: Vec<_> = MemCluster::new(3)
+    ///     .into_transports()
+    ///     .into_iter()
+    ///     .map(|t| {
+    ///         thread::spawn(move || {
+    ///             let comm = Comm::new(t);
+    ///             let me = comm.rank() as u8;
+    ///             let out = (0..3u8).map(|to| vec![me, to]).collect();
+    ///             comm.exchange(out).unwrap()
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for (me, h) in handles.into_iter().enumerate() {
+    ///     let got = h.join().unwrap();
+    ///     assert_eq!(got, (0..3u8).map(|from| vec![from, me as u8]).collect::<Vec<_>>());
+    /// }
+    /// ```
+    pub fn exchange(&self, out: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        let t = &self.transport;
+        let (me, world) = (t.rank(), t.world_size());
+        if out.len() != world {
+            return Err(Error::Transport(format!(
+                "exchange: {} buffers for {world} ranks",
+                out.len()
+            )));
+        }
+        let tag = self.next_tag();
+        let mut mine = Vec::new();
+        for (r, bytes) in out.into_iter().enumerate() {
+            if r == me {
+                mine = bytes;
+            } else {
+                t.send(r, tag, bytes)?;
+            }
+        }
+        let deadline = deadline_in(self.timeout);
+        let mut all = Vec::with_capacity(world);
+        for r in 0..world {
+            if r == me {
+                all.push(std::mem::take(&mut mine));
+            } else {
+                all.push(t.recv(r, tag, deadline)?);
+            }
+        }
+        Ok(all)
+    }
+
     /// `op` folded over every rank's `value` in rank order (on rank 0), on every rank.
     pub fn allreduce<T: Serialize + DeserializeOwned>(
         &self,

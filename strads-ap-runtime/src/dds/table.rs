@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
 
 use super::aggregate::{Aggregate, Aggregation};
@@ -59,6 +59,79 @@ pub(crate) trait TableHandle: Send + Sync {
     fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()>;
     /// Drops the elements of other ranks again, after [`TableHandle::gather_all`].
     fn keep_own_range(&self);
+    /// Whether this rank keeps a shadow (a full-length copy left by the last distributed
+    /// `async_for!`, current in this rank's range and possibly stale elsewhere), and
+    /// whether that shadow is fresh for `plan`: nothing wrote the table since, and every
+    /// element `plan` reads is current in it.
+    fn shadow_state(&self, _plan: Option<u64>) -> (bool, bool) {
+        (false, false)
+    }
+    /// Makes the table full-length again from its shadow (this rank's range is copied
+    /// in; other elements are the shadow's, possibly stale). Local, no communication.
+    fn expand_from_shadow(&self, op: &'static str) -> Result<()> {
+        Err(Error::invalid(op, "this DDS keeps no shadow copy"))
+    }
+    /// Keeps this rank's range as the table and the full-length elements as its shadow,
+    /// noting which of them are current.
+    fn shrink_to_shadow(&self, _valid: ShadowValidity) {
+        self.keep_own_range()
+    }
+    /// Appends the encoded elements at `keys` of the locked elements at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must point to the table's initialised elements, more than any of `keys`, that
+    /// no one writes during the call.
+    unsafe fn pack(&self, _ptr: *const u8, _keys: &[u64], _out: &mut Vec<u8>) -> Result<()> {
+        Err(Error::Config(
+            "this kind of DDS cannot be sent between ranks yet".to_string(),
+        ))
+    }
+    /// Decodes elements for `keys` from the front of `bytes` into the locked elements at
+    /// `ptr`, advancing `bytes` past them.
+    ///
+    /// # Safety
+    /// As for [`TableHandle::pack`], and no one else reads or writes those elements during
+    /// the call.
+    unsafe fn unpack(&self, _ptr: *mut u8, _keys: &[u64], _bytes: &mut &[u8]) -> Result<()> {
+        Err(Error::Config(
+            "this kind of DDS cannot be sent between ranks yet".to_string(),
+        ))
+    }
+}
+
+/// What a distributed loop leaves current in a table's shadow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ShadowValidity {
+    /// The loop wrote the table: other ranks' elements in the shadow are stale.
+    Stale,
+    /// The loop gathered the whole table and did not write it.
+    All,
+    /// The loop fetched what plan (fingerprint) reads and did not write the table.
+    Plan(u64),
+    /// The loop neither wrote nor fetched anything: the shadow stays as it was.
+    Unchanged,
+}
+
+/// A table's shadow: the full-length elements kept between distributed loops.
+pub(crate) struct Shadow<T> {
+    full: Option<Vec<T>>,
+    /// The table's version when the shadow was made.
+    version: u64,
+    /// Every element is current.
+    all_valid: bool,
+    /// Plans whose reads are current.
+    valid_for: Vec<u64>,
+}
+
+impl<T> Default for Shadow<T> {
+    fn default() -> Self {
+        Shadow {
+            full: None,
+            version: 0,
+            all_valid: false,
+            valid_for: Vec::new(),
+        }
+    }
 }
 
 /// A locked table: where its elements are.
@@ -84,6 +157,11 @@ pub(crate) struct VectorTable<T> {
     pub data: RwLock<Vec<T>>,
     pub relaxed: AtomicBool,
     pub aggregation: RwLock<Option<Aggregation<T>>>,
+    /// Bumped whenever the elements are taken for writing.
+    pub version: AtomicU64,
+    /// The full-length copy kept between distributed loops (see
+    /// [`TableHandle::shadow_state`]).
+    pub shadow: Mutex<Shadow<T>>,
 }
 
 impl<T: Send + Sync + 'static> VectorTable<T> {
@@ -104,6 +182,8 @@ impl<T: Send + Sync + 'static> VectorTable<T> {
             data: RwLock::new(data),
             relaxed: AtomicBool::new(false),
             aggregation: RwLock::new(None),
+            version: AtomicU64::new(0),
+            shadow: Mutex::new(Shadow::default()),
         });
         register_table(id, &table);
         table
@@ -120,6 +200,7 @@ impl<T: Send + Sync + 'static> VectorTable<T> {
     }
 
     pub fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Vec<T>>> {
+        self.version.fetch_add(1, Ordering::AcqRel);
         match self.data.try_write() {
             Ok(g) => Ok(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
@@ -180,6 +261,97 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
             data.drain(..range.start);
         }
     }
+    fn shadow_state(&self, plan: Option<u64>) -> (bool, bool) {
+        let shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        let has = shadow.full.as_ref().is_some_and(|f| f.len() == self.len);
+        let clean = shadow.version == self.version.load(Ordering::Acquire);
+        let current = shadow.all_valid || plan.is_some_and(|p| shadow.valid_for.contains(&p));
+        (has, has && clean && current)
+    }
+    fn expand_from_shadow(&self, op: &'static str) -> Result<()> {
+        let mut shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        if shadow.version != self.version.load(Ordering::Acquire) {
+            // Written since: other ranks' elements may have changed.
+            shadow.all_valid = false;
+            shadow.valid_for.clear();
+        }
+        let mut data = self.write(op)?;
+        let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
+            .range(self.ctx.rank());
+        match shadow.full.take() {
+            Some(mut full) if full.len() == self.len && data.len() == range.len() => {
+                full[range].clone_from_slice(&data);
+                *data = full;
+                Ok(())
+            }
+            _ => Err(Error::invalid(
+                op,
+                format!(
+                    "DVector {} has no full-length shadow to expand from",
+                    self.id
+                ),
+            )),
+        }
+    }
+    fn shrink_to_shadow(&self, valid: ShadowValidity) {
+        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        if data.len() != self.len {
+            return;
+        }
+        let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
+            .range(self.ctx.rank());
+        let own = data[range].to_vec();
+        let full = std::mem::replace(&mut *data, own);
+        let mut shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        match valid {
+            ShadowValidity::Stale => {
+                shadow.all_valid = false;
+                shadow.valid_for.clear();
+            }
+            ShadowValidity::All => {
+                shadow.all_valid = true;
+                shadow.valid_for.clear();
+            }
+            ShadowValidity::Plan(p) => {
+                if !shadow.valid_for.contains(&p) {
+                    shadow.valid_for.push(p);
+                }
+            }
+            ShadowValidity::Unchanged => {}
+        }
+        shadow.full = Some(full);
+        shadow.version = self.version.load(Ordering::Acquire);
+    }
+    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
+        let elems = ptr as *const T;
+        for &k in keys {
+            // SAFETY: the caller guarantees `ptr` points to initialised elements, more than
+            // any key, that no one writes now.
+            let value = unsafe { &*elems.add(k as usize) };
+            let encoded =
+                postcard::to_extend(value, std::mem::take(out)).map_err(|e| Error::Codec {
+                    what: format!("element {k} of DVector {}", self.id),
+                    message: e.to_string(),
+                })?;
+            *out = encoded;
+        }
+        Ok(())
+    }
+    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
+        let elems = ptr as *mut T;
+        for &k in keys {
+            let (value, rest) =
+                postcard::take_from_bytes::<T>(bytes).map_err(|e| Error::Codec {
+                    what: format!("element {k} of DVector {} from another rank", self.id),
+                    message: e.to_string(),
+                })?;
+            // SAFETY: the caller guarantees exclusive access to initialised elements, more
+            // than any key.
+            unsafe { *elems.add(k as usize) = value };
+            *bytes = rest;
+        }
+        Ok(())
+    }
 }
 
 /// Per-worker copies of an aggregatable table and the merging of their deltas.
@@ -229,7 +401,9 @@ pub(crate) trait Merger: Send + Sync {
     unsafe fn snapshot(&self, master: *const u8, len: usize) -> Box<dyn Any + Send>;
     /// Combines the ranks' changes since `start` (a [`Merger::snapshot`]): every rank's
     /// master becomes `start` plus the table's aggregation of the ranks' deltas, each rank's
-    /// delta standing for `count` workers' (a collective over `comm`).
+    /// delta standing for `count` workers' (a collective over `comm`). With `count` `None`
+    /// the deltas are summed whatever the aggregation (relaxed tables of `async_for!`,
+    /// whose replicas add their deltas).
     ///
     /// # Safety
     /// As for [`Merger::push`]; `start` is a snapshot of this table's master.
@@ -238,7 +412,7 @@ pub(crate) trait Merger: Send + Sync {
         comm: &Comm,
         master: *mut u8,
         start: &(dyn Any + Send),
-        count: usize,
+        count: Option<usize>,
     ) -> Result<()>;
 }
 
@@ -367,7 +541,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         comm: &Comm,
         master: *mut u8,
         start: &(dyn Any + Send),
-        count: usize,
+        count: Option<usize>,
     ) -> Result<()> {
         let start = start
             .downcast_ref::<Vec<T>>()
@@ -377,12 +551,12 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, start.len()) };
         let aggregation = self.aggregation();
         let average = match aggregation {
-            Aggregation::Average => true,
+            Aggregation::Average => count.is_some(),
             Aggregation::Sum => false,
             Aggregation::Custom(_) => {
                 return Err(Error::Config(format!(
-                    "sync_for!: DVector {} has a custom aggregation, which is not supported \
-                     across ranks yet (use Average or Sum)",
+                    "DVector {} has a custom aggregation, which is not supported across \
+                     ranks yet (use Average or Sum)",
                     self.table.id
                 )))
             }
@@ -395,17 +569,18 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
                 let mut d = m.clone();
                 d.sub_delta(s);
                 if average {
-                    d.scale(count as f64);
+                    d.scale(count.unwrap_or(1) as f64);
                 }
                 d
             })
             .collect();
-        let (total, mut sum) = comm.allreduce((count, delta), |(c1, mut a), (c2, b)| {
-            for (x, y) in a.iter_mut().zip(&b) {
-                x.add_delta(y);
-            }
-            (c1 + c2, a)
-        })?;
+        let (total, mut sum) =
+            comm.allreduce((count.unwrap_or(1), delta), |(c1, mut a), (c2, b)| {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    x.add_delta(y);
+                }
+                (c1 + c2, a)
+            })?;
         if sum.len() != master.len() {
             return Err(Error::Transport(format!(
                 "sync_for!: ranks hold DVector {} with different lengths",

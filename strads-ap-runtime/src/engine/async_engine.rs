@@ -10,15 +10,18 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::ctx::{ExecCtx, Indices, LoopIndex};
+use super::dist_async::{DistPlan, Exchanger, Work, MAX_RANKS};
 use super::{body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry};
 use crate::cluster::context;
-use crate::dds::table::Replica;
+use crate::dds::table::{Replica, ShadowValidity, TableHandle};
 use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, PlanConfig, Schedule, SlotMode, TableInfo};
 use crate::recon::{AccessLog, RecordIndices, Recorder, MAX_TABLES};
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PlanKey {
+    /// The rank (a process may act as several in tests).
+    rank: u64,
     site: usize,
     start: usize,
     end: usize,
@@ -27,9 +30,29 @@ struct PlanKey {
     tables: Vec<(u64, u64)>,
 }
 
-fn plan_cache() -> &'static Mutex<HashMap<PlanKey, Plan>> {
-    static CACHE: OnceLock<Mutex<HashMap<PlanKey, Plan>>> = OnceLock::new();
+/// A cached plan and, across ranks, its cutting into steps.
+struct Cached {
+    plan: Plan,
+    dist: Option<DistPlan>,
+}
+
+fn plan_cache() -> &'static Mutex<HashMap<PlanKey, Cached>> {
+    static CACHE: OnceLock<Mutex<HashMap<PlanKey, Cached>>> = OnceLock::new();
     CACHE.get_or_init(Default::default)
+}
+
+fn cache_take(key: &PlanKey) -> Option<Cached> {
+    plan_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key)
+}
+
+fn cache_put(key: PlanKey, cached: Cached) {
+    plan_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, cached);
 }
 
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
@@ -46,7 +69,6 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
 ) -> Result<()> {
     let ctx = context();
-    crate::cluster::local_only("async_for!")?;
     let threads = opts.threads.unwrap_or(ctx.config().threads);
     let bounds = |i: I| {
         i.to_usize().ok_or_else(|| {
@@ -73,6 +95,12 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
             format!("{site}: the body captures more than {MAX_TABLES} DDSs"),
         ));
     }
+    let here = crate::cluster::here();
+    if here.is_distributed() {
+        return run_distributed(
+            site, start, end, task, &opts, &registry, run, record, &here, threads,
+        );
+    }
     if n == 0 {
         return Ok(());
     }
@@ -95,6 +123,7 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     }
 
     let key = PlanKey {
+        rank: here.uid(),
         site: site as *const CallSite as usize,
         start,
         end,
@@ -102,76 +131,29 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
         blocks: opts.blocks,
         tables: bases.iter().map(|b| (b.id, b.shape)).collect(),
     };
-    let cached = if opts.recheck {
-        None
-    } else {
-        plan_cache()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key)
-    };
+    let cached = if opts.recheck { None } else { cache_take(&key) };
     let mut plan = match cached {
-        Some(plan) => plan,
+        Some(c) => c.plan,
         None => {
             let t0 = Instant::now();
             let log = reconnoitre(site, start, n, task, record, &bases, threads)?;
-            let t1 = Instant::now();
-            let tables: Vec<TableInfo> = registry
-                .entries
-                .iter()
-                .zip(&bases)
-                .map(|(e, base)| TableInfo {
-                    key_space: base.len,
-                    relaxed: e.table.is_relaxed() && e.merger.is_some(),
-                })
-                .collect();
-            let config = PlanConfig {
-                threads,
-                blocks: opts.blocks,
-                seed: opts.seed.unwrap_or(ctx.config().seed),
-                first_index: start,
-            };
-            let plan = ctx
-                .pool(threads)
-                .install(|| plan::plan(log, &tables, &config));
-            let t2 = Instant::now();
-            let summary = format!(
-                "{site}: reconnaissance of {n} tasks in {:.3} s; {} plan with {} groups in {} \
-                 batches, largest {} tasks, in {:.3} s",
-                (t1 - t0).as_secs_f64(),
-                plan.stats.strategy,
-                plan.stats.groups,
-                plan.stats.batches,
-                plan.stats.largest_group,
-                (t2 - t1).as_secs_f64()
-            );
-            // Long set-up work is always worth a line: the first call of a loop is slower
-            // than the rest, and a user should know why.
-            if ctx.config().verbose || t2 - t0 > std::time::Duration::from_secs(2) {
-                eprintln!("strads-ap: {summary}");
-            }
-            tracing::debug!("{summary}");
-            if threads > 1 && plan.stats.largest_group * 2 > n && n >= 64 {
-                tracing::warn!(
-                    "{site}: most tasks conflict with each other ({} of {n} in one group), so \
-                     the loop runs nearly serially; declare the hot table relaxed if \
-                     approximate merging is acceptable",
-                    plan.stats.largest_group
-                );
-            }
-            record_stats(site, |s| {
-                s.recon += t1 - t0;
-                s.planning += t2 - t1;
-                s.strategy = plan.stats.strategy;
-                s.groups = plan.stats.groups;
-            });
-            plan
+            make_plan(site, log, t0, &registry, &bases, &opts, threads, start, n)
         }
     };
 
     let t0 = Instant::now();
+    let steps = Work::all(&plan.schedule);
     let outcome = execute(
-        site, start, task, run, &registry, &bases, &mut plan, threads,
+        site,
+        start,
+        task,
+        run,
+        &registry,
+        &bases,
+        &mut plan,
+        threads,
+        &steps,
+        &mut |_, errors| Ok(errors.failed()),
     );
     record_stats(site, |s| {
         s.calls += 1;
@@ -180,14 +162,326 @@ pub fn run_async_for<Task: Sync, I: LoopIndex>(
     drop(locks);
     match &outcome {
         Err(Error::AccessOutsidePlan { .. }) => {}
-        _ => {
-            plan_cache()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key, plan);
-        }
+        _ => cache_put(key, Cached { plan, dist: None }),
     }
     outcome
+}
+
+/// Plans from a reconnaissance log, reporting what it found (`t0`: when reconnaissance
+/// started; `threads`: workers over the whole job).
+#[allow(clippy::too_many_arguments)]
+fn make_plan(
+    site: &CallSite,
+    log: AccessLog,
+    t0: Instant,
+    registry: &Registry,
+    bases: &[Base],
+    opts: &Opts,
+    threads: usize,
+    start: usize,
+    n: usize,
+) -> Plan {
+    let ctx = context();
+    let t1 = Instant::now();
+    let tables: Vec<TableInfo> = registry
+        .entries
+        .iter()
+        .zip(bases)
+        .map(|(e, base)| TableInfo {
+            key_space: base.len,
+            relaxed: e.table.is_relaxed() && e.merger.is_some(),
+        })
+        .collect();
+    let config = PlanConfig {
+        threads,
+        blocks: opts.blocks,
+        seed: opts.seed.unwrap_or(ctx.config().seed),
+        first_index: start,
+    };
+    let plan = ctx
+        .pool(ctx.config().threads.max(1))
+        .install(|| plan::plan(log, &tables, &config));
+    let t2 = Instant::now();
+    let summary = format!(
+        "{site}: reconnaissance of {n} tasks in {:.3} s; {} plan with {} groups in {} \
+         batches, largest {} tasks, in {:.3} s",
+        (t1 - t0).as_secs_f64(),
+        plan.stats.strategy,
+        plan.stats.groups,
+        plan.stats.batches,
+        plan.stats.largest_group,
+        (t2 - t1).as_secs_f64()
+    );
+    // Long set-up work is always worth a line: the first call of a loop is slower than the
+    // rest, and a user should know why.
+    if ctx.config().verbose || t2 - t0 > std::time::Duration::from_secs(2) {
+        eprintln!("strads-ap: {summary}");
+    }
+    tracing::debug!("{summary}");
+    if threads > 1 && plan.stats.largest_group * 2 > n && n >= 64 {
+        tracing::warn!(
+            "{site}: most tasks conflict with each other ({} of {n} in one group), so the \
+             loop runs nearly serially; declare the hot table relaxed if approximate \
+             merging is acceptable",
+            plan.stats.largest_group
+        );
+    }
+    record_stats(site, |s| {
+        s.recon += t1 - t0;
+        s.planning += t2 - t1;
+        s.strategy = plan.stats.strategy;
+        s.groups = plan.stats.groups;
+    });
+    plan
+}
+
+/// What every rank says about itself when entering a distributed `async_for!`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Entry {
+    threads: usize,
+    cached: bool,
+    /// Per slot: the table has a shadow here.
+    has: Vec<bool>,
+    /// Per slot: the shadow is current for the cached plan.
+    fresh: Vec<bool>,
+}
+
+/// `async_for!` across ranks (see [`super::dist_async`]).
+#[allow(clippy::too_many_arguments)]
+fn run_distributed<Task: Sync, I: LoopIndex>(
+    site: &'static CallSite,
+    start: usize,
+    end: usize,
+    task: &Task,
+    opts: &Opts,
+    registry: &Registry,
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    here: &crate::cluster::RankCtx,
+    threads: usize,
+) -> Result<()> {
+    let op = "async_for!";
+    let comm = here.comm_for(op)?;
+    comm.enter_operator(&site.to_string(), op, Vec::new())?;
+    let (world, me) = (comm.world_size(), comm.rank());
+    let n = end.saturating_sub(start);
+    if world > MAX_RANKS {
+        return Err(Error::Config(format!(
+            "{site}: async_for! runs on at most {MAX_RANKS} ranks for now ({world} here)"
+        )));
+    }
+    if let Some(e) = registry.entries.iter().find(|e| e.table.is_map()) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{site}: `{}` is a map; across ranks async_for! bodies capture DVectors only \
+                 for now",
+                e.name
+            ),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let slots = registry.entries.len();
+    let key = PlanKey {
+        rank: here.uid(),
+        site: site as *const CallSite as usize,
+        start,
+        end,
+        threads,
+        blocks: opts.blocks,
+        tables: registry
+            .entries
+            .iter()
+            .map(|e| (e.table.id(), e.table.shape()))
+            .collect(),
+    };
+    let cached = if opts.recheck { None } else { cache_take(&key) };
+    let fingerprint = cached
+        .as_ref()
+        .and_then(|c| c.dist.as_ref())
+        .map(|d| d.fingerprint);
+    let states: Vec<(bool, bool)> = registry
+        .entries
+        .iter()
+        .map(|e| e.table.shadow_state(fingerprint))
+        .collect();
+    let agreed = comm.allreduce(
+        Entry {
+            threads,
+            cached: cached.is_some(),
+            has: states.iter().map(|s| s.0).collect(),
+            fresh: states.iter().map(|s| s.1).collect(),
+        },
+        |a, b| Entry {
+            threads: a.threads + b.threads,
+            cached: a.cached && b.cached,
+            has: a.has.iter().zip(&b.has).map(|(x, y)| *x && *y).collect(),
+            fresh: a
+                .fresh
+                .iter()
+                .zip(&b.fresh)
+                .map(|(x, y)| *x && *y)
+                .collect(),
+        },
+    )?;
+    let cached = cached.filter(|_| agreed.cached);
+
+    // Every table full-length here until the loop ends. A table is gathered whole when
+    // some rank has no shadow of it yet, when it is relaxed (every rank replicates it),
+    // or when the loop is about to be planned: reconnaissance must see current values,
+    // as accesses may depend on them.
+    let mut shrink = Shrink {
+        tables: registry.entries.iter().map(|e| &*e.table).collect(),
+        validity: vec![ShadowValidity::Stale; slots],
+    };
+    let mut gathered = vec![false; slots];
+    for (slot, e) in registry.entries.iter().enumerate() {
+        let relaxed = e.table.is_relaxed() && e.merger.is_some();
+        if relaxed || !agreed.has[slot] || cached.is_none() {
+            e.table.gather_all(op, comm)?;
+            gathered[slot] = true;
+        } else {
+            e.table.expand_from_shadow(op)?;
+        }
+    }
+    let (locks, bases) = registry.lock_all(site)?;
+
+    let (mut plan, dist) = match cached {
+        Some(Cached {
+            plan,
+            dist: Some(dist),
+        }) => (plan, dist),
+        _ => {
+            let t0 = Instant::now();
+            let share = crate::store::RangePartition::new(n, world).range(me);
+            let mine = reconnoitre(
+                site,
+                start + share.start,
+                share.len(),
+                task,
+                record,
+                &bases,
+                threads,
+            );
+            let sent: std::result::Result<Vec<u8>, String> = match &mine {
+                Ok(log) => Ok(log.to_bytes()),
+                Err(e) => Err(e.to_string()),
+            };
+            let parts = comm.allgather(sent)?;
+            let mine = mine?;
+            drop(mine);
+            let mut bytes = Vec::with_capacity(world);
+            for (rank, part) in parts.into_iter().enumerate() {
+                match part {
+                    Ok(b) => bytes.push(b),
+                    Err(message) => return Err(Error::RemoteFailure { rank, message }),
+                }
+            }
+            let log = AccessLog::from_byte_parts(&bytes, slots).map_err(Error::Transport)?;
+            drop(bytes);
+            if log.tasks() != n {
+                return Err(Error::Transport(format!(
+                    "{site}: the ranks' reconnaissance logs hold {} tasks, expected {n}",
+                    log.tasks()
+                )));
+            }
+            let plan = make_plan(
+                site,
+                log,
+                t0,
+                registry,
+                &bases,
+                opts,
+                agreed.threads,
+                start,
+                n,
+            );
+            let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
+            let dist = DistPlan::new(&plan, &lens, world, me);
+            let prints = comm.allgather(dist.fingerprint)?;
+            if let Some(rank) = prints.iter().position(|&f| f != dist.fingerprint) {
+                return Err(Error::Divergence {
+                    rank,
+                    driver: site.to_string(),
+                    here: format!("{site} with a different plan (an internal error)"),
+                });
+            }
+            if context().config().verbose && me == 0 {
+                eprintln!(
+                    "strads-ap: {site}: {} steps across {world} ranks, about {} elements \
+                     fetched per step",
+                    dist.steps.len(),
+                    dist.received
+                );
+            }
+            (plan, dist)
+        }
+    };
+
+    // Read-only tables already current here need no transfers.
+    let skip: Vec<bool> = (0..slots)
+        .map(|s| plan.modes[s] == SlotMode::ReadOnly && (gathered[s] || agreed.fresh[s]))
+        .collect();
+    let t0 = Instant::now();
+    // SAFETY: the tables are locked (`bases`) and no worker runs yet.
+    let mut exchanger =
+        unsafe { Exchanger::new(comm, &dist, skip.clone(), registry, &bases, &plan.modes) };
+    let outcome = execute(
+        site,
+        start,
+        task,
+        run,
+        registry,
+        &bases,
+        &mut plan,
+        threads,
+        &dist.steps,
+        // SAFETY: `execute` calls this only between steps, when no worker runs.
+        &mut |i, errors| unsafe { exchanger.exchange(i, registry, &bases, errors) },
+    );
+    drop(exchanger);
+    record_stats(site, |s| {
+        s.calls += 1;
+        s.running += t0.elapsed();
+    });
+    drop(locks);
+    if outcome.is_ok() {
+        for (slot, v) in shrink.validity.iter_mut().enumerate() {
+            *v = match plan.modes[slot] {
+                SlotMode::Checked => ShadowValidity::Stale,
+                SlotMode::Relaxed => ShadowValidity::All,
+                SlotMode::ReadOnly if gathered[slot] => ShadowValidity::All,
+                SlotMode::ReadOnly if skip[slot] => ShadowValidity::Unchanged,
+                SlotMode::ReadOnly => ShadowValidity::Plan(dist.fingerprint),
+            };
+        }
+        cache_put(
+            key,
+            Cached {
+                plan,
+                dist: Some(dist),
+            },
+        );
+    }
+    drop(shrink);
+    outcome
+}
+
+/// Cuts tables back to this rank's range when a distributed loop ends, however it ends,
+/// keeping the full-length elements as shadows.
+struct Shrink<'a> {
+    tables: Vec<&'a dyn TableHandle>,
+    validity: Vec<ShadowValidity>,
+}
+
+impl Drop for Shrink<'_> {
+    fn drop(&mut self) {
+        for (t, v) in self.tables.iter().zip(&self.validity) {
+            t.shrink_to_shadow(*v);
+        }
+    }
 }
 
 /// Runs every index in order on this thread (one worker, one process).
@@ -265,6 +559,8 @@ fn execute<Task: Sync, I: LoopIndex>(
     bases: &[Base],
     plan: &mut Plan,
     threads: usize,
+    steps: &[Work],
+    between: &mut dyn FnMut(usize, &FirstError) -> Result<bool>,
 ) -> Result<()> {
     let merge_lock = Mutex::new(());
     let errors = FirstError::new();
@@ -343,26 +639,35 @@ fn execute<Task: Sync, I: LoopIndex>(
     };
 
     let pool = context().pool(threads);
-    match &*schedule {
-        Schedule::Rotation(rot) => {
-            let sched = CellScheduler::new(rot, slices_per_cell(rot));
-            let tags: &[Vec<u32>] = tags;
-            let work = || {
-                let mut w = new_worker(tags);
-                while let Some(unit) = sched.take(&errors) {
-                    let cell = &rot.cells[unit.cell];
-                    let tasks = &cell.tasks[unit.tasks.clone()];
-                    run_group(&mut w, GroupRef::Cell(unit.cell), tasks);
-                    sched.finish(unit.row, unit.col);
-                }
-            };
-            on_workers(&pool, threads, &work);
+    let mut stopped = false;
+    for (i, work) in steps.iter().enumerate() {
+        if between(i, &errors)? || errors.failed() {
+            stopped = true;
+            break;
         }
-        Schedule::Components(batches) => {
-            for (b, batch) in batches.iter().enumerate() {
-                if errors.failed() {
-                    break;
+        match (&*schedule, work) {
+            (Schedule::Rotation(rot), Work::Cells(cells)) => {
+                if cells.is_empty() {
+                    continue;
                 }
+                let sched = CellScheduler::new(rot, cells, slices_per_cell(rot));
+                let tags: &[Vec<u32>] = tags;
+                let work = || {
+                    let mut w = new_worker(tags);
+                    while let Some(unit) = sched.take(&errors) {
+                        let cell = &rot.cells[unit.cell];
+                        let tasks = &cell.tasks[unit.tasks.clone()];
+                        run_group(&mut w, GroupRef::Cell(unit.cell), tasks);
+                        sched.finish(unit.row, unit.col);
+                    }
+                };
+                on_workers(&pool, threads, &work);
+            }
+            (Schedule::Components(batches), Work::Groups { batch: b, groups }) => {
+                if groups.is_empty() {
+                    continue;
+                }
+                let batch = &batches[*b];
                 if batches.len() > 1 {
                     plan::retag(log, modes, batch, tags);
                 }
@@ -371,17 +676,25 @@ fn execute<Task: Sync, I: LoopIndex>(
                 let work = || {
                     let mut w = new_worker(tags);
                     loop {
-                        let g = next.fetch_add(1, Ordering::Relaxed);
-                        if g >= batch.groups.len() || errors.failed() {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= groups.len() || errors.failed() {
                             break;
                         }
-                        let group = GroupRef::Group { batch: b, group: g };
+                        let g = groups[i];
+                        let group = GroupRef::Group {
+                            batch: *b,
+                            group: g,
+                        };
                         run_group(&mut w, group, &batch.groups[g].tasks);
                     }
                 };
-                on_workers(&pool, threads.min(batch.groups.len()), &work);
+                on_workers(&pool, threads.min(groups.len()), &work);
             }
+            _ => unreachable!("steps do not match the schedule"),
         }
+    }
+    if !stopped {
+        between(steps.len(), &errors)?;
     }
     errors.into_result()
 }
@@ -425,8 +738,9 @@ struct CellState {
 }
 
 impl CellScheduler {
-    fn new(rot: &plan::Rotation, slices: usize) -> Self {
-        let mut cells: Vec<usize> = (0..rot.cells.len()).collect();
+    /// Units of `cells` (indices into the rotation's cells).
+    fn new(rot: &plan::Rotation, cells: &[usize], slices: usize) -> Self {
+        let mut cells: Vec<usize> = cells.to_vec();
         cells.sort_by_key(|&c| std::cmp::Reverse(rot.cells[c].tasks.len()));
         let mut pending = Vec::new();
         for s in 0..slices {

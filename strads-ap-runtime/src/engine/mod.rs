@@ -9,6 +9,7 @@
 
 mod async_engine;
 pub(crate) mod ctx;
+mod dist_async;
 mod sync_engine;
 
 use std::any::Any;

@@ -531,7 +531,7 @@ impl<'a> CrossRank<'a> {
             // SAFETY: the caller guarantees no worker touches the masters; the snapshot
             // was taken from this master.
             unsafe {
-                merger.combine_ranks(self.comm, master, &**start, count)?;
+                merger.combine_ranks(self.comm, master, &**start, Some(count))?;
                 *start = merger.snapshot(master, bases[*slot].len);
             }
         }

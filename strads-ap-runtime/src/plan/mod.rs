@@ -99,7 +99,7 @@ pub enum Schedule {
 }
 
 /// Figures about a plan, for progress output and the bench.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PlanStats {
     /// `rotation` or `components`.
     pub strategy: &'static str,

@@ -223,6 +223,60 @@ impl AccessLog {
         }
     }
 
+    /// The log as bytes, for other ranks: the task count, each task's number of entries
+    /// (u32) and the packed entries (u64), little-endian.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + self.tasks * 4 + self.entries() * 8);
+        out.extend_from_slice(&(self.tasks as u64).to_le_bytes());
+        self.for_each_in(0..self.tasks, |_, set| {
+            out.extend_from_slice(&(set.len() as u32).to_le_bytes());
+        });
+        self.for_each_in(0..self.tasks, |_, set| {
+            for a in set {
+                out.extend_from_slice(&a.0.to_le_bytes());
+            }
+        });
+        out
+    }
+
+    /// Joins logs made by [`AccessLog::to_bytes`] (consecutive task ranges, in order) into
+    /// one log (each part's sets are already normalised; they are checked again).
+    pub fn from_byte_parts(parts: &[Vec<u8>], slots: usize) -> Result<AccessLog, String> {
+        let mut segment = Segment::new();
+        for (p, bytes) in parts.iter().enumerate() {
+            let bad = |why: &str| format!("access log part {p} is malformed: {why}");
+            let word = |at: usize, n: usize| -> Result<&[u8], String> {
+                bytes.get(at..at + n).ok_or_else(|| bad("it ends early"))
+            };
+            let tasks = u64::from_le_bytes(word(0, 8)?.try_into().expect("8 bytes")) as usize;
+            let counts_at = 8usize;
+            let mut entries_at = tasks
+                .checked_mul(4)
+                .and_then(|c| c.checked_add(counts_at))
+                .ok_or_else(|| bad("task count overflows"))?;
+            for t in 0..tasks {
+                let n =
+                    u32::from_le_bytes(word(counts_at + 4 * t, 4)?.try_into().expect("4")) as usize;
+                for i in 0..n {
+                    let raw = u64::from_le_bytes(
+                        word(entries_at + 8 * i, 8)?.try_into().expect("8 bytes"),
+                    );
+                    let a = Access(raw);
+                    if a.slot() >= slots {
+                        return Err(bad(&format!("slot {} of {slots}", a.slot())));
+                    }
+                    segment.entries.push(a);
+                }
+                entries_at += 8 * n;
+                segment.close_task();
+            }
+            if entries_at != bytes.len() {
+                return Err(bad("trailing bytes"));
+            }
+        }
+        Ok(AccessLog::single(segment))
+    }
+
     /// Appends the logs of later tasks (copying them into one segment).
     pub fn append(&mut self, other: AccessLog) {
         let mut segment = Segment::new();

@@ -122,11 +122,18 @@ impl Mailbox {
 
     /// Records that rank `rank` is lost (unless it said goodbye first); wakes every waiter.
     pub fn lose(&self, rank: Rank, reason: impl Into<String>) {
+        self.lose_then(rank, reason, || {});
+    }
+
+    /// As [`Mailbox::lose`], running `then` after the loss is recorded but before any
+    /// waiter wakes (a transport closes the peer's connection there, so that the close
+    /// it sends is not overtaken by a woken rank shutting everything down).
+    pub fn lose_then(&self, rank: Rank, reason: impl Into<String>, then: impl FnOnce()) {
         let mut st = self.lock();
-        if st.finished.get(rank).copied().unwrap_or(false) || st.lost.is_some() {
-            return;
+        if !(st.finished.get(rank).copied().unwrap_or(false) || st.lost.is_some()) {
+            st.lost = Some((rank, reason.into()));
         }
-        st.lost = Some((rank, reason.into()));
+        then();
         drop(st);
         self.arrived.notify_all();
     }

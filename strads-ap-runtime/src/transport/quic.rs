@@ -634,10 +634,12 @@ async fn reader(
                 let reason = format!("protocol error: {reason}");
                 tracing::warn!("disconnecting rank {peer}: {reason}");
                 eprintln!("strads-ap: disconnecting rank {peer}: {reason}");
-                // Record the reason before closing: the close ends the accept loop, whose
-                // own (vaguer) report must not be the first.
-                mailbox.lose(peer, reason.clone());
-                conn.close(VarInt::from_u32(codes::PROTOCOL), reason.as_bytes());
+                // Record the reason before closing (the close ends the accept loop, whose
+                // own, vaguer report must not be the first), and close before a waiter
+                // wakes (its rank may shut the endpoint down with a vaguer close).
+                mailbox.lose_then(peer, reason.clone(), || {
+                    conn.close(VarInt::from_u32(codes::PROTOCOL), reason.as_bytes())
+                });
             }
         });
     }

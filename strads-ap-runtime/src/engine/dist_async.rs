@@ -1,0 +1,395 @@
+//! `async_for!` across ranks: how a plan's groups are spread over ranks in steps, which
+//! elements move between ranks before each step, and the exchange that moves them.
+//!
+//! Every rank holds a full-length copy of each captured table for the duration of the
+//! loop (its own range current, the rest filled on demand). The plan is made identically
+//! on every rank from the joined reconnaissance logs; [`DistPlan::new`] then cuts it into
+//! steps of groups that may run at once on different ranks:
+//!
+//! * a **rotation** keeps the blocks of the larger rotated table on their rank (rank `p`
+//!   takes the `p`-th contiguous share of them, which mostly matches the table's range
+//!   partition) and moves the other table's blocks around the ring: in step `s`, rank `p`
+//!   runs the cells of its share against the `(p + s) mod R`-th share of the moving blocks;
+//! * a **components** plan runs batch after batch, the groups of each batch placed on ranks
+//!   by longest-processing-time-first.
+//!
+//! Before each step every rank receives, from the rank holding the latest value, each
+//! element its tasks of that step read or write and it does not hold yet; after the last
+//! step every element written elsewhere goes back to its owner. Which element moves when
+//! is worked out once per plan by simulating who holds the latest value of each element,
+//! so the exchange itself is only values, in an order both sides know.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use super::{Base, FirstError, Registry};
+use crate::cluster::collective::Comm;
+use crate::error::{Error, Result};
+use crate::plan::{Plan, Schedule, SlotMode};
+use crate::store::RangePartition;
+
+/// Ranks an `async_for!` can span: element holders are tracked in a 64-bit set.
+pub(crate) const MAX_RANKS: usize = 64;
+
+/// What one rank runs in one step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// Rotation cells, by index into the plan's cells.
+    Cells(Vec<usize>),
+    /// Groups of one components batch.
+    Groups {
+        /// The batch.
+        batch: usize,
+        /// Its groups this rank runs.
+        groups: Vec<usize>,
+    },
+}
+
+impl Work {
+    /// The whole plan as steps of a world of one.
+    pub fn all(schedule: &Schedule) -> Vec<Work> {
+        match schedule {
+            Schedule::Rotation(rot) => vec![Work::Cells((0..rot.cells.len()).collect())],
+            Schedule::Components(batches) => batches
+                .iter()
+                .enumerate()
+                .map(|(batch, b)| Work::Groups {
+                    batch,
+                    groups: (0..b.groups.len()).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The elements one rank sends to (or receives from) one peer at one exchange: per slot,
+/// keys in an order both sides know.
+type Transfer = Vec<Vec<u64>>;
+
+/// One exchange of this rank: per peer, what it sends and what it receives.
+#[derive(Clone, Debug, Default)]
+struct Exchange {
+    send: Vec<Transfer>,
+    recv: Vec<Transfer>,
+}
+
+/// A plan cut into steps for the ranks of a job, from this rank's point of view.
+#[derive(Clone, Debug)]
+pub(crate) struct DistPlan {
+    /// This rank's work per step (possibly empty).
+    pub steps: Vec<Work>,
+    /// One exchange before each step, then a final one.
+    exchanges: Vec<Exchange>,
+    /// Identifies the plan and its cutting; equal on every rank.
+    pub fingerprint: u64,
+    /// Elements this rank receives per exchange on average (for progress output).
+    pub received: usize,
+}
+
+impl DistPlan {
+    /// Cuts `plan` for `world` ranks, as rank `me`; `lens` are the tables' lengths.
+    pub fn new(plan: &Plan, lens: &[usize], world: usize, me: usize) -> DistPlan {
+        assert!((1..=MAX_RANKS).contains(&world));
+        let slots = lens.len();
+        // Per step, per rank: the task lists it runs (as slices of the plan).
+        let mut per_rank: Vec<Vec<Work>> = vec![Vec::new(); world];
+        let mut hasher = DefaultHasher::new();
+        plan.stats.hash(&mut hasher);
+        world.hash(&mut hasher);
+        match &plan.schedule {
+            Schedule::Rotation(rot) => {
+                let share = |b: u32, blocks: usize| b as usize * world / blocks.max(1);
+                let one_dim = rot.col_slot.is_none() || rot.cols == 1;
+                let steps = if one_dim { 1 } else { world };
+                for w in &mut per_rank {
+                    *w = vec![Work::Cells(Vec::new()); steps];
+                }
+                // The larger rotated table stays; the other moves around the ring.
+                let col_stays = match rot.col_slot {
+                    Some(c) if !one_dim => lens[c] > lens[rot.row_slot],
+                    _ => false,
+                };
+                for (i, cell) in rot.cells.iter().enumerate() {
+                    let (stay, stay_blocks, moving, moving_blocks) = if col_stays {
+                        (cell.col, rot.cols, cell.row, rot.rows)
+                    } else {
+                        (cell.row, rot.rows, cell.col, rot.cols)
+                    };
+                    let rank = share(stay, stay_blocks);
+                    let step = if one_dim {
+                        0
+                    } else {
+                        (share(moving, moving_blocks) + world - rank) % world
+                    };
+                    if let Work::Cells(cells) = &mut per_rank[rank][step] {
+                        cells.push(i);
+                    }
+                    (i, rank, step).hash(&mut hasher);
+                }
+            }
+            Schedule::Components(batches) => {
+                for w in &mut per_rank {
+                    *w = Vec::with_capacity(batches.len());
+                }
+                for (b, batch) in batches.iter().enumerate() {
+                    let mut load = vec![0usize; world];
+                    let mut groups: Vec<Vec<usize>> = vec![Vec::new(); world];
+                    // Groups come heaviest first: longest processing time first.
+                    for (g, group) in batch.groups.iter().enumerate() {
+                        let rank = (0..world).min_by_key(|&r| (load[r], r)).expect("ranks");
+                        load[rank] += group.tasks.len();
+                        groups[rank].push(g);
+                        (b, g, rank).hash(&mut hasher);
+                    }
+                    for (r, groups) in groups.into_iter().enumerate() {
+                        per_rank[r].push(Work::Groups { batch: b, groups });
+                    }
+                }
+            }
+        }
+        let steps = per_rank[0].len();
+
+        // Who holds the latest value of each element, step by step.
+        let parts: Vec<RangePartition> = lens
+            .iter()
+            .map(|&l| RangePartition::new(l, world))
+            .collect();
+        let tracked: Vec<bool> = (0..slots)
+            .map(|s| plan.modes[s] != SlotMode::Relaxed && lens[s] > 0)
+            .collect();
+        let mut holders: Vec<Vec<u64>> = (0..slots)
+            .map(|s| {
+                if tracked[s] {
+                    (0..lens[s]).map(|k| 1u64 << parts[s].owner(k)).collect()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let empty = || Exchange {
+            send: vec![vec![Vec::new(); slots]; world],
+            recv: vec![vec![Vec::new(); slots]; world],
+        };
+        let mut exchanges: Vec<Exchange> = (0..=steps).map(|_| empty()).collect();
+        let mut received = 0usize;
+        // Ranks that get an element in the current step's exchange: they cannot be its
+        // source in that same exchange.
+        let mut arriving: Vec<Vec<u64>> = holders.iter().map(|h| vec![0; h.len()]).collect();
+        let mut arrived: Vec<(usize, usize)> = Vec::new();
+        for (step, exchange) in exchanges.iter_mut().enumerate().take(steps) {
+            for (q, works) in per_rank.iter().enumerate() {
+                let bit = 1u64 << q;
+                for_tasks(plan, &works[step], |t| {
+                    for a in plan.log.task(t as usize) {
+                        let (slot, key) = (a.slot(), a.key() as usize);
+                        if !tracked[slot] || key >= lens[slot] {
+                            continue;
+                        }
+                        let held = &mut holders[slot][key];
+                        if *held & bit == 0 {
+                            let sources = *held & !arriving[slot][key];
+                            let owner = parts[slot].owner(key);
+                            let src = if sources >> owner & 1 == 1 {
+                                owner
+                            } else {
+                                sources.trailing_zeros() as usize
+                            };
+                            debug_assert!(src < world, "an element with no holder");
+                            if src == me {
+                                exchange.send[q][slot].push(key as u64);
+                            }
+                            if q == me {
+                                exchange.recv[src][slot].push(key as u64);
+                                received += 1;
+                            }
+                            *held |= bit;
+                            if arriving[slot][key] == 0 {
+                                arrived.push((slot, key));
+                            }
+                            arriving[slot][key] |= bit;
+                        }
+                        if a.write() {
+                            *held = bit;
+                        }
+                    }
+                });
+            }
+            for (slot, key) in arrived.drain(..) {
+                arriving[slot][key] = 0;
+            }
+        }
+        // Written elements go home.
+        let last = &mut exchanges[steps];
+        for slot in (0..slots).filter(|&s| tracked[s] && plan.modes[s] == SlotMode::Checked) {
+            for (key, &held) in holders[slot].iter().enumerate() {
+                let owner = parts[slot].owner(key);
+                if held >> owner & 1 == 0 {
+                    let src = held.trailing_zeros() as usize;
+                    if src == me {
+                        last.send[owner][slot].push(key as u64);
+                    }
+                    if owner == me {
+                        last.recv[src][slot].push(key as u64);
+                    }
+                }
+            }
+        }
+        DistPlan {
+            steps: std::mem::take(&mut per_rank[me]),
+            received: received / steps.max(1),
+            exchanges,
+            fingerprint: hasher.finish(),
+        }
+    }
+}
+
+/// Calls `f` for every task (offset) of `work`, in order.
+fn for_tasks(plan: &Plan, work: &Work, mut f: impl FnMut(u32)) {
+    match (&plan.schedule, work) {
+        (Schedule::Rotation(rot), Work::Cells(cells)) => {
+            for &c in cells {
+                rot.cells[c].tasks.iter().for_each(|&t| f(t));
+            }
+        }
+        (Schedule::Components(batches), Work::Groups { batch, groups }) => {
+            for &g in groups {
+                batches[*batch].groups[g].tasks.iter().for_each(|&t| f(t));
+            }
+        }
+        _ => unreachable!("work does not match the schedule"),
+    }
+}
+
+/// Runs the exchanges of a [`DistPlan`] and keeps relaxed tables in step across ranks.
+pub(crate) struct Exchanger<'a> {
+    comm: &'a Comm,
+    plan: &'a DistPlan,
+    /// Per slot: skip its transfers (read-only and already current here).
+    skip: Vec<bool>,
+    /// Relaxed slots and their values at the last combination.
+    relaxed: Vec<(usize, Box<dyn std::any::Any + Send>)>,
+}
+
+impl<'a> Exchanger<'a> {
+    /// `skip[slot]`: the slot's transfers are not needed (see [`Exchanger`]).
+    ///
+    /// # Safety
+    /// `bases` must be the locked tables of `registry`, and no worker may run yet.
+    pub unsafe fn new(
+        comm: &'a Comm,
+        plan: &'a DistPlan,
+        skip: Vec<bool>,
+        registry: &Registry,
+        bases: &[Base],
+        modes: &[SlotMode],
+    ) -> Self {
+        let relaxed = (0..bases.len())
+            .filter(|&s| modes[s] == SlotMode::Relaxed)
+            .map(|s| {
+                let merger = registry.entries[s].merger.as_ref().expect("relaxed");
+                // SAFETY: the caller guarantees the table is locked and no worker runs.
+                (s, unsafe { merger.snapshot(bases[s].ptr, bases[s].len) })
+            })
+            .collect();
+        Exchanger {
+            comm,
+            plan,
+            skip,
+            relaxed,
+        }
+    }
+
+    /// Exchange `i` (before step `i`, or the final one): combines relaxed tables (after a
+    /// step), agrees whether a rank failed, and moves elements. Returns whether the loop
+    /// must stop.
+    ///
+    /// # Safety
+    /// No worker may touch the tables during the call.
+    pub unsafe fn exchange(
+        &mut self,
+        i: usize,
+        registry: &Registry,
+        bases: &[Base],
+        errors: &FirstError,
+    ) -> Result<bool> {
+        let world = self.comm.world_size();
+        let me = self.comm.rank();
+        if i > 0 {
+            for (slot, start) in &mut self.relaxed {
+                let merger = registry.entries[*slot].merger.as_ref().expect("relaxed");
+                let master = bases[*slot].ptr;
+                // SAFETY: no worker runs (the caller's guarantee); the snapshot was taken
+                // from this master.
+                unsafe {
+                    merger.combine_ranks(self.comm, master, &**start, None)?;
+                    *start = merger.snapshot(master, bases[*slot].len);
+                }
+            }
+        }
+        let plan = &self.plan.exchanges[i];
+        let status = errors.message();
+        let mut out = Vec::with_capacity(world);
+        for peer in 0..world {
+            let mut bytes = postcard::to_stdvec(&status).map_err(|e| Error::Codec {
+                what: "a loop status".into(),
+                message: e.to_string(),
+            })?;
+            if peer != me && status.is_none() {
+                for (slot, keys) in plan.send[peer].iter().enumerate() {
+                    if !keys.is_empty() && !self.skip[slot] {
+                        // SAFETY: the table is locked by the engine, `keys` come from the
+                        // reconnaissance log (below the length) and no worker runs.
+                        unsafe {
+                            registry.entries[slot]
+                                .table
+                                .pack(bases[slot].ptr, keys, &mut bytes)?
+                        };
+                    }
+                }
+            }
+            out.push(bytes);
+        }
+        let all = self.comm.exchange(out)?;
+        let mut bodies = Vec::with_capacity(world);
+        let mut failure = None;
+        for (peer, bytes) in all.iter().enumerate() {
+            let (status, rest) =
+                postcard::take_from_bytes::<Option<String>>(bytes).map_err(|e| Error::Codec {
+                    what: format!("a loop status from rank {peer}"),
+                    message: e.to_string(),
+                })?;
+            if let Some(message) = status {
+                failure.get_or_insert((peer, message));
+            }
+            bodies.push(rest);
+        }
+        if let Some((rank, message)) = failure {
+            if !errors.failed() {
+                errors.set(Error::RemoteFailure { rank, message });
+            }
+            return Ok(true);
+        }
+        for (peer, mut rest) in bodies.into_iter().enumerate() {
+            if peer == me {
+                continue;
+            }
+            for (slot, keys) in plan.recv[peer].iter().enumerate() {
+                if !keys.is_empty() && !self.skip[slot] {
+                    // SAFETY: as above; this thread is the only one touching the table.
+                    unsafe {
+                        registry.entries[slot]
+                            .table
+                            .unpack(bases[slot].ptr, keys, &mut rest)?
+                    };
+                }
+            }
+            if !rest.is_empty() {
+                return Err(Error::Codec {
+                    what: format!("loop elements from rank {peer}"),
+                    message: format!("{} bytes more than expected", rest.len()),
+                });
+            }
+        }
+        Ok(false)
+    }
+}

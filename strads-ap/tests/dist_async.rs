@@ -1,0 +1,368 @@
+//! `async_for!` across ranks: an in-process cluster (threads over the `mem` transport)
+//! running the same loops as a world of one, checked for serializability, for results
+//! equal to a world of one, and for failures that stop every rank.
+
+mod common;
+
+use common::{acyclic, check_serializable, on_ranks, random_patterns};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use strads_ap::prelude::*;
+use strads_ap::Error;
+
+/// The order-sensitive body of `serializability.rs` on 4 ranks: every element's history
+/// admits one serial order and every task runs once, on every rank's view of the result.
+#[test]
+fn random_access_patterns_are_serializable_on_4_ranks() {
+    for (seed, hot) in [(0, false), (1, false), (2, true), (3, true)] {
+        for threads in [1, 2] {
+            let patterns = random_patterns(seed, 1500, 200, hot);
+            let input = patterns.clone();
+            let results = on_ranks(4, move || {
+                let n = input.len();
+                let pattern = DVector::from_vec(input.clone())?;
+                let log = DVector::from_fn(200, |_| Vec::<u32>::new())?;
+                let seen = DVector::from_fn(n, |_| Vec::<(u32, u32)>::new())?;
+                let ran = DVector::from_fn(n, |_| 0u32)?;
+                async_for!(
+                    0..pattern.len(),
+                    |k| {
+                        for &(key, write) in pattern[k].iter() {
+                            let key = key as usize;
+                            if write {
+                                log[key].push(k as u32);
+                            } else {
+                                let count = log[key].len() as u32;
+                                seen[k].push((key as u32, count));
+                            }
+                        }
+                        ran[k] += 1;
+                    },
+                    Opts::new().threads(threads)
+                )?;
+                Ok((log.to_vec()?, seen.to_vec()?, ran.to_vec()?))
+            });
+            let mut first = None;
+            for (rank, r) in results.into_iter().enumerate() {
+                let got = r.unwrap_or_else(|e| panic!("seed {seed} {threads}t rank {rank}: {e}"));
+                match &first {
+                    None => {
+                        check_serializable(&patterns, &got.0, &got.1, &got.2);
+                        first = Some(got);
+                    }
+                    Some(f) => assert_eq!(f, &got, "rank {rank} sees a different result"),
+                }
+            }
+        }
+    }
+}
+
+/// Matrix-factorisation-shaped tasks (one key in each of two tables) rotate blocks
+/// around the ranks; the result is serializable and complete.
+#[test]
+fn rotation_across_ranks_is_serializable() {
+    for world in [2, 3] {
+        for threads in [1, 2] {
+            let (n, rows, cols) = (3000, 120usize, 50usize);
+            let mut rng = ChaCha8Rng::seed_from_u64(world as u64 * 10 + threads as u64);
+            let pairs: Vec<(u32, u32)> = (0..n)
+                .map(|_| (rng.gen_range(0..rows) as u32, rng.gen_range(0..cols) as u32))
+                .collect();
+            let results = on_ranks(world, move || {
+                let pairs_v = DVector::from_vec(pairs.clone())?;
+                let w = DVector::from_fn(rows, |_| Vec::<u32>::new())?;
+                let h = DVector::from_fn(cols, |_| Vec::<u32>::new())?;
+                // Two calls: the second runs the cached plan from the tables' shadows.
+                for _ in 0..2 {
+                    async_for!(
+                        0..pairs_v.len(),
+                        |k| {
+                            let (i, j) = pairs_v[k];
+                            w[i as usize].push(k as u32);
+                            h[j as usize].push(k as u32);
+                        },
+                        Opts::new().threads(threads)
+                    )?;
+                }
+                Ok((w.to_vec()?, h.to_vec()?))
+            });
+            for (rank, r) in results.into_iter().enumerate() {
+                let (w, h) = r.unwrap_or_else(|e| panic!("{world} ranks {threads}t: {e}"));
+                // Each call appends every task once per key it touches, the first call's
+                // appends before the second's: a task's second append is its second run.
+                let mut edges: Vec<Vec<usize>> = vec![Vec::new(); 2 * n];
+                for seq in w.iter().chain(h.iter()) {
+                    let mut once = std::collections::HashSet::new();
+                    let nodes: Vec<usize> = seq
+                        .iter()
+                        .map(|&t| {
+                            if once.insert(t) {
+                                t as usize
+                            } else {
+                                t as usize + n
+                            }
+                        })
+                        .collect();
+                    for p in nodes.windows(2) {
+                        edges[p[0]].push(p[1]);
+                    }
+                }
+                assert!(
+                    acyclic(&edges),
+                    "{world} ranks {threads}t rank {rank}: not serializable"
+                );
+                let total: usize = w.iter().map(Vec::len).sum();
+                assert_eq!(total, 2 * n);
+                let total: usize = h.iter().map(Vec::len).sum();
+                assert_eq!(total, 2 * n);
+            }
+        }
+    }
+}
+
+/// A small matrix factorisation trained by SGD on 2 and 3 ranks reaches the fit of a
+/// world of one with as many workers (within 2%), and every rank holds the same model.
+#[test]
+fn matrix_factorisation_matches_a_world_of_one() {
+    let (users, items, rank_k) = (60usize, 30usize, 4usize);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let truth_u: Vec<Vec<f32>> = (0..users)
+        .map(|_| (0..rank_k).map(|_| rng.gen_range(0.0..1.0)).collect())
+        .collect();
+    let truth_i: Vec<Vec<f32>> = (0..items)
+        .map(|_| (0..rank_k).map(|_| rng.gen_range(0.0..1.0)).collect())
+        .collect();
+    let ratings: Vec<(u32, u32, f32)> = (0..1200)
+        .map(|_| {
+            let (u, i) = (rng.gen_range(0..users), rng.gen_range(0..items));
+            let r = truth_u[u].iter().zip(&truth_i[i]).map(|(a, b)| a * b).sum();
+            (u as u32, i as u32, r)
+        })
+        .collect();
+    let train = move |threads: usize| -> strads_ap::Result<(f64, Vec<Vec<f32>>)> {
+        let data = DVector::from_vec(ratings.clone())?;
+        let w = DVector::from_fn(users, |u| vec![0.1 + (u % 7) as f32 * 0.01; rank_k])?;
+        let h = DVector::from_fn(items, |i| vec![0.1 + (i % 5) as f32 * 0.01; rank_k])?;
+        for _ in 0..30 {
+            async_for!(
+                0..data.len(),
+                |k| {
+                    let (u, i, r) = data[k];
+                    let (u, i) = (u as usize, i as usize);
+                    let err = r - w[u]
+                        .iter()
+                        .zip(h[i].iter())
+                        .map(|(a, b)| a * b)
+                        .sum::<f32>();
+                    for f in 0..w[u].len() {
+                        let (wu, hi) = (w[u][f], h[i][f]);
+                        w[u][f] += 0.05 * (err * hi - 0.01 * wu);
+                        h[i][f] += 0.05 * (err * wu - 0.01 * hi);
+                    }
+                },
+                Opts::new().threads(threads)
+            )?;
+        }
+        let (w, h, data) = (w.to_vec()?, h.to_vec()?, data.to_vec()?);
+        let sse: f64 = data
+            .iter()
+            .map(|&(u, i, r)| {
+                let p: f32 = w[u as usize]
+                    .iter()
+                    .zip(&h[i as usize])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                ((r - p) as f64).powi(2)
+            })
+            .sum();
+        Ok(((sse / data.len() as f64).sqrt(), w))
+    };
+    let train = std::sync::Arc::new(train);
+    for world in [2, 3] {
+        let local = train.clone();
+        let (serial_rmse, _) = local(world).unwrap();
+        let dist = train.clone();
+        let results = on_ranks(world, move || dist(1));
+        let mut first: Option<Vec<Vec<f32>>> = None;
+        for (rank, r) in results.into_iter().enumerate() {
+            let (rmse, w) = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+            assert!(
+                serial_rmse < 0.2,
+                "the world of one did not fit: {serial_rmse}"
+            );
+            assert!(
+                (rmse - serial_rmse).abs() <= 0.02 * serial_rmse.max(0.05),
+                "{world} ranks: rmse {rmse} vs {serial_rmse} in a world of one"
+            );
+            match &first {
+                None => first = Some(w),
+                Some(f) => assert_eq!(f, &w, "rank {rank} holds a different model"),
+            }
+        }
+    }
+}
+
+/// A relaxed table's updates from every rank add up exactly, call after call, and the
+/// written tables read correctly afterwards.
+#[test]
+fn relaxed_totals_add_up_across_ranks() {
+    for world in [2, 3] {
+        let results = on_ranks(world, || {
+            let n = 5_000;
+            let docs = DVector::from_fn(n, |k| (k % 97) as u32)?;
+            let per_doc = DVector::from_fn(97, |_| 0u64)?;
+            let total = DVector::from_fn(3, |_| 0u64)?.relaxed(Relaxed::Sum);
+            for _ in 0..3 {
+                async_for!(
+                    0..docs.len(),
+                    |k| {
+                        per_doc[docs[k] as usize] += 1;
+                        total[k % 3] += 1;
+                    },
+                    Opts::new().threads(2)
+                )?;
+            }
+            Ok((total.to_vec()?, per_doc.to_vec()?))
+        });
+        for r in results {
+            let (total, per_doc) = r.unwrap();
+            let expected: Vec<u64> = (0..3)
+                .map(|j| 3 * (0..5_000).filter(|k| k % 3 == j).count() as u64)
+                .collect();
+            assert_eq!(total, expected, "{world} ranks");
+            for (d, &c) in per_doc.iter().enumerate() {
+                assert_eq!(c, 3 * (0..5_000).filter(|k| k % 97 == d).count() as u64);
+            }
+        }
+    }
+}
+
+/// Read-only tables are fetched once and kept between calls; a change made between
+/// calls (by driver code on one rank's part) is seen by every rank's tasks.
+#[test]
+fn read_only_tables_changed_between_calls_are_seen() {
+    let results = on_ranks(3, || {
+        let n = 300;
+        let src = DVector::from_fn(n, |k| k as u64)?;
+        let out = DVector::from_fn(n, |_| 0u64)?;
+        let mut seen = Vec::new();
+        for call in 0..4 {
+            if call == 2 {
+                // Element 0 lives on rank 0; tasks on other ranks read it.
+                src.set(0, 1_000)?;
+            }
+            async_for!(
+                0..out.len(),
+                |k| {
+                    out[k] = src[out.len() - 1 - k] + src[0];
+                },
+                Opts::new().threads(2)
+            )?;
+            seen.push(out.to_vec()?);
+        }
+        Ok(seen)
+    });
+    for r in results {
+        let seen = r.unwrap();
+        let expect = |zero: u64| -> Vec<u64> {
+            (0..300u64)
+                .map(|k| {
+                    if k == 299 {
+                        zero + zero
+                    } else {
+                        299 - k + zero
+                    }
+                })
+                .collect()
+        };
+        assert_eq!(seen[0], expect(0));
+        assert_eq!(seen[1], expect(0));
+        assert_eq!(seen[2], expect(1_000));
+        assert_eq!(seen[3], expect(1_000));
+    }
+}
+
+/// A body that panics on one rank stops every rank: that rank reports the panic, the
+/// others name it; nobody hangs. The next call runs normally.
+#[test]
+fn a_panic_on_one_rank_fails_every_rank() {
+    let results = on_ranks(3, || {
+        let v = DVector::from_fn(600, |k| k as u64)?;
+        let fail = DVector::from_fn(1, |_| true)?;
+        let run = || {
+            async_for!(
+                0..v.len(),
+                |k| {
+                    if fail[0] && k == 450 {
+                        panic!("task 450 refuses");
+                    }
+                    v[k] += 1;
+                },
+                Opts::new().threads(2)
+            )
+        };
+        let first = run();
+        fail.set(0, false)?;
+        run()?;
+        Ok((first, v.get(10)?))
+    });
+    let mut panicked = 0;
+    for (rank, r) in results.into_iter().enumerate() {
+        let (first, after) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        match first {
+            Err(Error::BodyPanicked { index, message, .. }) => {
+                assert_eq!(index, 450);
+                assert!(message.contains("task 450 refuses"), "{message}");
+                panicked += 1;
+            }
+            Err(Error::RemoteFailure { message, .. }) => {
+                assert!(message.contains("task 450 refuses"), "{message}");
+            }
+            other => panic!("rank {rank}: expected a failure, got {other:?}"),
+        }
+        assert!(after >= 11, "the second call ran on rank {rank}");
+    }
+    assert_eq!(panicked, 1, "exactly one rank ran task 450");
+}
+
+/// An access that depends on a value changed since the plan was made is caught across
+/// ranks too, and the next call re-plans.
+#[test]
+fn a_parameter_dependent_access_is_detected_across_ranks() {
+    let results = on_ranks(2, || {
+        let target = DVector::from_fn(100, |k| k)?;
+        let w = DVector::from_fn(200, |_| 0u32)?;
+        let run = || {
+            async_for!(
+                0..target.len(),
+                |k| {
+                    let t = target[k];
+                    w[t] += 1;
+                },
+                Opts::new().threads(2)
+            )
+        };
+        run()?;
+        target.set(40, 150)?;
+        let err = run();
+        run()?;
+        Ok((err, w.to_vec()?))
+    });
+    let mut outside = 0;
+    for r in results {
+        let (err, w) = r.unwrap();
+        match err {
+            Err(Error::AccessOutsidePlan {
+                key: 150,
+                table: "w",
+                ..
+            }) => outside += 1,
+            Err(Error::RemoteFailure { message, .. }) => {
+                assert!(message.contains("w[150]"), "{message}")
+            }
+            other => panic!("expected the access to be caught, got {other:?}"),
+        }
+        assert_eq!(w[150], 1);
+    }
+    assert_eq!(outside, 1);
+}
