@@ -366,3 +366,13 @@ fn a_parameter_dependent_access_is_detected_across_ranks() {
     }
     assert_eq!(outside, 1);
 }
+
+/// Maps do not run across ranks yet: making one in a job of several ranks is a clear
+/// error on every rank, not a hang or a wrong result.
+#[test]
+fn maps_across_ranks_are_refused_clearly() {
+    for r in on_ranks(2, || DMap::<u64, u64>::new().map(|_| ())) {
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("does not run across processes yet"), "{msg}");
+    }
+}

@@ -4,12 +4,15 @@
 //! ```text
 //! cargo build --release -p strads-ap-examples
 //! target/release/bench --app sgdmf --reps 3 --threads 2 -- --epochs 5
+//! # the strads-ap twin as 2 processes of 1 thread (needs the launcher built too):
+//! cargo build --release -p strads-ap
+//! target/release/bench --app sgdmf --reps 3 --ranks 2 --threads 1 -- --epochs 5
 //! ```
 //!
 //! The twins are found next to this executable. Every run's JSON result line is printed
 //! as it comes, then one summary line:
 //!
-//! * SGDMF: `{"bench":"sgdmf","reps":R,"threads":T,"serial_secs_per_epoch":..,
+//! * SGDMF: `{"bench":"sgdmf","reps":R,"ranks":N,"threads":T,"serial_secs_per_epoch":..,
 //!   "strads_secs_per_epoch":..,"speedup":..,"setup_vs_serial_epoch":..,"rmse_ratio":..}`
 //! * MLR: the same with `"loss_ratio"` (strads-ap / serial train loss) and
 //!   `"accuracy_diff"` (strads-ap − serial test accuracy) instead of `"rmse_ratio"`.
@@ -77,6 +80,12 @@ struct Args {
     #[arg(long)]
     threads: Option<usize>,
 
+    /// Processes of the strads-ap twin: above 1 it runs under the launcher (`strads-ap
+    /// run -n RANKS`, found next to this executable) over QUIC on 127.0.0.1, each process
+    /// with `--threads` threads.
+    #[arg(long, default_value_t = 1)]
+    ranks: usize,
+
     /// Further arguments, passed to both twins (after `--`).
     #[arg(last = true)]
     extra: Vec<String>,
@@ -87,6 +96,7 @@ struct Args {
 struct Summary {
     bench: &'static str,
     reps: usize,
+    ranks: usize,
     threads: usize,
     serial_secs_per_epoch: f64,
     strads_secs_per_epoch: f64,
@@ -178,6 +188,18 @@ fn main() -> Result<()> {
     let app = args.app.name();
     let serial = sibling(dir, &format!("{app}-serial"))?;
     let strads = sibling(dir, app)?;
+    if args.ranks == 0 {
+        bail!("--ranks must be at least 1");
+    }
+    let launcher = if args.ranks > 1 {
+        Some(
+            sibling(dir, "strads-ap")
+                .context("--ranks needs the launcher: cargo build --release -p strads-ap")?,
+        )
+    } else {
+        None
+    };
+    let logs = std::env::temp_dir().join(format!("strads-bench-{}", std::process::id()));
 
     let mut twin_args: Vec<String> = Vec::new();
     if let Some(t) = args.threads {
@@ -189,8 +211,27 @@ fn main() -> Result<()> {
     for rep in 1..=args.reps {
         eprintln!("bench {app}: repetition {rep} of {}", args.reps);
         serial_runs.push(run(&serial, &twin_args)?);
-        strads_runs.push(run(&strads, &twin_args)?);
+        strads_runs.push(match &launcher {
+            None => run(&strads, &twin_args)?,
+            Some(launcher) => {
+                let mut launch = vec![
+                    "run".to_string(),
+                    "-n".to_string(),
+                    args.ranks.to_string(),
+                    "--output-dir".to_string(),
+                    logs.display().to_string(),
+                ];
+                if let Some(t) = args.threads {
+                    launch.extend(["--threads".to_string(), t.to_string()]);
+                }
+                launch.push("--".to_string());
+                launch.push(strads.display().to_string());
+                launch.extend(twin_args.iter().cloned());
+                run(launcher, &launch)?
+            }
+        });
     }
+    let _ = std::fs::remove_dir_all(&logs);
 
     let serial_epoch = median(&field(&serial_runs, "secs_per_epoch")?);
     let strads_epoch = median(&field(&strads_runs, "secs_per_epoch")?);
@@ -203,6 +244,7 @@ fn main() -> Result<()> {
     let mut summary = Summary {
         bench: app,
         reps: args.reps,
+        ranks: args.ranks,
         threads,
         serial_secs_per_epoch: serial_epoch,
         strads_secs_per_epoch: strads_epoch,

@@ -202,9 +202,24 @@ impl Comm {
     }
 
     /// Every rank's `value`, in rank order, on every rank.
+    ///
+    /// Each rank sends its value straight to every other rank (one hop, no root).
     pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: T) -> Result<Vec<T>> {
-        let all = self.gather(0, value)?;
-        self.broadcast(0, all.unwrap_or_default())
+        let (me, world) = (self.rank(), self.world_size());
+        let bytes = Self::encode(&value, "a gathered value")?;
+        let out = (0..world)
+            .map(|r| if r == me { Vec::new() } else { bytes.clone() })
+            .collect();
+        drop(bytes);
+        let mut mine = Some(value);
+        self.exchange(out)?
+            .into_iter()
+            .enumerate()
+            .map(|(r, b)| match r == me {
+                true => Ok(mine.take().expect("one own value")),
+                false => Self::decode(&b, "a gathered value", r),
+            })
+            .collect()
     }
 
     /// Personalised all-to-all: sends `out[r]` to every rank `r` and returns what every

@@ -373,9 +373,9 @@ pub(crate) fn local_only(op: &str) -> Result<()> {
     if here.is_distributed() {
         return Err(Error::Config(format!(
             "{op}: this operator does not run across processes yet (this is rank {} of {}); \
-             for now a multi-process job has the launcher, the transport, the collectives \
-             (strads_ap::cluster::comm()) and the DVector data operators; run without the \
-             launcher for a world of one",
+             in a multi-process job, DVectors, their data operators, async_for! and \
+             sync_for! run across ranks, but maps (DMap, DMultiMap) and DVector::join do \
+             not; run without the launcher for a world of one",
             here.rank, here.world
         )));
     }

@@ -332,6 +332,7 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
     // some rank has no shadow of it yet, when it is relaxed (every rank replicates it),
     // or when the loop is about to be planned: reconnaissance must see current values,
     // as accesses may depend on them.
+    let t_entry = Instant::now();
     let mut shrink = Shrink {
         tables: registry.entries.iter().map(|e| &*e.table).collect(),
         validity: vec![ShadowValidity::Stale; slots],
@@ -347,6 +348,11 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
         }
     }
     let (locks, bases) = registry.lock_all(site)?;
+    if cached.is_none() {
+        // Gathering whole tables is part of planning: later calls fetch only what the
+        // plan needs.
+        record_stats(site, |s| s.recon += t_entry.elapsed());
+    }
 
     let (mut plan, dist) = match cached {
         Some(Cached {
@@ -398,9 +404,11 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
                 start,
                 n,
             );
+            let t_cut = Instant::now();
             let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
             let dist = DistPlan::new(&plan, &lens, world, me);
             let prints = comm.allgather(dist.fingerprint)?;
+            record_stats(site, |s| s.planning += t_cut.elapsed());
             if let Some(rank) = prints.iter().position(|&f| f != dist.fingerprint) {
                 return Err(Error::Divergence {
                     rank,
@@ -441,10 +449,12 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
         // SAFETY: `execute` calls this only between steps, when no worker runs.
         &mut |i, errors| unsafe { exchanger.exchange(i, registry, &bases, errors) },
     );
+    let exchanging = exchanger.spent;
     drop(exchanger);
+    let running = t0.elapsed();
     record_stats(site, |s| {
         s.calls += 1;
-        s.running += t0.elapsed();
+        s.running += running;
     });
     drop(locks);
     if outcome.is_ok() {
@@ -465,7 +475,19 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
             },
         );
     }
+    let t_shrink = Instant::now();
     drop(shrink);
+    if context().config().verbose && me == 0 {
+        eprintln!(
+            "strads-ap: {site}: call in {:.4} s: tables ready in {:.4} s, steps {:.4} s of \
+             which exchanges {:.4} s, shadows kept in {:.4} s",
+            t_entry.elapsed().as_secs_f64(),
+            (t0 - t_entry).as_secs_f64(),
+            running.as_secs_f64(),
+            exchanging.as_secs_f64(),
+            t_shrink.elapsed().as_secs_f64(),
+        );
+    }
     outcome
 }
 

@@ -268,6 +268,8 @@ pub(crate) struct Exchanger<'a> {
     skip: Vec<bool>,
     /// Relaxed slots and their values at the last combination.
     relaxed: Vec<(usize, Box<dyn std::any::Any + Send>)>,
+    /// Time spent in exchanges so far.
+    pub spent: std::time::Duration,
 }
 
 impl<'a> Exchanger<'a> {
@@ -296,6 +298,7 @@ impl<'a> Exchanger<'a> {
             plan,
             skip,
             relaxed,
+            spent: std::time::Duration::ZERO,
         }
     }
 
@@ -306,6 +309,20 @@ impl<'a> Exchanger<'a> {
     /// # Safety
     /// No worker may touch the tables during the call.
     pub unsafe fn exchange(
+        &mut self,
+        i: usize,
+        registry: &Registry,
+        bases: &[Base],
+        errors: &FirstError,
+    ) -> Result<bool> {
+        let t0 = std::time::Instant::now();
+        // SAFETY: the caller's guarantee, passed on.
+        let outcome = unsafe { self.exchange_inner(i, registry, bases, errors) };
+        self.spent += t0.elapsed();
+        outcome
+    }
+
+    unsafe fn exchange_inner(
         &mut self,
         i: usize,
         registry: &Registry,
