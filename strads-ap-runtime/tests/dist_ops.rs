@@ -157,16 +157,28 @@ fn save_on_a_cluster_loads_in_a_world_of_one_and_back() {
 }
 
 #[test]
-fn operators_not_yet_distributed_say_so() {
-    for r in on_ranks(2, || {
-        let v = DVector::from_fn(4, |i| i as u32)?;
-        let m = strads_ap_runtime::DMap::<u32, u32>::new();
-        Ok((v.len(), m.map(|_| ())))
-    }) {
-        let (_, map) = r.unwrap();
-        let msg = map.unwrap_err().to_string();
-        assert!(msg.contains("does not run across processes yet"), "{msg}");
-    }
+fn maps_and_joins() {
+    same_everywhere(|| {
+        use strads_ap_runtime::{DMap, DMultiMap};
+        let v = DVector::from_fn(41, |i| (i % 13) as u32)?;
+        let names = DMap::from_pairs((0..10u32).map(|k| (k, format!("n{k}"))).collect())?;
+        names.insert(12, "twelve".to_string())?;
+        let old = names.insert(0, "zero".to_string())?;
+        let gone = names.remove(&5)?;
+        let joined = v.join(&names, |x| *x)?;
+        let weights = names.map_values(|k, _| *k as f64 / 2.0)?;
+        let both = names.join(&weights)?;
+        let multi = DMultiMap::from_pairs(vec![(1u8, 'a'), (2, 'b'), (1, 'c')])?;
+        multi.insert(3, 'd')?;
+        Ok((
+            joined.len(),
+            joined.to_vec()?,
+            names.to_vec()?,
+            (old, gone, names.get(&12)?, names.get(&5)?, names.len()?),
+            both.to_vec()?,
+            (multi.get_all(&1)?, multi.len()?, multi.keys_len()?),
+        ))
+    });
 }
 
 fn write_file(name: &str, text: &str) -> std::path::PathBuf {

@@ -367,12 +367,91 @@ fn a_parameter_dependent_access_is_detected_across_ranks() {
     assert_eq!(outside, 1);
 }
 
-/// Maps do not run across ranks yet: making one in a job of several ranks is a clear
-/// error on every rank, not a hang or a wrong result.
+/// Maps across ranks: driver operators, joins, save/load and `async_for!` bodies that
+/// read and write map entries give what a world of one gives, on every rank.
 #[test]
-fn maps_across_ranks_are_refused_clearly() {
-    for r in on_ranks(2, || DMap::<u64, u64>::new().map(|_| ())) {
-        let msg = r.unwrap_err().to_string();
-        assert!(msg.contains("does not run across processes yet"), "{msg}");
+fn maps_across_ranks_match_a_world_of_one() {
+    let dir = std::env::temp_dir().join(format!("strads-dist-maps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = dir.clone();
+    let job = move || -> strads_ap::Result<String> {
+        let rank = strads_ap::cluster::here().rank();
+        let dir = root.join(format!(
+            "{}-{rank}",
+            strads_ap::cluster::here().world_size()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let counts = DMap::from_pairs((0..200u64).map(|k| (k, k * 2)).collect())?;
+        counts.insert(500, 7)?;
+        let replaced = counts.insert(3, 30)?;
+        let removed = counts.remove(&4)?;
+        let hits = DVector::from_fn(3000, |i| (i as u64 * 7919) % 203)?;
+        let lists = DMultiMap::from_pairs(vec![(1u64, 0u64), (2, 0)])?;
+        for call in 0..2 {
+            async_for!(
+                0..hits.len(),
+                |k| {
+                    let key = hits[k];
+                    if let Some(c) = counts.get_mut(&key) {
+                        *c += 1;
+                    }
+                    if key % 50 == 1 {
+                        lists.get_mut(&(key % 2 + 1)).unwrap().push(k as u64);
+                    }
+                },
+                Opts::new().threads(2)
+            )?;
+            if call == 0 {
+                counts.insert(201, 0)?;
+            }
+        }
+        let joined = hits.join(&counts, |h| *h)?;
+        let path = dir.join("counts.map");
+        counts.save(&path)?;
+        let loaded: DMap<u64, u64> = DMap::load(&path)?;
+        let mut l1 = lists.get_all(&1)?;
+        let mut l2 = lists.get_all(&2)?;
+        l1.sort_unstable();
+        l2.sort_unstable();
+        let _ = rank;
+        Ok(format!(
+            "{:?} {replaced:?} {removed:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
+            counts.to_vec()?,
+            counts.get(&17)?,
+            counts.get(&4)?,
+            counts.len()?,
+            counts.contains_key(&201)?,
+            joined.to_vec()?,
+            loaded.to_vec()? == counts.to_vec()?,
+            lists.len()?,
+            (l1, l2),
+        ))
+    };
+    let job = std::sync::Arc::new(job);
+    let one = {
+        let job = job.clone();
+        on_ranks(1, move || job()).pop().unwrap().unwrap()
+    };
+    for world in [2, 3] {
+        let job = job.clone();
+        for (rank, r) in on_ranks(world, move || job()).into_iter().enumerate() {
+            let got = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+            assert_eq!(got, one, "{world} ranks, rank {rank}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Ranks that build a map from different pairs fail with a divergence error, not with
+/// silently different maps.
+#[test]
+fn ranks_building_different_maps_diverge_clearly() {
+    for r in on_ranks(2, || {
+        let rank = strads_ap::cluster::here().rank() as u64;
+        DMap::from_pairs(vec![(rank, 1u64)]).map(|_| ())
+    }) {
+        let err = r.unwrap_err();
+        assert!(matches!(err, Error::Divergence { .. }), "{err}");
+        assert!(err.to_string().contains("DMap::from_pairs"), "{err}");
     }
 }

@@ -367,21 +367,6 @@ pub fn here() -> Arc<RankCtx> {
         .unwrap_or_else(RankCtx::process_default)
 }
 
-/// Refuses an operator that does not run across processes yet, with a clear error.
-pub(crate) fn local_only(op: &str) -> Result<()> {
-    let here = here();
-    if here.is_distributed() {
-        return Err(Error::Config(format!(
-            "{op}: this operator does not run across processes yet (this is rank {} of {}); \
-             in a multi-process job, DVectors, their data operators, async_for! and \
-             sync_for! run across ranks, but maps (DMap, DMultiMap) and DVector::join do \
-             not; run without the launcher for a world of one",
-            here.rank, here.world
-        )));
-    }
-    Ok(())
-}
-
 /// The runtime context, started on first use.
 pub(crate) fn context() -> &'static Context {
     CONTEXT.get_or_init(|| {

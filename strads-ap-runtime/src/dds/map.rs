@@ -1,9 +1,11 @@
 //! [`DMap`] and [`DMultiMap`]: distributed hash maps.
 //!
-//! Keys are hash-partitioned across ranks with a hash that is the same in every process.
-//! On a rank, a map keeps its entries at dense *positions* (a key index plus a `Vec` of
-//! values), so the planner and the views treat a map's values exactly like a DVector's
-//! elements: inside an `async_for!` body, `m[&k]`, `m.get(&k)`, `m.get_mut(&k)` and
+//! Keys are hash-partitioned across ranks with a hash that is the same in every process:
+//! in a job of several ranks, the rank a key hashes to owns its value. Every rank keeps
+//! the map's structure (all keys, at the same dense *positions*, since driver code inserts
+//! and removes keys identically on every rank) and a copy of every value, current for the
+//! keys it owns and refreshed from the owners when an operator needs the others. The
+//! planner and the views treat a map's values exactly like a DVector's elements: inside an `async_for!` body, `m[&k]`, `m.get(&k)`, `m.get_mut(&k)` and
 //! `m[&k] += ..` read and write existing entries under the same conflict-free plan. Keys
 //! cannot be added or removed inside a body; do that in driver code between operators.
 
@@ -92,6 +94,8 @@ impl<K: Eq + Hash + Clone, V> Entries<K, V> {
 /// Storage of one map table on this rank.
 pub(crate) struct MapTable<K, V> {
     id: u64,
+    /// The rank that holds this copy.
+    ctx: Arc<crate::cluster::RankCtx>,
     data: RwLock<Entries<K, V>>,
     /// Bumped whenever a key is added or removed (positions change): plans are keyed by it.
     version: AtomicU64,
@@ -99,9 +103,11 @@ pub(crate) struct MapTable<K, V> {
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> MapTable<K, V> {
     fn create(data: Entries<K, V>) -> Arc<Self> {
-        let id = crate::cluster::here().new_table_id();
+        let ctx = crate::cluster::here();
+        let id = ctx.new_table_id();
         let table = Arc::new(MapTable {
             id,
+            ctx,
             data: RwLock::new(data),
             version: AtomicU64::new(0),
         });
@@ -128,6 +134,84 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> MapTable<K, V> {
     fn changed_keys(&self) {
         self.version.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// The collectives, in a job of several ranks.
+    fn dist(&self, op: &str) -> Result<Option<&crate::cluster::collective::Comm>> {
+        if self.ctx.is_distributed() {
+            self.ctx.comm_for(op).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl<K: MapKey, V: Element> MapTable<K, V> {
+    /// The rank that owns `key`'s value.
+    fn owner(&self, key: &K) -> usize {
+        crate::store::HashPartition::new(self.ctx.world_size()).owner(key)
+    }
+
+    /// Copies of the values this rank owns, by position.
+    fn owned(&self, entries: &Entries<K, V>) -> Vec<(u32, V)> {
+        let me = self.ctx.rank();
+        entries
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, _))| self.owner(k) == me)
+            .map(|(i, (_, v))| (i as u32, v.clone()))
+            .collect()
+    }
+
+    /// Makes every value current on every rank (a collective).
+    fn refresh(&self, op: &'static str, comm: &crate::cluster::collective::Comm) -> Result<()> {
+        let mut data = self.write(op)?;
+        let all = comm.allgather(self.owned(&data))?;
+        let len = data.values.len();
+        for (rank, part) in all.into_iter().enumerate() {
+            for (i, v) in part {
+                let slot = data.values.get_mut(i as usize).ok_or_else(|| {
+                    Error::Transport(format!(
+                        "{op}: rank {rank} sent entry {i} of map {}, which has {} entries \
+                         here (the ranks' maps diverged)",
+                        self.id, len
+                    ))
+                })?;
+                *slot = v;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every rank built the same structure (the same keys at the same
+    /// positions) after `op`: a divergence error naming the operator otherwise.
+    fn check_same(&self, op: &'static str) -> Result<()> {
+        if let Some(comm) = self.dist(op)? {
+            let data = self.read(op)?;
+            let mut h = StableHasher::default();
+            for k in &data.keys {
+                std::hash::Hash::hash(k, &mut h);
+            }
+            let print = std::hash::Hasher::finish(&h);
+            comm.enter_operator(
+                op,
+                &format!("{} keys, {print:016x}", data.len()),
+                Vec::new(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The value under `key` from its owner (a collective across ranks).
+    fn get_current(&self, op: &'static str, key: &K) -> Result<Option<V>> {
+        let local = self.read(op)?.get(key).cloned();
+        match self.dist(op)? {
+            None => Ok(local),
+            Some(comm) => {
+                let owner = self.owner(key);
+                comm.broadcast(owner, local)
+            }
+        }
+    }
 }
 
 struct MapLock<'a, K, V>(RwLockWriteGuard<'a, Entries<K, V>>);
@@ -144,7 +228,7 @@ impl<K, V> TableLock for MapLock<'_, K, V> {
     }
 }
 
-impl<K: Send + Sync + 'static, V: Send + Sync + 'static> TableHandle for MapTable<K, V> {
+impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
     fn id(&self) -> u64 {
         self.id
     }
@@ -160,10 +244,30 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> TableHandle for MapTabl
     fn elem_size(&self) -> usize {
         std::mem::size_of::<V>()
     }
-    fn gather_all(&self, op: &'static str, _comm: &crate::cluster::collective::Comm) -> Result<()> {
-        crate::cluster::local_only(op)
+    fn gather_all(&self, op: &'static str, comm: &crate::cluster::collective::Comm) -> Result<()> {
+        self.refresh(op, comm)
     }
     fn keep_own_range(&self) {}
+    fn shadow_state(&self, _plan: Option<u64>) -> (bool, bool) {
+        // Every rank keeps every entry; values it does not own may be stale.
+        (true, false)
+    }
+    fn expand_from_shadow(&self, _op: &'static str) -> Result<()> {
+        Ok(())
+    }
+    fn shrink_to_shadow(&self, _valid: super::table::ShadowValidity) {}
+    fn owners(&self) -> Option<Vec<u16>> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        Some(data.keys.iter().map(|k| self.owner(k) as u16).collect())
+    }
+    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on (positions index the values).
+        unsafe { super::table::pack_elements::<V>(self.id, ptr, keys, out) }
+    }
+    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
+        // SAFETY: as above.
+        unsafe { super::table::unpack_elements::<V>(self.id, ptr, keys, bytes) }
+    }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(MapLock(self.write(op)?)))
     }
@@ -201,18 +305,19 @@ impl<K: Element + Eq + Hash> MapKey for K {}
 impl<K: MapKey, V: Element> DMap<K, V> {
     /// An empty map.
     pub fn new() -> Result<Self> {
-        crate::cluster::local_only("DMap::new")?;
-        Ok(DMap {
-            table: MapTable::create(Entries::new()),
-        })
+        let table = MapTable::create(Entries::new());
+        table.check_same("DMap::new")?;
+        Ok(DMap { table })
     }
 
     /// A map holding `pairs` (a later pair replaces an earlier one with the same key).
+    ///
+    /// In a job of several ranks every rank passes the same pairs (ranks that disagree
+    /// fail with a divergence error).
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
-        crate::cluster::local_only("DMap::from_pairs")?;
-        Ok(DMap {
-            table: MapTable::create(Entries::from_pairs(pairs)),
-        })
+        let table = MapTable::create(Entries::from_pairs(pairs));
+        table.check_same("DMap::from_pairs")?;
+        Ok(DMap { table })
     }
 
     /// The table id.
@@ -231,26 +336,40 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     }
 
     /// Inserts `value` under `key`; returns the value it replaced.
+    ///
+    /// In a job of several ranks every rank inserts (driver code runs everywhere); adding
+    /// a key needs no communication, replacing one returns the owner's value.
     pub fn insert(&self, key: K, value: V) -> Result<Option<V>> {
+        let owner = self.table.owner(&key);
         let old = self.table.write("DMap::insert")?.insert(key, value);
         if old.is_none() {
             self.table.changed_keys();
         }
-        Ok(old)
+        self.owners_copy("DMap::insert", owner, old)
     }
 
-    /// A copy of the value under `key`.
+    /// A copy of the value under `key` (from the rank that owns it).
     pub fn get(&self, key: &K) -> Result<Option<V>> {
-        Ok(self.table.read("DMap::get")?.get(key).cloned())
+        self.table.get_current("DMap::get", key)
     }
 
-    /// Removes `key`; returns its value.
+    /// Removes `key`; returns its value (the owner's).
     pub fn remove(&self, key: &K) -> Result<Option<V>> {
+        let owner = self.table.owner(key);
         let old = self.table.write("DMap::remove")?.remove(key);
         if old.is_some() {
             self.table.changed_keys();
         }
-        Ok(old)
+        self.owners_copy("DMap::remove", owner, old)
+    }
+
+    /// `value` as the owner holds it: whether it is `Some` is the same on every rank (the
+    /// keys are), so only then do the ranks talk.
+    fn owners_copy(&self, op: &'static str, owner: usize, value: Option<V>) -> Result<Option<V>> {
+        match (self.table.dist(op)?, value) {
+            (Some(comm), Some(v)) => comm.broadcast(owner, Some(v)),
+            (_, value) => Ok(value),
+        }
     }
 
     /// Whether `key` is present.
@@ -264,8 +383,23 @@ impl<K: MapKey, V: Element> DMap<K, V> {
 
     /// All pairs, sorted by the stable hash of the key (the same order on every rank).
     pub fn to_vec(&self) -> Result<Vec<(K, V)>> {
-        let data = self.table.read("DMap::to_vec")?;
-        let mut pairs: Vec<(K, V)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let op = "DMap::to_vec";
+        let mut pairs: Vec<(K, V)> = {
+            let data = self.table.read(op)?;
+            match self.table.dist(op)? {
+                None => data.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                Some(comm) => {
+                    let me = self.table.ctx.rank();
+                    let mine: Vec<(K, V)> = data
+                        .iter()
+                        .filter(|(k, _)| self.table.owner(k) == me)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    drop(data);
+                    comm.allgather(mine)?.concat()
+                }
+            }
+        };
         pairs.sort_by_cached_key(|(k, _)| stable_hash(k));
         Ok(pairs)
     }
@@ -296,15 +430,52 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         })
     }
 
-    /// Writes the map to `path` (atomically).
+    /// Writes the map to `path` (atomically). In a job of several ranks rank 0 writes it
+    /// and every rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        super::io::save_snapshot(path.as_ref(), "DMap", &self.to_vec()?)
+        let pairs = self.to_vec()?;
+        match self.table.dist("DMap::save")? {
+            None => super::io::save_snapshot(path.as_ref(), "DMap", &pairs),
+            Some(comm) => {
+                let outcome = if comm.rank() == 0 {
+                    super::io::save_snapshot(path.as_ref(), "DMap", &pairs)
+                        .map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                };
+                comm.broadcast(0, outcome)?
+                    .map_err(|e| Error::Config(format!("DMap::save on rank 0: {e}")))
+            }
+        }
     }
 
-    /// Reads a map written by [`DMap::save`].
+    /// Reads a map written by [`DMap::save`]. In a job of several ranks rank 0 reads the
+    /// file and sends the pairs to the others.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let pairs: Vec<(K, V)> = super::io::load_snapshot(path.as_ref(), "DMap")?;
+        let ctx = crate::cluster::here();
+        if !ctx.is_distributed() {
+            let pairs: Vec<(K, V)> = super::io::load_snapshot(path.as_ref(), "DMap")?;
+            return Self::from_pairs(pairs);
+        }
+        let comm = ctx.comm_for("DMap::load")?;
+        let loaded: std::result::Result<Vec<(K, V)>, String> = if comm.rank() == 0 {
+            super::io::load_snapshot(path.as_ref(), "DMap").map_err(|e| e.to_string())
+        } else {
+            Ok(Vec::new())
+        };
+        let pairs = comm
+            .broadcast(0, loaded)?
+            .map_err(|e| Error::Config(format!("DMap::load on rank 0: {e}")))?;
         Self::from_pairs(pairs)
+    }
+
+    /// Makes every value current on this rank (a collective in a job of several ranks;
+    /// nothing in a world of one).
+    pub(crate) fn refresh(&self, op: &'static str) -> Result<()> {
+        match self.table.dist(op)? {
+            Some(comm) => self.table.refresh(op, comm),
+            None => Ok(()),
+        }
     }
 
     /// Runs `f` on the map's contents, holding its read lock.
@@ -487,15 +658,15 @@ impl<K, V> Clone for DMultiMap<K, V> {
 impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// An empty multimap.
     pub fn new() -> Result<Self> {
-        crate::cluster::local_only("DMultiMap::new")?;
-        Ok(DMultiMap {
-            table: MapTable::create(Entries::new()),
-        })
+        let table = MapTable::create(Entries::new());
+        table.check_same("DMultiMap::new")?;
+        Ok(DMultiMap { table })
     }
 
     /// A multimap holding `pairs`; values of one key keep their order.
+    ///
+    /// In a job of several ranks every rank passes the same pairs.
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
-        crate::cluster::local_only("DMultiMap::from_pairs")?;
         let mut entries: Entries<K, Vec<V>> = Entries::new();
         for (k, v) in pairs {
             match entries.get_mut(&k) {
@@ -505,9 +676,9 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
                 }
             }
         }
-        Ok(DMultiMap {
-            table: MapTable::create(entries),
-        })
+        let table = MapTable::create(entries);
+        table.check_same("DMultiMap::from_pairs")?;
+        Ok(DMultiMap { table })
     }
 
     /// Adds `value` under `key`, after the values already there.
@@ -527,21 +698,27 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     pub fn get_all(&self, key: &K) -> Result<Vec<V>> {
         Ok(self
             .table
-            .read("DMultiMap::get_all")?
-            .get(key)
-            .cloned()
+            .get_current("DMultiMap::get_all", key)?
             .unwrap_or_default())
     }
 
-    /// Total number of values.
+    /// Total number of values (summed over the owners in a job of several ranks).
     pub fn len(&self) -> Result<usize> {
-        Ok(self
-            .table
-            .read("DMultiMap::len")?
-            .values
-            .iter()
-            .map(Vec::len)
-            .sum())
+        let op = "DMultiMap::len";
+        let data = self.table.read(op)?;
+        match self.table.dist(op)? {
+            None => Ok(data.values.iter().map(Vec::len).sum()),
+            Some(comm) => {
+                let me = self.table.ctx.rank();
+                let mine: usize = data
+                    .iter()
+                    .filter(|(k, _)| self.table.owner(k) == me)
+                    .map(|(_, v)| v.len())
+                    .sum();
+                drop(data);
+                comm.allreduce(mine, |a, b| a + b)
+            }
+        }
     }
 
     /// Whether there are no values.

@@ -76,6 +76,11 @@ pub(crate) trait TableHandle: Send + Sync {
     fn shrink_to_shadow(&self, _valid: ShadowValidity) {
         self.keep_own_range()
     }
+    /// In a job of several ranks: the owner of each key (position), when it is not the
+    /// rank whose balanced range holds it (maps own keys by hash).
+    fn owners(&self) -> Option<Vec<u16>> {
+        None
+    }
     /// Appends the encoded elements at `keys` of the locked elements at `ptr`.
     ///
     /// # Safety
@@ -323,35 +328,64 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         shadow.version = self.version.load(Ordering::Acquire);
     }
     unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
-        let elems = ptr as *const T;
-        for &k in keys {
-            // SAFETY: the caller guarantees `ptr` points to initialised elements, more than
-            // any key, that no one writes now.
-            let value = unsafe { &*elems.add(k as usize) };
-            let encoded =
-                postcard::to_extend(value, std::mem::take(out)).map_err(|e| Error::Codec {
-                    what: format!("element {k} of DVector {}", self.id),
-                    message: e.to_string(),
-                })?;
-            *out = encoded;
-        }
-        Ok(())
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { pack_elements::<T>(self.id, ptr, keys, out) }
     }
     unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
-        let elems = ptr as *mut T;
-        for &k in keys {
-            let (value, rest) =
-                postcard::take_from_bytes::<T>(bytes).map_err(|e| Error::Codec {
-                    what: format!("element {k} of DVector {} from another rank", self.id),
-                    message: e.to_string(),
-                })?;
-            // SAFETY: the caller guarantees exclusive access to initialised elements, more
-            // than any key.
-            unsafe { *elems.add(k as usize) = value };
-            *bytes = rest;
-        }
-        Ok(())
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { unpack_elements::<T>(self.id, ptr, keys, bytes) }
     }
+}
+
+/// Appends the encoded elements at `keys` of the `T`s at `ptr` (table `id`, for errors).
+///
+/// # Safety
+/// `ptr` must point to initialised `T`s, more than any of `keys`, that no one writes
+/// during the call.
+pub(crate) unsafe fn pack_elements<T: super::Element>(
+    id: u64,
+    ptr: *const u8,
+    keys: &[u64],
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let elems = ptr as *const T;
+    for &k in keys {
+        // SAFETY: the caller guarantees `ptr` points to initialised elements, more than
+        // any key, that no one writes now.
+        let value = unsafe { &*elems.add(k as usize) };
+        let encoded =
+            postcard::to_extend(value, std::mem::take(out)).map_err(|e| Error::Codec {
+                what: format!("element {k} of DDS {id}"),
+                message: e.to_string(),
+            })?;
+        *out = encoded;
+    }
+    Ok(())
+}
+
+/// Decodes `T`s for `keys` from the front of `bytes` into the `T`s at `ptr`, advancing
+/// `bytes` past them.
+///
+/// # Safety
+/// As for [`pack_elements`], and no one else reads or writes those elements meanwhile.
+pub(crate) unsafe fn unpack_elements<T: super::Element>(
+    id: u64,
+    ptr: *mut u8,
+    keys: &[u64],
+    bytes: &mut &[u8],
+) -> Result<()> {
+    let elems = ptr as *mut T;
+    for &k in keys {
+        let (value, rest) = postcard::take_from_bytes::<T>(bytes).map_err(|e| Error::Codec {
+            what: format!("element {k} of DDS {id} from another rank"),
+            message: e.to_string(),
+        })?;
+        // SAFETY: the caller guarantees exclusive access to initialised elements, more
+        // than any key.
+        unsafe { *elems.add(k as usize) = value };
+        *bytes = rest;
+    }
+    Ok(())
 }
 
 /// Per-worker copies of an aggregatable table and the merging of their deltas.

@@ -341,6 +341,9 @@ impl<T: Element> DVector<T> {
 
     /// Inner join with a map: each element whose key (by `key`) is in `map` is paired with
     /// a copy of the map's value; elements without a match are dropped. Order is kept.
+    ///
+    /// In a job of several ranks each rank joins its range against the map's current
+    /// values, and the result is spread again over balanced ranges.
     pub fn join<K, V, F>(&self, map: &DMap<K, V>, key: F) -> Result<DVector<(T, V)>>
     where
         K: Element + Eq + std::hash::Hash,
@@ -348,16 +351,23 @@ impl<T: Element> DVector<T> {
         (T, V): Element,
         F: Fn(&T) -> K + Send + Sync,
     {
-        crate::cluster::local_only("DVector::join")?;
-        let data = self.table.read("DVector::join")?;
-        let out = map.with_read("DVector::join", |lookup| {
-            self.install(|| {
-                data.par_iter()
-                    .filter_map(|x| lookup.get(&key(x)).map(|v| (x.clone(), v.clone())))
-                    .collect()
-            })
-        })?;
-        Ok(DVector::from_data(out))
+        let op = "DVector::join";
+        // Every rank joins its own range against current values of the whole map.
+        map.refresh(op)?;
+        let kept: Vec<(T, V)> = {
+            let data = self.table.read(op)?;
+            map.with_read(op, |lookup| {
+                self.install(|| {
+                    data.par_iter()
+                        .filter_map(|x| lookup.get(&key(x)).map(|v| (x.clone(), v.clone())))
+                        .collect()
+                })
+            })?
+        };
+        match self.dist(op)? {
+            None => Ok(DVector::from_data(kept)),
+            Some(comm) => Ok(DVector::from_data(comm.allgather(kept)?.concat())),
+        }
     }
 
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).

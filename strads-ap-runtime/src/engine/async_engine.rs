@@ -270,16 +270,6 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
             "{site}: async_for! runs on at most {MAX_RANKS} ranks for now ({world} here)"
         )));
     }
-    if let Some(e) = registry.entries.iter().find(|e| e.table.is_map()) {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "{site}: `{}` is a map; across ranks async_for! bodies capture DVectors only \
-                 for now",
-                e.name
-            ),
-        ));
-    }
     if n == 0 {
         return Ok(());
     }
@@ -347,6 +337,11 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
             e.table.expand_from_shadow(op)?;
         }
     }
+    // Owners of map entries (by key hash), for cutting a new plan; read before locking.
+    let owners: Vec<Option<Vec<u16>>> = match cached {
+        Some(_) => Vec::new(),
+        None => registry.entries.iter().map(|e| e.table.owners()).collect(),
+    };
     let (locks, bases) = registry.lock_all(site)?;
     if cached.is_none() {
         // Gathering whole tables is part of planning: later calls fetch only what the
@@ -406,7 +401,7 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
             );
             let t_cut = Instant::now();
             let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-            let dist = DistPlan::new(&plan, &lens, world, me);
+            let dist = DistPlan::new(&plan, &lens, &owners, world, me);
             let prints = comm.allgather(dist.fingerprint)?;
             record_stats(site, |s| s.planning += t_cut.elapsed());
             if let Some(rank) = prints.iter().position(|&f| f != dist.fingerprint) {

@@ -87,8 +87,15 @@ pub(crate) struct DistPlan {
 }
 
 impl DistPlan {
-    /// Cuts `plan` for `world` ranks, as rank `me`; `lens` are the tables' lengths.
-    pub fn new(plan: &Plan, lens: &[usize], world: usize, me: usize) -> DistPlan {
+    /// Cuts `plan` for `world` ranks, as rank `me`; `lens` are the tables' lengths and
+    /// `owners` their keys' owners where not the balanced ranges (maps).
+    pub fn new(
+        plan: &Plan,
+        lens: &[usize],
+        owners: &[Option<Vec<u16>>],
+        world: usize,
+        me: usize,
+    ) -> DistPlan {
         assert!((1..=MAX_RANKS).contains(&world));
         let slots = lens.len();
         // Per step, per rank: the task lists it runs (as slices of the plan).
@@ -154,13 +161,17 @@ impl DistPlan {
             .iter()
             .map(|&l| RangePartition::new(l, world))
             .collect();
+        let owner = |slot: usize, key: usize| match &owners[slot] {
+            Some(o) => o[key] as usize,
+            None => parts[slot].owner(key),
+        };
         let tracked: Vec<bool> = (0..slots)
             .map(|s| plan.modes[s] != SlotMode::Relaxed && lens[s] > 0)
             .collect();
         let mut holders: Vec<Vec<u64>> = (0..slots)
             .map(|s| {
                 if tracked[s] {
-                    (0..lens[s]).map(|k| 1u64 << parts[s].owner(k)).collect()
+                    (0..lens[s]).map(|k| 1u64 << owner(s, k)).collect()
                 } else {
                     Vec::new()
                 }
@@ -188,9 +199,9 @@ impl DistPlan {
                         let held = &mut holders[slot][key];
                         if *held & bit == 0 {
                             let sources = *held & !arriving[slot][key];
-                            let owner = parts[slot].owner(key);
-                            let src = if sources >> owner & 1 == 1 {
-                                owner
+                            let home = owner(slot, key);
+                            let src = if sources >> home & 1 == 1 {
+                                home
                             } else {
                                 sources.trailing_zeros() as usize
                             };
@@ -222,13 +233,13 @@ impl DistPlan {
         let last = &mut exchanges[steps];
         for slot in (0..slots).filter(|&s| tracked[s] && plan.modes[s] == SlotMode::Checked) {
             for (key, &held) in holders[slot].iter().enumerate() {
-                let owner = parts[slot].owner(key);
-                if held >> owner & 1 == 0 {
+                let home = owner(slot, key);
+                if held >> home & 1 == 0 {
                     let src = held.trailing_zeros() as usize;
                     if src == me {
-                        last.send[owner][slot].push(key as u64);
+                        last.send[home][slot].push(key as u64);
                     }
-                    if owner == me {
+                    if home == me {
                         last.recv[src][slot].push(key as u64);
                     }
                 }
