@@ -455,3 +455,51 @@ fn ranks_building_different_maps_diverge_clearly() {
         assert!(err.to_string().contains("DMap::from_pairs"), "{err}");
     }
 }
+
+/// The driver ships its captures: a plain value that differs between ranks (here, on
+/// purpose) is the driver's (rank 0's) in every rank's tasks, in both loop operators.
+#[test]
+fn every_rank_runs_the_drivers_captures() {
+    for r in on_ranks(3, || {
+        let rank = strads_ap::cluster::here().rank() as u64;
+        let value = 10 + rank;
+        let out = DVector::from_fn(90, |_| 0u64)?;
+        async_for!(0..out.len(), |k| {
+            out[k] = value;
+        })?;
+        let data = DVector::from_fn(30, |i| i as u64)?;
+        let sums = DVector::from_fn(1, |_| 0u64)?.aggregate_with(Aggregation::Sum);
+        sync_for!(data, 5, SyncMode::Bsp, |batch| {
+            sums[0] += value * batch.len() as u64;
+        })?;
+        Ok((out.to_vec()?, sums.get(0)?))
+    }) {
+        let (out, sum) = r.unwrap();
+        assert!(out.iter().all(|&x| x == 10), "{out:?}");
+        assert_eq!(sum, 10 * 30);
+    }
+}
+
+/// A rank whose control flow reaches a different loop fails every rank with an error
+/// naming both call sites, instead of hanging.
+#[test]
+fn ranks_at_different_loops_fail_with_both_call_sites() {
+    let results = on_ranks(2, || {
+        let v = DVector::from_fn(50, |_| 0u32)?;
+        if strads_ap::cluster::here().rank() == 0 {
+            async_for!(0..v.len(), |k| {
+                v[k] += 1;
+            })
+        } else {
+            async_for!(0..v.len(), |k| {
+                v[k] += 2;
+            })
+        }
+    });
+    for r in results {
+        let err = r.unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Divergence { .. }), "{msg}");
+        assert_eq!(msg.matches("dist_async.rs:").count(), 2, "{msg}");
+    }
+}

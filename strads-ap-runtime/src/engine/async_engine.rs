@@ -59,7 +59,7 @@ fn cache_put(key: PlanKey, cached: Cached) {
 ///
 /// Called by generated code; see the `async_for!` macro for the user-facing contract.
 #[doc(hidden)]
-pub fn run_async_for<Task: Sync, I: LoopIndex>(
+pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
     site: &'static CallSite,
     range: Range<I>,
     task: &Task,
@@ -248,7 +248,7 @@ struct Entry {
 
 /// `async_for!` across ranks (see [`super::dist_async`]).
 #[allow(clippy::too_many_arguments)]
-fn run_distributed<Task: Sync, I: LoopIndex>(
+fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
     site: &'static CallSite,
     start: usize,
     end: usize,
@@ -262,7 +262,8 @@ fn run_distributed<Task: Sync, I: LoopIndex>(
 ) -> Result<()> {
     let op = "async_for!";
     let comm = here.comm_for(op)?;
-    comm.enter_operator(&site.to_string(), op, Vec::new())?;
+    let shipped = super::ship_task(comm, site, task)?;
+    let task = shipped.as_ref().unwrap_or(task);
     let (world, me) = (comm.world_size(), comm.rank());
     let n = end.saturating_sub(start);
     if world > MAX_RANKS {

@@ -241,6 +241,43 @@ impl Registry {
     }
 }
 
+/// Enters a loop operator across ranks and ships the driver's task: every rank must reach
+/// the same call site (a divergence error naming both sites otherwise), and every rank but
+/// the driver (rank 0) runs the driver's captures, returned here. Whatever fails on one
+/// rank (a capture that does not encode or decode) fails every rank alike.
+pub(crate) fn ship_task<Task: serde::Serialize + serde::de::DeserializeOwned>(
+    comm: &crate::cluster::collective::Comm,
+    site: &CallSite,
+    task: &Task,
+) -> crate::Result<Option<Task>> {
+    let me = comm.rank();
+    let codec = |e: postcard::Error| Error::Codec {
+        what: format!("the captures of {site}"),
+        message: e.to_string(),
+    };
+    let (captures, mut local) = match me {
+        0 => match postcard::to_stdvec(task) {
+            Ok(bytes) => (bytes, Ok(None)),
+            Err(e) => (Vec::new(), Err(codec(e))),
+        },
+        _ => (Vec::new(), Ok(None)),
+    };
+    let shipped = comm.enter_operator(&site.to_string(), site.task, captures)?;
+    if me != 0 {
+        local = postcard::from_bytes(&shipped).map(Some).map_err(codec);
+    }
+    let failures = comm.allgather(local.as_ref().err().map(|e| e.to_string()))?;
+    match failures
+        .into_iter()
+        .enumerate()
+        .find_map(|(r, m)| m.map(|m| (r, m)))
+    {
+        Some((rank, _)) if rank == me => local,
+        Some((rank, message)) => Err(Error::RemoteFailure { rank, message }),
+        None => local,
+    }
+}
+
 /// Figures about one loop call site, for the bench and progress output.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LoopStats {

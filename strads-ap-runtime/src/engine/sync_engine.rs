@@ -32,7 +32,7 @@ fn re_cache() -> &'static ReCache {
 /// Called by generated code; see the `sync_for!` macro for the user-facing contract.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
-pub fn run_sync_for<Task: Sync, D: Element>(
+pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, D: Element>(
     site: &'static CallSite,
     data: &DVector<D>,
     minibatch: usize,
@@ -65,9 +65,14 @@ pub fn run_sync_for<Task: Sync, D: Element>(
     } else {
         None
     };
+    // The driver's captures, on every rank.
+    let shipped = match comm {
+        Some(comm) => super::ship_task(comm, site, task)?,
+        None => None,
+    };
+    let task = shipped.as_ref().unwrap_or(task);
     let mut _restore = None;
     if let Some(comm) = comm {
-        comm.enter_operator(&site.to_string(), "sync_for!", Vec::new())?;
         if data_captured {
             return Err(Error::invalid(
                 "sync_for!",
