@@ -11,6 +11,7 @@
 //! * [`engine`] — the serializable engine (`async_for!`) and the data-parallel engine
 //!   (`sync_for!`).
 
+pub mod checkpoint;
 pub mod cluster;
 pub mod dds;
 pub mod engine;

@@ -54,8 +54,8 @@
 
 pub use strads_ap_macros::{async_for, sync_for};
 pub use strads_ap_runtime::{
-    cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file, threads,
-    world_size, Aggregate, Aggregation, Config, DMap, DMultiMap, DVector, Element, Error,
+    checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
+    threads, world_size, Aggregate, Aggregation, Config, DMap, DMultiMap, DVector, Element, Error,
     LoopStats, Opts, ReadOptions, ReadReport, Relaxed, Result, SyncMode,
 };
 

@@ -45,6 +45,8 @@ pub struct Config {
     pub seed: u64,
     /// Print what the runtime does (reconnaissance, plans) to stderr.
     pub verbose: bool,
+    /// Checkpoints after loop operators and recovery (see [`crate::checkpoint`]).
+    pub checkpoint: Option<crate::checkpoint::CheckpointConfig>,
 }
 
 impl Default for Config {
@@ -55,6 +57,7 @@ impl Default for Config {
             threads: default_threads(),
             seed: 0x5eed_5eed,
             verbose: false,
+            checkpoint: None,
         }
     }
 }
@@ -83,6 +86,15 @@ impl Config {
     /// The same, printing what the runtime does to stderr.
     pub fn verbose(mut self, verbose: bool) -> Self {
         self.verbose = verbose;
+        self
+    }
+
+    /// The same job with checkpoints (or without, with `None`).
+    pub fn with_checkpoints(
+        mut self,
+        checkpoint: Option<crate::checkpoint::CheckpointConfig>,
+    ) -> Self {
+        self.checkpoint = checkpoint;
         self
     }
 
@@ -120,6 +132,7 @@ impl Config {
         if let Some(verbose) = read(env::VERBOSE)? {
             config.verbose = verbose != 0;
         }
+        config.checkpoint = crate::checkpoint::CheckpointConfig::from_env()?;
         if config.world_size == 0 || config.rank >= config.world_size {
             return Err(Error::Config(format!(
                 "rank {} is not in a world of {} processes",
@@ -173,6 +186,9 @@ pub fn init_with(config: Config) -> Result<()> {
     }
     if config.world_size > 1 {
         join_cluster(&config)?;
+    }
+    if fresh && config.checkpoint.is_some() {
+        crate::checkpoint::configure(config.checkpoint.clone());
     }
     Ok(())
 }
@@ -242,6 +258,7 @@ pub struct RankCtx {
     comm: Option<collective::Comm>,
     next_table: AtomicU64,
     uid: u64,
+    checkpointer: crate::checkpoint::Slot,
 }
 
 impl std::fmt::Debug for RankCtx {
@@ -264,6 +281,7 @@ impl RankCtx {
             comm: Some(comm),
             next_table: AtomicU64::new(1),
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+            checkpointer: Mutex::new(None),
         })
     }
 
@@ -278,6 +296,7 @@ impl RankCtx {
                     comm: None,
                     next_table: AtomicU64::new(1),
                     uid: 0,
+                    checkpointer: Mutex::new(None),
                 })
             })
             .clone()
@@ -286,6 +305,10 @@ impl RankCtx {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    pub(crate) fn checkpointer(&self) -> &crate::checkpoint::Slot {
+        &self.checkpointer
     }
 
     /// Number of ranks.

@@ -101,7 +101,7 @@ pub(crate) struct MapTable<K, V> {
     version: AtomicU64,
 }
 
-impl<K: Send + Sync + 'static, V: Send + Sync + 'static> MapTable<K, V> {
+impl<K: MapKey, V: Element> MapTable<K, V> {
     fn create(data: Entries<K, V>) -> Arc<Self> {
         let ctx = crate::cluster::here();
         let id = ctx.new_table_id();
@@ -256,6 +256,36 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
         Ok(())
     }
     fn shrink_to_shadow(&self, _valid: super::table::ShadowValidity) {}
+    fn snapshot(&self, op: &'static str) -> Result<Vec<u8>> {
+        let data = self.read(op)?;
+        postcard::to_stdvec(&(&data.keys, &data.values)).map_err(|e| Error::Codec {
+            what: format!("a snapshot of map {}", self.id),
+            message: e.to_string(),
+        })
+    }
+    fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
+        let (keys, values): (Vec<K>, Vec<V>) =
+            postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+                what: format!("a snapshot of map {}", self.id),
+                message: e.to_string(),
+            })?;
+        if keys.len() != values.len() {
+            return Err(Error::invalid(
+                op,
+                format!("the snapshot of map {} is inconsistent", self.id),
+            ));
+        }
+        let mut data = self.write(op)?;
+        let before: Vec<&K> = data.keys.iter().collect();
+        let same_keys =
+            before.len() == keys.len() && before.iter().zip(&keys).all(|(a, b)| *a == b);
+        *data = Entries::from_pairs(keys.into_iter().zip(values));
+        drop(data);
+        if !same_keys {
+            self.changed_keys();
+        }
+        Ok(())
+    }
     fn owners(&self) -> Option<Vec<u16>> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
         Some(data.keys.iter().map(|k| self.owner(k) as u16).collect())

@@ -11,6 +11,7 @@ use crate::cluster::collective::Comm;
 use crate::error::{Error, Result};
 
 type Registry = Mutex<HashMap<(u64, u64), Weak<dyn Any + Send + Sync>>>;
+type Handles = Mutex<HashMap<(u64, u64), Weak<dyn TableHandle>>>;
 
 /// Live tables by (rank in this process, id), so that a handle deserialized from the wire
 /// finds its table.
@@ -19,13 +20,31 @@ fn registry() -> &'static Registry {
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-pub(crate) fn register_table<T: Any + Send + Sync>(id: u64, table: &Arc<T>) {
+/// The same tables as engines see them, for checkpoints to save and restore by id.
+fn handles() -> &'static Handles {
+    static REG: OnceLock<Handles> = OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+pub(crate) fn register_table<T: TableHandle + Any + Send + Sync>(id: u64, table: &Arc<T>) {
     let weak: Weak<dyn Any + Send + Sync> =
         Arc::downgrade(&(table.clone() as Arc<dyn Any + Send + Sync>));
+    let handle: Weak<dyn TableHandle> = Arc::downgrade(&(table.clone() as Arc<dyn TableHandle>));
     let uid = crate::cluster::here().uid();
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     reg.retain(|_, w| w.strong_count() > 0);
     reg.insert((uid, id), weak);
+    drop(reg);
+    let mut reg = handles().lock().unwrap_or_else(|p| p.into_inner());
+    reg.retain(|_, w| w.strong_count() > 0);
+    reg.insert((uid, id), handle);
+}
+
+/// The live table `id` of this thread's rank, as engines see it.
+pub(crate) fn lookup_handle(id: u64) -> Option<Arc<dyn TableHandle>> {
+    let uid = crate::cluster::here().uid();
+    let reg = handles().lock().unwrap_or_else(|p| p.into_inner());
+    reg.get(&(uid, id)).and_then(Weak::upgrade)
 }
 
 pub(crate) fn lookup_table<T: Any + Send + Sync>(id: u64) -> std::result::Result<Arc<T>, String> {
@@ -76,6 +95,11 @@ pub(crate) trait TableHandle: Send + Sync {
     fn shrink_to_shadow(&self, _valid: ShadowValidity) {
         self.keep_own_range()
     }
+    /// This rank's part of the table, encoded for a checkpoint (with what identifies its
+    /// shape, checked by [`TableHandle::restore`]).
+    fn snapshot(&self, op: &'static str) -> Result<Vec<u8>>;
+    /// Replaces this rank's part of the table with a [`TableHandle::snapshot`].
+    fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()>;
     /// In a job of several ranks: the owner of each key (position), when it is not the
     /// rank whose balanced range holds it (maps own keys by hash).
     fn owners(&self) -> Option<Vec<u16>> {
@@ -169,7 +193,7 @@ pub(crate) struct VectorTable<T> {
     pub shadow: Mutex<Shadow<T>>,
 }
 
-impl<T: Send + Sync + 'static> VectorTable<T> {
+impl<T: super::Element> VectorTable<T> {
     /// A table of `len` elements of which this rank (`ctx`) holds `data`, starting at global
     /// index `offset`.
     pub fn new(
@@ -326,6 +350,40 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         }
         shadow.full = Some(full);
         shadow.version = self.version.load(Ordering::Acquire);
+    }
+    fn snapshot(&self, op: &'static str) -> Result<Vec<u8>> {
+        let data = self.read(op)?;
+        postcard::to_stdvec(&(self.len as u64, self.offset as u64, &*data)).map_err(|e| {
+            Error::Codec {
+                what: format!("a snapshot of DVector {}", self.id),
+                message: e.to_string(),
+            }
+        })
+    }
+    fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
+        let (len, offset, data): (u64, u64, Vec<T>) =
+            postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+                what: format!("a snapshot of DVector {}", self.id),
+                message: e.to_string(),
+            })?;
+        let own = crate::store::RangePartition::new(self.len, self.ctx.world_size())
+            .range(self.ctx.rank());
+        if len as usize != self.len || offset as usize != own.start || data.len() != own.len() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the snapshot of DVector {} holds {} elements from {offset} of {len}; \
+                     this rank holds {} from {} of {}",
+                    self.id,
+                    data.len(),
+                    own.len(),
+                    own.start,
+                    self.len
+                ),
+            ));
+        }
+        *self.write(op)? = data;
+        Ok(())
     }
     unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
         // SAFETY: the caller's guarantee, passed on.

@@ -95,14 +95,34 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
             format!("{site}: the body captures more than {MAX_TABLES} DDSs"),
         ));
     }
+    // With checkpoints on: recovery may skip this call; after it, the tables it wrote are
+    // checkpointed (see `crate::checkpoint`).
+    let checkpointing = crate::checkpoint::active();
+    if checkpointing && crate::checkpoint::enter_loop(&site.to_string())? {
+        return Ok(());
+    }
+    let leave = |written: Vec<bool>| -> Result<()> {
+        if !checkpointing {
+            return Ok(());
+        }
+        let tables: Vec<_> = registry
+            .entries
+            .iter()
+            .zip(&written)
+            .filter(|(_, w)| **w)
+            .map(|(e, _)| e.table.clone())
+            .collect();
+        crate::checkpoint::leave_loop(&site.to_string(), &tables)
+    };
     let here = crate::cluster::here();
     if here.is_distributed() {
-        return run_distributed(
+        let written = run_distributed(
             site, start, end, task, &opts, &registry, run, record, &here, threads,
-        );
+        )?;
+        return leave(written);
     }
     if n == 0 {
-        return Ok(());
+        return leave(Vec::new());
     }
 
     let (locks, bases) = registry.lock_all(site)?;
@@ -118,8 +138,14 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
             s.strategy = "serial";
             s.groups = 1;
         });
+        outcome?;
+        let written = if checkpointing {
+            serial_written(site, start, n, task, record, &bases, &registry)?
+        } else {
+            Vec::new()
+        };
         drop(locks);
-        return outcome;
+        return leave(written);
     }
 
     let key = PlanKey {
@@ -160,11 +186,50 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         s.running += t0.elapsed();
     });
     drop(locks);
+    let written = written_slots(&plan.modes);
     match &outcome {
         Err(Error::AccessOutsidePlan { .. }) => {}
         _ => cache_put(key, Cached { plan, dist: None }),
     }
-    outcome
+    outcome?;
+    leave(written)
+}
+
+/// The slots a plan lets tasks write.
+fn written_slots(modes: &[SlotMode]) -> Vec<bool> {
+    modes.iter().map(|m| *m != SlotMode::ReadOnly).collect()
+}
+
+/// Which tables a loop run serially (no plan) may write, for its checkpoint: found by
+/// reconnaissance once per call site and tables, then cached.
+fn serial_written<Task: Sync, I: LoopIndex>(
+    site: &'static CallSite,
+    start: usize,
+    n: usize,
+    task: &Task,
+    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    bases: &[Base],
+    registry: &Registry,
+) -> Result<Vec<bool>> {
+    type Key = (usize, Vec<(u64, u64)>, usize, usize);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Vec<bool>>>> = OnceLock::new();
+    let key: Key = (
+        site as *const CallSite as usize,
+        bases.iter().map(|b| (b.id, b.shape)).collect(),
+        start,
+        n,
+    );
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(w) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(w.clone());
+    }
+    let log = reconnoitre(site, start, n, task, record, bases, 1)?;
+    let written: Vec<bool> = (0..registry.entries.len()).map(|s| log.writes(s)).collect();
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, written.clone());
+    Ok(written)
 }
 
 /// Plans from a reconnaissance log, reporting what it found (`t0`: when reconnaissance
@@ -259,7 +324,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     here: &crate::cluster::RankCtx,
     threads: usize,
-) -> Result<()> {
+) -> Result<Vec<bool>> {
     let op = "async_for!";
     let comm = here.comm_for(op)?;
     let shipped = super::ship_task(comm, site, task)?;
@@ -272,7 +337,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         )));
     }
     if n == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let slots = registry.entries.len();
     let key = PlanKey {
@@ -453,6 +518,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         s.running += running;
     });
     drop(locks);
+    let modes = plan.modes.clone();
     if outcome.is_ok() {
         for (slot, v) in shrink.validity.iter_mut().enumerate() {
             *v = match plan.modes[slot] {
@@ -471,6 +537,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
             },
         );
     }
+    let written = written_slots(&modes);
     let t_shrink = Instant::now();
     drop(shrink);
     if context().config().verbose && me == 0 {
@@ -484,7 +551,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
             t_shrink.elapsed().as_secs_f64(),
         );
     }
-    outcome
+    outcome.map(|()| written)
 }
 
 /// Cuts tables back to this rank's range when a distributed loop ends, however it ends,

@@ -55,6 +55,11 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     register(task, &mut registry);
     registry.check(site)?;
     let data_captured = registry.entries.iter().any(|e| e.table.id() == data.id());
+    // With checkpoints on: recovery may skip this call (see `crate::checkpoint`).
+    let checkpointing = crate::checkpoint::active();
+    if checkpointing && crate::checkpoint::enter_loop(&site.to_string())? {
+        return Ok(());
+    }
 
     // A job of several ranks: each rank runs the mini-batches of its part of `data`
     // against a full copy of every other captured table, and the ranks combine their
@@ -448,7 +453,20 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
             .unwrap_or_else(|p| p.into_inner())
             .remove(&re_key);
     }
-    outcome
+    outcome?;
+    // Every rank holds its own range again before a checkpoint is taken.
+    drop(_restore);
+    if checkpointing {
+        let written: Vec<_> = registry
+            .entries
+            .iter()
+            .zip(&template)
+            .filter(|(_, b)| b.writable)
+            .map(|(e, _)| e.table.clone())
+            .collect();
+        crate::checkpoint::leave_loop(&site.to_string(), &written)?;
+    }
+    Ok(())
 }
 
 /// Least mini-batches per thread between two synchronisation points of Hybrid mode across

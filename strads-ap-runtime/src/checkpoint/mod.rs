@@ -1,0 +1,648 @@
+//! Checkpoints after loop operators, and fast re-execution after a failure.
+//!
+//! Every `async_for!` and `sync_for!` call has a *sequence number* on its rank: the
+//! number of loop calls so far, the same on every rank of a job since all ranks run the
+//! same driver program. After every `every`-th call, each rank writes the tables the loops
+//! changed since the last checkpoint (its own partitions) to
+//! `DIR/ckpt-SEQ/rank-R-of-W.bin`, atomically (temporary file, fsync, rename) with a
+//! SHA-256 checksum. When every rank's file is durable, rank 0 commits the checkpoint by
+//! writing `DIR/ckpt-SEQ/MANIFEST`, which lists for *every* table checkpointed so far the
+//! checkpoint holding its latest state (so a manifest alone describes the whole state) and
+//! each rank's checksum. Only the newest `keep` manifests are kept, with the files they
+//! refer to.
+//!
+//! In *recovery* mode the program runs again from the top. The ranks agree on the newest
+//! checkpoint whose files all verify (a torn or corrupted one is skipped with a warning).
+//! Loop calls up to it are skipped; at each skipped call that has a committed manifest the
+//! state it describes is loaded, so driver code between loops sees the values it saw the
+//! first time, and the last skipped call leaves exactly the committed state. The first
+//! call after it runs normally. Non-DDS variables (counters, hyper-parameters, RNGs in
+//! driver code) are rebuilt by the replay itself; DDSs created by data operators are
+//! created again by running those operators.
+//!
+//! The launcher ↔ program contract is three variables: `STRADS_CHECKPOINT_DIR` (enables
+//! checkpoints), `STRADS_CHECKPOINT_EVERY` and `STRADS_CHECKPOINT_KEEP`, and
+//! `STRADS_RECOVER=1` for recovery mode (see [`CheckpointConfig::from_env`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::cluster::collective::Comm;
+use crate::dds::table::{lookup_handle, TableHandle};
+use crate::error::{Error, Result};
+
+/// The environment variables of checkpointing.
+pub mod env {
+    /// Directory of the job's checkpoints; unset: no checkpoints.
+    pub const CHECKPOINT_DIR: &str = "STRADS_CHECKPOINT_DIR";
+    /// Checkpoint after every N-th loop call (default 1).
+    pub const CHECKPOINT_EVERY: &str = "STRADS_CHECKPOINT_EVERY";
+    /// Committed checkpoints kept (default 2).
+    pub const CHECKPOINT_KEEP: &str = "STRADS_CHECKPOINT_KEEP";
+    /// `1`: this run resumes from the checkpoints (fast re-execution).
+    pub const RECOVER: &str = "STRADS_RECOVER";
+}
+
+const MAGIC: &[u8; 8] = b"STRADSCK";
+const VERSION: u32 = 1;
+
+/// Where and how often to checkpoint, and whether this run recovers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// The job's checkpoint directory (local disk or a shared file system; each rank
+    /// writes its own files, rank 0 the manifests).
+    pub dir: PathBuf,
+    /// Checkpoint after every `every`-th loop call.
+    pub every: u64,
+    /// Committed checkpoints to keep.
+    pub keep: usize,
+    /// Resume from the newest valid checkpoint in `dir`.
+    pub recover: bool,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints in `dir` after every loop call, keeping the last 2; not recovering.
+    ///
+    /// # Examples
+    /// ```
+    /// use strads_ap_runtime::checkpoint::CheckpointConfig;
+    /// let c = CheckpointConfig::new("/tmp/ckpt").every(5).keep(3).recover(true);
+    /// assert_eq!((c.every, c.keep, c.recover), (5, 3, true));
+    /// ```
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CheckpointConfig {
+            dir: dir.into(),
+            every: 1,
+            keep: 2,
+            recover: false,
+        }
+    }
+
+    /// Checkpoint after every `n`-th loop call (at least 1).
+    pub fn every(mut self, n: u64) -> Self {
+        self.every = n.max(1);
+        self
+    }
+
+    /// Keep the last `k` committed checkpoints (at least 1).
+    pub fn keep(mut self, k: usize) -> Self {
+        self.keep = k.max(1);
+        self
+    }
+
+    /// Whether this run resumes from the checkpoints.
+    pub fn recover(mut self, recover: bool) -> Self {
+        self.recover = recover;
+        self
+    }
+
+    /// Reads [`env`]: `None` when `STRADS_CHECKPOINT_DIR` is unset.
+    pub fn from_env() -> Result<Option<Self>> {
+        let dir = match std::env::var_os(env::CHECKPOINT_DIR) {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => return Ok(None),
+        };
+        let number = |name: &str, default: u64| -> Result<u64> {
+            match std::env::var(name) {
+                Ok(v) => v.trim().parse::<u64>().map_err(|_| {
+                    Error::Config(format!("{name}={v:?} is not a non-negative integer"))
+                }),
+                Err(_) => Ok(default),
+            }
+        };
+        Ok(Some(
+            CheckpointConfig::new(dir)
+                .every(number(env::CHECKPOINT_EVERY, 1)?)
+                .keep(number(env::CHECKPOINT_KEEP, 2)? as usize)
+                .recover(number(env::RECOVER, 0)? != 0),
+        ))
+    }
+}
+
+/// A committed checkpoint: what rank 0 writes once every rank's file is durable.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Manifest {
+    seq: u64,
+    /// The loop call this checkpoint follows.
+    site: String,
+    world: usize,
+    /// Every table checkpointed so far → the checkpoint holding its latest state.
+    tables: BTreeMap<u64, u64>,
+    /// Each rank's file checksum.
+    checksums: Vec<[u8; 32]>,
+}
+
+/// One rank's file of one checkpoint: the tables written there.
+#[derive(Serialize, Deserialize)]
+struct RankFile {
+    seq: u64,
+    rank: usize,
+    world: usize,
+    site: String,
+    tables: Vec<(u64, Vec<u8>)>,
+}
+
+/// What a loop call should do.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Run it (and checkpoint after it if due).
+    Run,
+    /// Skip it: recovery replays past it (its state, if any, was loaded).
+    Skip,
+}
+
+/// A rank's checkpointing state.
+pub(crate) struct Checkpointer {
+    config: CheckpointConfig,
+    /// Loop calls so far.
+    seq: u64,
+    /// Tables written since the last checkpoint.
+    dirty: HashMap<u64, std::sync::Weak<dyn TableHandle>>,
+    /// Every table checkpointed so far → the checkpoint holding its latest state.
+    latest: BTreeMap<u64, u64>,
+    /// Committed checkpoints of this run (or found at recovery), oldest first, with the
+    /// checkpoint holding each table's state in each.
+    committed: Vec<(u64, BTreeMap<u64, u64>)>,
+    /// Recovery: skip loop calls up to this sequence number.
+    replay_until: Option<u64>,
+    /// Recovery: valid manifests by sequence number.
+    manifests: BTreeMap<u64, Manifest>,
+    /// Recovery: which checkpoint each table's current state came from.
+    loaded: BTreeMap<u64, u64>,
+    /// Recovery has been prepared (the ranks agreed where to resume).
+    prepared: bool,
+    /// Time spent writing checkpoints.
+    pub spent: std::time::Duration,
+}
+
+impl Checkpointer {
+    pub fn new(config: CheckpointConfig) -> Self {
+        Checkpointer {
+            config,
+            seq: 0,
+            dirty: HashMap::new(),
+            latest: BTreeMap::new(),
+            committed: Vec::new(),
+            replay_until: None,
+            manifests: BTreeMap::new(),
+            loaded: BTreeMap::new(),
+            prepared: false,
+            spent: std::time::Duration::ZERO,
+        }
+    }
+}
+
+fn ckpt_dir(root: &Path, seq: u64) -> PathBuf {
+    root.join(format!("ckpt-{seq:010}"))
+}
+
+fn rank_file(root: &Path, seq: u64, rank: usize, world: usize) -> PathBuf {
+    ckpt_dir(root, seq).join(format!("rank-{rank}-of-{world}.bin"))
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    }
+}
+
+/// Writes `payload` with a header and checksum to `path` atomically; returns the checksum.
+fn write_atomic(path: &Path, payload: &[u8]) -> Result<[u8; 32]> {
+    let dir = path.parent().expect("checkpoint files live in a directory");
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let sum: [u8; 32] = Sha256::digest(payload).into();
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io_error(&tmp, e))?;
+    let mut header = Vec::with_capacity(52);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    header.extend_from_slice(&sum);
+    f.write_all(&header)
+        .and_then(|_| f.write_all(payload))
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io_error(&tmp, e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| io_error(path, e))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(sum)
+}
+
+/// Reads a file written by [`write_atomic`], checking its header, length and checksum.
+fn read_checked(path: &Path) -> std::result::Result<(Vec<u8>, [u8; 32]), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |why: &str| format!("{}: {why}", path.display());
+    if bytes.len() < 52 || &bytes[..8] != MAGIC {
+        return Err(bad("not a strads-ap checkpoint file (torn or foreign)"));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(bad(&format!(
+            "format version {version}, expected {VERSION}"
+        )));
+    }
+    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) as usize;
+    let sum: [u8; 32] = bytes[20..52].try_into().expect("32 bytes");
+    let payload = &bytes[52..];
+    if payload.len() != len {
+        return Err(bad(&format!("truncated: {} of {len} bytes", payload.len())));
+    }
+    let actual: [u8; 32] = Sha256::digest(payload).into();
+    if actual != sum {
+        return Err(bad("checksum mismatch (corrupted)"));
+    }
+    Ok((payload.to_vec(), sum))
+}
+
+fn codec(what: &str, e: postcard::Error) -> Error {
+    Error::Codec {
+        what: what.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl Checkpointer {
+    /// Recovery: finds the newest checkpoint that every rank can load and agrees on it
+    /// with the other ranks (a collective when `comm` is given).
+    fn prepare(&mut self, comm: Option<&Comm>, rank: usize, world: usize) -> Result<()> {
+        self.prepared = true;
+        if !self.config.recover {
+            return Ok(());
+        }
+        let root = self.config.dir.clone();
+        let mut found: Vec<u64> = match std::fs::read_dir(&root) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_prefix("ckpt-"))
+                        .and_then(|n| n.parse::<u64>().ok())
+                })
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_error(&root, e)),
+        };
+        found.sort_unstable();
+        // Every manifest whose files (this rank's part) all verify, newest first.
+        let mut manifests = BTreeMap::new();
+        let mut checked: BTreeMap<u64, bool> = BTreeMap::new();
+        for &seq in found.iter().rev() {
+            let path = ckpt_dir(&root, seq).join("MANIFEST");
+            let manifest = match read_checked(&path).and_then(|(bytes, _)| {
+                postcard::from_bytes::<Manifest>(&bytes).map_err(|e| e.to_string())
+            }) {
+                Ok(m) if m.world == world && m.seq == seq => m,
+                Ok(m) => {
+                    warn(&format!(
+                        "checkpoint {seq} was made by {} ranks, this job has {world}; ignored",
+                        m.world
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    if path.exists() {
+                        warn(&format!("checkpoint {seq} is not usable: {e}"));
+                    }
+                    continue;
+                }
+            };
+            let files: BTreeSet<u64> = manifest.tables.values().copied().collect();
+            let bad = files.iter().find_map(|&f| {
+                let ok = *checked
+                    .entry(f)
+                    .or_insert_with(|| read_checked(&rank_file(&root, f, rank, world)).is_ok());
+                (!ok).then_some(f)
+            });
+            match bad {
+                None => {
+                    manifests.insert(seq, manifest);
+                }
+                Some(f) => warn(&format!(
+                    "checkpoint {seq} cannot be loaded on rank {rank} (its file of checkpoint \
+                     {f} is missing, torn or corrupted); using an earlier one"
+                )),
+            }
+        }
+        // The checkpoints every rank can load.
+        let mine: Vec<u64> = manifests.keys().copied().collect();
+        let usable: BTreeSet<u64> = match comm {
+            Some(c) => {
+                let all = c.allgather(mine)?;
+                let mut common: BTreeSet<u64> = all[0].iter().copied().collect();
+                for other in &all[1..] {
+                    let other: BTreeSet<u64> = other.iter().copied().collect();
+                    common = common.intersection(&other).copied().collect();
+                }
+                common
+            }
+            None => mine.into_iter().collect(),
+        };
+        manifests.retain(|s, _| usable.contains(s));
+        if let Some(&agreed) = manifests.keys().next_back() {
+            self.replay_until = Some(agreed);
+            self.latest = manifests[&agreed].tables.clone();
+            self.committed = manifests
+                .iter()
+                .map(|(&s, m)| (s, m.tables.clone()))
+                .collect();
+            self.manifests = manifests;
+            if rank == 0 {
+                eprintln!(
+                    "strads-ap: recovering: replaying up to loop call {agreed} from {}",
+                    root.display()
+                );
+            }
+        } else if rank == 0 {
+            eprintln!(
+                "strads-ap: recovering, but {} holds no usable checkpoint: starting over",
+                root.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Called when a loop call starts: its sequence number, and whether to run it.
+    pub fn enter(
+        &mut self,
+        site: &str,
+        comm: Option<&Comm>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Entry> {
+        if !self.prepared {
+            self.prepare(comm, rank, world)?;
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let Some(until) = self.replay_until else {
+            return Ok(Entry::Run);
+        };
+        if seq > until {
+            self.replay_until = None;
+            return Ok(Entry::Run);
+        }
+        if let Some(m) = self.manifests.get(&seq) {
+            if m.site != site {
+                return Err(Error::Config(format!(
+                    "recovery: loop call {seq} is {site}, but the checkpoint was taken after \
+                     {} (the program or its input changed since; remove {} to start over)",
+                    m.site,
+                    self.config.dir.display()
+                )));
+            }
+            let tables = m.tables.clone();
+            self.load(&tables, rank, world)?;
+        }
+        if seq == until {
+            self.replay_until = None;
+            if rank == 0 {
+                eprintln!("strads-ap: recovered the state after loop call {seq} ({site})");
+            }
+        }
+        Ok(Entry::Skip)
+    }
+
+    /// Loads every table whose state in `tables` differs from what is loaded.
+    fn load(&mut self, tables: &BTreeMap<u64, u64>, rank: usize, world: usize) -> Result<()> {
+        let root = self.config.dir.clone();
+        let mut by_file: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for (&id, &f) in tables {
+            if self.loaded.get(&id) != Some(&f) {
+                by_file.entry(f).or_default().push(id);
+            }
+        }
+        for (f, ids) in by_file {
+            let path = rank_file(&root, f, rank, world);
+            let (bytes, _) = read_checked(&path).map_err(Error::Config)?;
+            let file: RankFile =
+                postcard::from_bytes(&bytes).map_err(|e| codec(&path.display().to_string(), e))?;
+            for id in ids {
+                let data = file
+                    .tables
+                    .iter()
+                    .find(|(t, _)| *t == id)
+                    .map(|(_, d)| d)
+                    .ok_or_else(|| {
+                        Error::Config(format!("{}: no state of DDS {id}", path.display()))
+                    })?;
+                let table = lookup_handle(id).ok_or_else(|| {
+                    Error::Config(format!(
+                        "recovery: DDS {id} of checkpoint {f} does not exist at this point of \
+                         the replay (the program changed since the checkpoint?)"
+                    ))
+                })?;
+                table.restore("recovery", data)?;
+                self.loaded.insert(id, f);
+            }
+        }
+        Ok(())
+    }
+
+    /// Called when a loop call ran: notes the tables it wrote and checkpoints if due.
+    pub fn leave(
+        &mut self,
+        site: &str,
+        written: &[Arc<dyn TableHandle>],
+        comm: Option<&Comm>,
+        rank: usize,
+        world: usize,
+    ) -> Result<()> {
+        for t in written {
+            self.dirty.insert(t.id(), Arc::downgrade(t));
+        }
+        if self.seq % self.config.every != 0 {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let seq = self.seq;
+        let root = self.config.dir.clone();
+        // This rank's file: every live dirty table's own part.
+        let mut tables = Vec::new();
+        let mut ids: Vec<u64> = self.dirty.keys().copied().collect();
+        ids.sort_unstable();
+        for id in &ids {
+            if let Some(t) = self.dirty[id].upgrade() {
+                tables.push((*id, t.snapshot("checkpoint")?));
+            }
+        }
+        let file = RankFile {
+            seq,
+            rank,
+            world,
+            site: site.to_string(),
+            tables,
+        };
+        let written_ids: Vec<u64> = file.tables.iter().map(|(id, _)| *id).collect();
+        let payload = postcard::to_stdvec(&file).map_err(|e| codec("a checkpoint", e))?;
+        drop(file);
+        let mine: std::result::Result<[u8; 32], String> =
+            write_atomic(&rank_file(&root, seq, rank, world), &payload).map_err(|e| e.to_string());
+        let sums = match comm {
+            Some(c) => c.allgather(mine)?,
+            None => vec![mine],
+        };
+        let mut checksums = Vec::with_capacity(world);
+        for (r, s) in sums.into_iter().enumerate() {
+            match s {
+                Ok(sum) => checksums.push(sum),
+                Err(e) if r == rank => return Err(Error::Config(format!("checkpoint: {e}"))),
+                Err(e) => {
+                    return Err(Error::RemoteFailure {
+                        rank: r,
+                        message: format!("checkpoint: {e}"),
+                    })
+                }
+            }
+        }
+        for id in written_ids {
+            self.latest.insert(id, seq);
+        }
+        self.dirty.clear();
+        let manifest = Manifest {
+            seq,
+            site: site.to_string(),
+            world,
+            tables: self.latest.clone(),
+            checksums,
+        };
+        // Rank 0 commits; every rank learns the outcome.
+        let committed: std::result::Result<(), String> = if rank == 0 {
+            postcard::to_stdvec(&manifest)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    write_atomic(&ckpt_dir(&root, seq).join("MANIFEST"), &bytes)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+        } else {
+            Ok(())
+        };
+        let committed = match comm {
+            Some(c) => c.broadcast(0, committed)?,
+            None => committed,
+        };
+        committed.map_err(|e| Error::Config(format!("checkpoint {seq} not committed: {e}")))?;
+        self.committed.push((seq, self.latest.clone()));
+        self.prune(rank, world);
+        self.spent += t0.elapsed();
+        Ok(())
+    }
+
+    /// Drops checkpoints older than the newest `keep`, keeping the files a kept manifest
+    /// still refers to.
+    fn prune(&mut self, rank: usize, world: usize) {
+        let keep = self.config.keep;
+        if self.committed.len() <= keep {
+            return;
+        }
+        let cut = self.committed.len() - keep;
+        let old: Vec<u64> = self.committed.drain(..cut).map(|(s, _)| s).collect();
+        let needed: BTreeSet<u64> = self
+            .committed
+            .iter()
+            .flat_map(|(_, tables)| tables.values().copied())
+            .collect();
+        let root = self.config.dir.clone();
+        for seq in old {
+            if rank == 0 {
+                let _ = std::fs::remove_file(ckpt_dir(&root, seq).join("MANIFEST"));
+            }
+            if !needed.contains(&seq) {
+                let _ = std::fs::remove_file(rank_file(&root, seq, rank, world));
+                // Empty once every rank removed its file (on a shared file system).
+                let _ = std::fs::remove_dir(ckpt_dir(&root, seq));
+            }
+        }
+    }
+}
+
+fn warn(message: &str) {
+    tracing::warn!("{message}");
+    eprintln!("strads-ap: warning: {message}");
+}
+
+/// The checkpointer of this thread's rank, if checkpoints are on.
+pub(crate) fn with<R>(f: impl FnOnce(&mut Checkpointer) -> R) -> Option<R> {
+    let here = crate::cluster::here();
+    let mut slot = here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    slot.as_mut().map(f)
+}
+
+/// Turns checkpoints on (or off, with `None`) for this thread's rank: every rank of a job
+/// must do the same. [`crate::init`] does it from the environment.
+pub fn configure(config: Option<CheckpointConfig>) {
+    let here = crate::cluster::here();
+    *here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = config.map(Checkpointer::new);
+}
+
+/// Whether this thread's rank checkpoints.
+pub(crate) fn active() -> bool {
+    let here = crate::cluster::here();
+    let on = here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some();
+    on
+}
+
+fn comm_of(here: &crate::cluster::RankCtx) -> Result<Option<&Comm>> {
+    if here.is_distributed() {
+        here.comm_for("checkpoint").map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// A loop call starts: `true` if recovery skips it (its state, if checkpointed, loaded).
+pub(crate) fn enter_loop(site: &str) -> Result<bool> {
+    let here = crate::cluster::here();
+    let comm = comm_of(&here)?;
+    let (rank, world) = (here.rank(), here.world_size());
+    let mut slot = here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    match slot.as_mut() {
+        Some(c) => Ok(c.enter(site, comm, rank, world)? == Entry::Skip),
+        None => Ok(false),
+    }
+}
+
+/// A loop call ran and wrote `written`: checkpoints if due.
+pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result<()> {
+    let here = crate::cluster::here();
+    let comm = comm_of(&here)?;
+    let (rank, world) = (here.rank(), here.world_size());
+    let mut slot = here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    match slot.as_mut() {
+        Some(c) => c.leave(site, written, comm, rank, world),
+        None => Ok(()),
+    }
+}
+
+/// Time this rank spent writing checkpoints so far.
+pub fn time_spent() -> std::time::Duration {
+    with(|c| c.spent).unwrap_or_default()
+}
+
+pub(crate) type Slot = Mutex<Option<Checkpointer>>;

@@ -1,0 +1,195 @@
+//! Checkpoints and fast re-execution: a job stopped part-way and run again in recovery
+//! mode ends with the model a failure-free run ends with (bitwise, one thread per rank),
+//! replaying the finished loop calls from their checkpoints instead of running them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::on_ranks;
+use strads_ap::checkpoint::{configure, CheckpointConfig};
+use strads_ap::prelude::*;
+
+const EPOCHS: usize = 6;
+
+/// Per-epoch training error, user factors, bias.
+type Outcome = (Vec<f64>, Vec<Vec<f32>>, Vec<f32>);
+
+/// A small matrix factorisation (async_for!) with a sync_for! bias update, checkpointed
+/// per `config`; stops after `stop_after` epochs. Returns the per-epoch training error
+/// (computed by driver code from the DDSs) and the final parameters.
+///
+/// Epochs before `poison_until` use absurd step sizes: a run that recovers past them must
+/// skip them (loading their checkpoints), not run them again.
+fn train(
+    config: CheckpointConfig,
+    stop_after: usize,
+    poison_until: usize,
+) -> strads_ap::Result<Outcome> {
+    configure(Some(config));
+    let ratings: Vec<(u32, u32, f32)> = (0..2000u32)
+        .map(|k| ((k * 7919) % 97, (k * 104_729) % 41, ((k % 5) + 1) as f32))
+        .collect();
+    let data = DVector::from_vec(ratings)?;
+    let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
+    let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
+    let bias = DVector::from_fn(1, |_| 0.0f32)?.aggregate_with(Aggregation::Sum);
+    let mut errors = Vec::new();
+    for epoch in 0..stop_after.min(EPOCHS) {
+        let poisoned = epoch < poison_until;
+        let lr: f32 = if poisoned { 1e3 } else { 0.02 };
+        let step: f32 = if poisoned { 1e3 } else { 1e-4 };
+        async_for!(
+            0..data.len(),
+            |k| {
+                let (u, i, r) = data[k];
+                let (u, i) = (u as usize, i as usize);
+                let err = r - w[u]
+                    .iter()
+                    .zip(h[i].iter())
+                    .map(|(a, b)| a * b)
+                    .sum::<f32>();
+                for f in 0..w[u].len() {
+                    let (wu, hi) = (w[u][f], h[i][f]);
+                    w[u][f] += lr * (err * hi - 0.01 * wu);
+                    h[i][f] += lr * (err * wu - 0.01 * hi);
+                }
+            },
+            Opts::new().threads(1)
+        )?;
+        sync_for!(
+            data,
+            100,
+            SyncMode::Bsp,
+            |batch| {
+                bias[0] += step * batch.len() as f32;
+            },
+            Opts::new().threads(1)
+        )?;
+        let (wv, hv) = (w.to_vec()?, h.to_vec()?);
+        let sse = data.map_reduce(
+            |&(u, i, r)| {
+                let p: f32 = wv[u as usize]
+                    .iter()
+                    .zip(&hv[i as usize])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                ((r - p) as f64).powi(2)
+            },
+            |a, b| a + b,
+        )?;
+        errors.push(sse);
+    }
+    Ok((errors, w.to_vec()?, bias.to_vec()?))
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("strads-ckpt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Runs `train` as every rank of a `world`-rank in-process cluster (a fresh one per call,
+/// so table ids start over as in a restarted process); returns rank 0's result.
+fn run(world: usize, config: CheckpointConfig, stop_after: usize, poison_until: usize) -> Outcome {
+    let results = on_ranks(world, move || {
+        train(config.clone(), stop_after, poison_until)
+    });
+    let mut results = results.into_iter().map(|r| r.expect("the job succeeds"));
+    let first = results.next().unwrap();
+    for other in results {
+        assert_eq!(other, first, "ranks disagree");
+    }
+    first
+}
+
+/// Results compare bitwise, except the driver's sums, which a parallel reduction may
+/// round differently from run to run.
+fn same(a: &Outcome, b: &Outcome) -> bool {
+    a.0.len() == b.0.len()
+        && a.0
+            .iter()
+            .zip(&b.0)
+            .all(|(x, y)| (x - y).abs() <= 1e-9 * x.abs())
+        && a.1 == b.1
+        && a.2 == b.2
+}
+
+fn manifests(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().join("MANIFEST").exists())
+        .count()
+}
+
+#[test]
+fn a_stopped_job_recovers_to_the_failure_free_result() {
+    for world in [1, 3] {
+        let clean_dir = temp_dir(&format!("clean{world}"));
+        let clean = run(world, CheckpointConfig::new(&clean_dir), EPOCHS, 0);
+        // Two loop calls per epoch, a checkpoint after each; two manifests kept.
+        assert_eq!(manifests(&clean_dir), 2, "keep 2");
+
+        // Every checkpoint kept: each replayed call loads its state, so even the driver's
+        // per-epoch figures of the replayed epochs are those of the first run.
+        let dir = temp_dir(&format!("all{world}"));
+        let part = run(world, CheckpointConfig::new(&dir).keep(100), 3, 0);
+        assert!(same(
+            &part,
+            &(clean.0[..3].to_vec(), part.1.clone(), part.2.clone())
+        ));
+        let resumed = run(world, CheckpointConfig::new(&dir).recover(true), EPOCHS, 3);
+        assert!(same(&resumed, &clean), "{world} ranks");
+
+        // The last two kept: the model is the same; figures of epochs replayed without a
+        // checkpoint to load are not (the state catches up at the newest checkpoint).
+        let dir2 = temp_dir(&format!("last{world}"));
+        run(world, CheckpointConfig::new(&dir2), 4, 0);
+        let resumed = run(world, CheckpointConfig::new(&dir2).recover(true), EPOCHS, 4);
+        assert_eq!(
+            (&resumed.1, &resumed.2),
+            (&clean.1, &clean.2),
+            "{world} ranks"
+        );
+        assert!(same(
+            &(resumed.0[4..].to_vec(), vec![], vec![]),
+            &(clean.0[4..].to_vec(), vec![], vec![])
+        ));
+        for d in [&clean_dir, &dir, &dir2] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
+    let clean = run(2, CheckpointConfig::new(temp_dir("ref")), EPOCHS, 0);
+    let _ = std::fs::remove_dir_all(temp_dir("ref"));
+    let dir = temp_dir("corrupt");
+    run(2, CheckpointConfig::new(&dir).keep(3), 3, 0);
+    // Tear rank 1's file of the newest checkpoint.
+    let mut ckpts: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("MANIFEST").exists())
+        .collect();
+    ckpts.sort();
+    let newest = ckpts.last().unwrap().join("rank-1-of-2.bin");
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+    // Checkpoint 6 (after epoch 3) is torn, so recovery resumes after loop call 5: the
+    // first two epochs are skipped, the third runs its sync_for! again.
+    let resumed = run(2, CheckpointConfig::new(&dir).recover(true), EPOCHS, 2);
+    assert_eq!((&resumed.1, &resumed.2), (&clean.1, &clean.2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn recovery_without_checkpoints_starts_over() {
+    let dir = temp_dir("empty");
+    let clean = run(1, CheckpointConfig::new(temp_dir("ref2")), EPOCHS, 0);
+    let _ = std::fs::remove_dir_all(temp_dir("ref2"));
+    let resumed = run(1, CheckpointConfig::new(&dir).recover(true), EPOCHS, 0);
+    assert!(same(&resumed, &clean));
+    let _ = std::fs::remove_dir_all(&dir);
+}
