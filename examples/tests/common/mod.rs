@@ -20,9 +20,15 @@ pub struct Output {
 
 /// Runs `binary` with `args`, killing it (and failing the test) after `timeout`.
 pub fn run_raw(binary: &str, args: &[&str], timeout: Duration) -> Output {
+    run_raw_env(binary, args, &[], timeout)
+}
+
+/// [`run_raw`] with `env` added to the child's environment.
+pub fn run_raw_env(binary: &str, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
     let shown = format!("{binary} {}", args.join(" "));
     let mut child = Command::new(binary)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

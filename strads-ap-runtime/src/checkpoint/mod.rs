@@ -47,6 +47,9 @@ pub mod env {
     pub const CHECKPOINT_KEEP: &str = "STRADS_CHECKPOINT_KEEP";
     /// `1`: this run resumes from the checkpoints (fast re-execution).
     pub const RECOVER: &str = "STRADS_RECOVER";
+    /// Fault injection for tests of recovery: `R:N` makes rank `R` abort at the start of
+    /// its `N`-th loop call, unless the run is recovering.
+    pub const FAULT_AT: &str = "STRADS_FAULT_AT";
 }
 
 const MAGIC: &[u8; 8] = b"STRADSCK";
@@ -179,6 +182,8 @@ pub(crate) struct Checkpointer {
     prepared: bool,
     /// Time spent writing checkpoints.
     pub spent: std::time::Duration,
+    /// When checkpointing was configured (the start of a replay).
+    started: Instant,
 }
 
 impl Checkpointer {
@@ -194,6 +199,7 @@ impl Checkpointer {
             loaded: BTreeMap::new(),
             prepared: false,
             spent: std::time::Duration::ZERO,
+            started: Instant::now(),
         }
     }
 }
@@ -384,6 +390,13 @@ impl Checkpointer {
         }
         self.seq += 1;
         let seq = self.seq;
+        if !self.config.recover && fault_at() == Some((rank, seq)) {
+            eprintln!(
+                "strads-ap: {}: rank {rank} aborts at loop call {seq}",
+                env::FAULT_AT
+            );
+            std::process::abort();
+        }
         let Some(until) = self.replay_until else {
             return Ok(Entry::Run);
         };
@@ -406,7 +419,11 @@ impl Checkpointer {
         if seq == until {
             self.replay_until = None;
             if rank == 0 {
-                eprintln!("strads-ap: recovered the state after loop call {seq} ({site})");
+                eprintln!(
+                    "strads-ap: recovered the state after loop call {seq} ({site}) in {:.2} s \
+                     of replay",
+                    self.started.elapsed().as_secs_f64()
+                );
             }
         }
         Ok(Entry::Skip)
@@ -564,6 +581,16 @@ impl Checkpointer {
             }
         }
     }
+}
+
+/// The fault to inject ([`env::FAULT_AT`]), if any.
+fn fault_at() -> Option<(usize, u64)> {
+    static FAULT: std::sync::OnceLock<Option<(usize, u64)>> = std::sync::OnceLock::new();
+    *FAULT.get_or_init(|| {
+        let v = std::env::var(env::FAULT_AT).ok()?;
+        let (r, n) = v.split_once(':')?;
+        Some((r.trim().parse().ok()?, n.trim().parse().ok()?))
+    })
 }
 
 fn warn(message: &str) {

@@ -12,6 +12,9 @@ use super::table::{lookup_table, VectorTable};
 use super::Element;
 use crate::cluster::collective::Comm;
 use crate::cluster::{context, RankCtx};
+
+/// Elements per chunk of a parallel reduction.
+const REDUCE_CHUNK: usize = 4096;
 use crate::error::{Error, Result};
 use crate::store::RangePartition;
 
@@ -274,7 +277,8 @@ impl<T: Element> DVector<T> {
 
     /// Maps every element with `map` and combines the results with `reduce`. In a job of
     /// several ranks each rank reduces its range and the partial results are combined in
-    /// rank order, so every rank gets the same value.
+    /// rank order, so every rank gets the same value. The order of combination depends
+    /// only on the data (fixed chunks, in order), so repeated runs give the same bits.
     ///
     /// Fails with [`Error::Empty`] on an empty DVector.
     pub fn map_reduce<U, M, R>(&self, map: M, reduce: R) -> Result<U>
@@ -283,9 +287,16 @@ impl<T: Element> DVector<T> {
         M: Fn(&T) -> U + Send + Sync,
         R: Fn(U, U) -> U + Send + Sync,
     {
+        // Fixed chunks, combined in order: the result does not depend on the thread count
+        // or on timing (floating-point sums repeat bit for bit, which recovery relies on).
         let partial = {
             let data = self.table.read("DVector::map_reduce")?;
-            self.install(|| data.par_iter().map(&map).reduce_with(&reduce))
+            let parts: Vec<Option<U>> = self.install(|| {
+                data.par_chunks(REDUCE_CHUNK)
+                    .map(|chunk| chunk.iter().map(&map).reduce(&reduce))
+                    .collect()
+            });
+            parts.into_iter().flatten().reduce(&reduce)
         };
         let total = match self.dist("DVector::map_reduce")? {
             None => partial,

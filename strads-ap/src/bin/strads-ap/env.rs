@@ -33,6 +33,15 @@ pub const OUTPUT_DIR: &str = "STRADS_OUTPUT_DIR";
 /// `--startup-timeout` is given (the program's default is 60).
 pub const STARTUP_TIMEOUT: &str = "STRADS_STARTUP_TIMEOUT";
 
+/// Directory of the job's checkpoints; set only with `--checkpoint-dir` or `--resume`.
+pub const CHECKPOINT_DIR: &str = "STRADS_CHECKPOINT_DIR";
+/// Checkpoint after every N-th loop call; set only with `--checkpoint-every`.
+pub const CHECKPOINT_EVERY: &str = "STRADS_CHECKPOINT_EVERY";
+/// Committed checkpoints kept; set only with `--checkpoint-keep`.
+pub const CHECKPOINT_KEEP: &str = "STRADS_CHECKPOINT_KEEP";
+/// `1` when the job resumes from its checkpoints (after a failure, or `--resume`).
+pub const RECOVER: &str = "STRADS_RECOVER";
+
 #[cfg(test)]
 mod tests {
     use strads_ap::cluster::env as cluster;
@@ -50,5 +59,10 @@ mod tests {
         assert_eq!(super::SECRET_FILE, quic::SECRET_FILE);
         assert_eq!(super::JOB_ID, quic::JOB_ID);
         assert_eq!(super::STARTUP_TIMEOUT, quic::STARTUP_TIMEOUT);
+        use strads_ap::checkpoint::env as ckpt;
+        assert_eq!(super::CHECKPOINT_DIR, ckpt::CHECKPOINT_DIR);
+        assert_eq!(super::CHECKPOINT_EVERY, ckpt::CHECKPOINT_EVERY);
+        assert_eq!(super::CHECKPOINT_KEEP, ckpt::CHECKPOINT_KEEP);
+        assert_eq!(super::RECOVER, ckpt::RECOVER);
     }
 }

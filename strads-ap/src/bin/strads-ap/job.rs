@@ -44,6 +44,21 @@ pub struct Job {
     pub startup_timeout: Option<u64>,
     /// Where the ranks run.
     pub placement: Placement,
+    /// Checkpoints of the job, when asked for.
+    pub checkpoint: Option<Checkpointing>,
+    /// Whether this start resumes from the checkpoints.
+    pub recover: bool,
+}
+
+/// Where and how often the ranks checkpoint.
+#[derive(Clone, Debug)]
+pub struct Checkpointing {
+    /// Absolute checkpoint directory.
+    pub dir: PathBuf,
+    /// Every N-th loop call, when given.
+    pub every: Option<u64>,
+    /// Checkpoints kept, when given.
+    pub keep: Option<usize>,
 }
 
 /// Where a process's stdout and stderr go.
@@ -110,6 +125,18 @@ impl Job {
         vars.push((env::OUTPUT_DIR, self.output_dir.clone().into()));
         if let Some(secs) = self.startup_timeout {
             vars.push((env::STARTUP_TIMEOUT, secs.to_string().into()));
+        }
+        if let Some(c) = &self.checkpoint {
+            vars.push((env::CHECKPOINT_DIR, c.dir.clone().into()));
+            if let Some(n) = c.every {
+                vars.push((env::CHECKPOINT_EVERY, n.to_string().into()));
+            }
+            if let Some(k) = c.keep {
+                vars.push((env::CHECKPOINT_KEEP, k.to_string().into()));
+            }
+            if self.recover {
+                vars.push((env::RECOVER, "1".into()));
+            }
         }
         vars
     }
@@ -192,6 +219,8 @@ mod tests {
             output_dir: "/shared/logs/j".into(),
             startup_timeout: Some(30),
             placement,
+            checkpoint: None,
+            recover: false,
         }
     }
 

@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! strads-ap run -n N [--threads T] [--hosts FILE | --slurm] [--output-dir D] [--port P]
-//!               [--startup-timeout SECS] [--grace SECS] -- PROGRAM ARGS...
+//!               [--startup-timeout SECS] [--grace SECS]
+//!               [--checkpoint-dir C [--checkpoint-every N] [--checkpoint-keep K]
+//!                [--max-restarts R] | --resume C] -- PROGRAM ARGS...
 //! ```
 //!
 //! Every process runs the same `PROGRAM ARGS`; the launcher tells each one its place in
@@ -20,6 +22,9 @@
 //! | `STRADS_JOB_ID` | a random 12-hex-digit id |
 //! | `STRADS_OUTPUT_DIR` | `D`, absolute |
 //! | `STRADS_STARTUP_TIMEOUT` | seconds to wait for all ranks, only with `--startup-timeout` |
+//! | `STRADS_CHECKPOINT_DIR` | `C`, absolute, with `--checkpoint-dir` or `--resume` |
+//! | `STRADS_CHECKPOINT_EVERY`, `STRADS_CHECKPOINT_KEEP` | with the options of those names |
+//! | `STRADS_RECOVER` | `1` when the ranks resume from the checkpoints |
 //!
 //! Rank 0's output goes to the terminal, rank r's to `D/rank-r.log`. Rank 0 reads the
 //! launcher's stdin when it is a file or a pipe (each rank leads its own process group, so
@@ -28,6 +33,12 @@
 //! shows the end of the failed rank's log and exits with its code (128 + the signal
 //! number for a rank killed by a signal). `D/job.json` records the outcome. Usage errors
 //! and a program that cannot be started exit with 2.
+//!
+//! With `--checkpoint-dir C` the ranks checkpoint after their loop operators, and with
+//! `--max-restarts R` a job whose rank failed is started again, up to R times, in
+//! recovery mode: the program replays from the top, skipping the loop calls the newest
+//! valid checkpoint covers. `--resume C` starts in recovery mode from the checkpoints in
+//! C (after the launcher itself died, for example).
 //!
 //! The pieces: [`job`] decides the processes and their variables (local, [`ssh`],
 //! [`slurm`]); [`supervise`] starts, watches and stops them; [`sys`] holds the system
@@ -140,6 +151,27 @@ struct RunArgs {
     #[arg(long, value_name = "SECS", default_value = "3", value_parser = seconds)]
     grace: Duration,
 
+    /// Checkpoint after loop operators into this directory (on a file system every host
+    /// sees, or local disks for local jobs).
+    #[arg(long, value_name = "C", conflicts_with = "resume")]
+    checkpoint_dir: Option<PathBuf>,
+
+    /// Checkpoint after every N-th loop call [program's default: 1].
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    checkpoint_every: Option<usize>,
+
+    /// Committed checkpoints to keep [program's default: 2].
+    #[arg(long, value_name = "K", value_parser = at_least_one)]
+    checkpoint_keep: Option<usize>,
+
+    /// Restart a job whose rank failed up to R times, resuming from its checkpoints.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    max_restarts: usize,
+
+    /// Resume a job from the checkpoints in C (recovery mode from the first start).
+    #[arg(long, value_name = "C")]
+    resume: Option<PathBuf>,
+
     /// The program each rank runs, and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     command: Vec<OsString>,
@@ -232,7 +264,33 @@ fn run(args: RunArgs) -> Result<u8> {
     };
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("cannot create output directory {}", output_dir.display()))?;
-    let job = Job {
+    let checkpoint = match args.resume.as_ref().or(args.checkpoint_dir.as_ref()) {
+        Some(dir) => {
+            let dir = std::path::absolute(dir).with_context(|| {
+                format!("cannot resolve checkpoint directory {}", dir.display())
+            })?;
+            if args.resume.is_some() && !dir.is_dir() {
+                bail!("--resume {}: no such directory", dir.display());
+            }
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create checkpoint directory {}", dir.display()))?;
+            Some(job::Checkpointing {
+                dir,
+                every: args.checkpoint_every.map(|n| n as u64),
+                keep: args.checkpoint_keep,
+            })
+        }
+        None => {
+            if args.checkpoint_every.is_some() || args.checkpoint_keep.is_some() {
+                bail!("--checkpoint-every and --checkpoint-keep need --checkpoint-dir");
+            }
+            if args.max_restarts > 0 {
+                bail!("--max-restarts needs --checkpoint-dir (a restart resumes from checkpoints)");
+            }
+            None
+        }
+    };
+    let mut job = Job {
         id,
         ranks: args.ranks,
         threads: args.threads,
@@ -241,9 +299,10 @@ fn run(args: RunArgs) -> Result<u8> {
         output_dir,
         startup_timeout: args.startup_timeout,
         placement,
+        checkpoint,
+        recover: args.resume.is_some(),
     };
     write_secret(&job.secret_file(), &job.secret)?;
-    let processes = job.processes(program, program_args);
     let signals = supervise::watch_signals().context("cannot watch for signals")?;
 
     let ranks = supervise::plural(job.ranks, "rank");
@@ -261,7 +320,35 @@ fn run(args: RunArgs) -> Result<u8> {
             job.id, job.rendezvous
         ),
     }
-    supervise::supervise(&job, processes, args.grace, &signals)
+    if let Some(c) = &job.checkpoint {
+        eprintln!(
+            "strads-ap run: checkpoints in {}{}",
+            c.dir.display(),
+            if job.recover {
+                ", resuming from them"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut restarts = 0;
+    loop {
+        let processes = job.processes(program, program_args);
+        let ended = supervise::supervise(&job, processes, args.grace, &signals)?;
+        if ended.code == 0 || !ended.rank_failed || restarts >= args.max_restarts {
+            return Ok(ended.code);
+        }
+        restarts += 1;
+        job.recover = true;
+        if matches!(job.placement, Placement::Local) && args.port.is_none() {
+            // The old port may linger for a moment; take a fresh one.
+            job.rendezvous = format!("127.0.0.1:{}", free_udp_port()?);
+        }
+        eprintln!(
+            "strads-ap run: restarting the job in recovery mode (restart {restarts} of {})",
+            args.max_restarts
+        );
+    }
 }
 
 /// A UDP port on loopback that is free now (it could be taken again before rank 0 binds

@@ -49,15 +49,23 @@ enum End {
     Interrupted(i32, Duration),
 }
 
+/// How a job ended.
+pub struct Ended {
+    /// The launcher's exit code.
+    pub code: u8,
+    /// A rank failed (the job could be restarted); not when interrupted or successful.
+    pub rank_failed: bool,
+}
+
 /// Runs `procs` as the processes of `job` until all succeed, one fails, or the launcher
-/// is told to stop through `signals`; returns the launcher's exit code. Errors are the
-/// launcher's own (a process that cannot be started), after every started one is stopped.
+/// is told to stop through `signals`; returns how it ended. Errors are the launcher's own
+/// (a process that cannot be started), after every started one is stopped.
 pub fn supervise(
     job: &Job,
     procs: Vec<Proc>,
     grace: Duration,
     signals: &AtomicUsize,
-) -> Result<u8> {
+) -> Result<Ended> {
     let started = Instant::now();
     write_summary_or_warn(job, "running", None, "", None);
     let mut running: Vec<Running> = Vec::with_capacity(procs.len());
@@ -90,7 +98,10 @@ pub fn supervise(
                 _ => format!("all {} exited with code 0", plural(job.ranks, "rank")),
             };
             write_summary_or_warn(job, "ok", None, &reason, Some(0));
-            return Ok(0);
+            return Ok(Ended {
+                code: 0,
+                rank_failed: false,
+            });
         }
         End::Failed(index, status, when) => {
             let (description, code) = describe(status);
@@ -128,7 +139,10 @@ pub fn supervise(
     }
     let failed_rank = failed.and_then(|index| running[index].proc.rank);
     write_summary_or_warn(job, "failed", failed_rank, &reason, Some(code));
-    Ok(code)
+    Ok(Ended {
+        code,
+        rank_failed: failed.is_some(),
+    })
 }
 
 /// Starts one process in its own process group, tied to the launcher's life.

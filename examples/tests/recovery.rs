@@ -1,0 +1,167 @@
+//! Fault tolerance end to end: SGDMF as 2 processes under the launcher with checkpoints.
+//! A rank that dies (a worker, or the driver) makes the launcher restart the job in
+//! recovery mode, and the job ends with exactly the result of a run without failures (one
+//! thread per rank). A job whose launcher is killed resumes by hand with `--resume`.
+//! Every job is bounded in time and leaves no process behind (the ranks die with the
+//! launcher).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::run_raw_env;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(240);
+const APP: &[&str] = &[
+    "--epochs",
+    "6",
+    "--ratings",
+    "40000",
+    "--users",
+    "2000",
+    "--items",
+    "400",
+];
+
+fn launcher() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_sgdmf")).with_file_name("strads-ap");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: the launcher is not built at {} (run `cargo test --workspace`)",
+            path.display()
+        );
+        None
+    }
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("strads-recovery-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// `strads-ap run -n 2 --threads 1 [extra] -- sgdmf APP` with `env`; the JSON line and
+/// the launcher's stderr.
+fn job(extra: &[&str], env: &[(&str, &str)], logs: &Path) -> (Value, String) {
+    let launcher = launcher().expect("checked by the caller");
+    let logs = logs.display().to_string();
+    let sgdmf = env!("CARGO_BIN_EXE_sgdmf");
+    let mut args = vec!["run", "-n", "2", "--threads", "1", "--output-dir", &logs];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.push(sgdmf);
+    args.extend_from_slice(APP);
+    let out = run_raw_env(&launcher.display().to_string(), &args, env, LIMIT);
+    assert!(out.success, "the job failed:\n{}", out.stderr);
+    let line = out
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("no result line ({e}):\n{}\n{}", out.stdout, out.stderr));
+    (value, out.stderr)
+}
+
+fn model(v: &Value) -> (f64, f64) {
+    (
+        v["train_rmse"].as_f64().unwrap(),
+        v["test_rmse"].as_f64().unwrap(),
+    )
+}
+
+#[test]
+fn a_killed_rank_is_recovered_with_the_same_result() {
+    if launcher().is_none() {
+        return;
+    }
+    let logs = temp("logs");
+    let (clean, _) = job(&[], &[], &logs);
+    // A worker at the 3rd loop call, then the driver at the 5th, each in its own job.
+    for (fault, name) in [("1:3", "worker"), ("0:5", "driver")] {
+        let ckpt = temp(name);
+        let ckpt_arg = ckpt.display().to_string();
+        let (got, stderr) = job(
+            &["--checkpoint-dir", &ckpt_arg, "--max-restarts", "2"],
+            &[("STRADS_FAULT_AT", fault)],
+            &logs,
+        );
+        assert!(
+            stderr.contains("restarting the job in recovery mode"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("recovered the state after loop call"),
+            "{stderr}"
+        );
+        assert_eq!(model(&got), model(&clean), "{name} killed: {stderr}");
+        std::fs::remove_dir_all(&ckpt).unwrap();
+    }
+    std::fs::remove_dir_all(&logs).unwrap();
+}
+
+/// Whether a committed checkpoint after loop call `seq` or later exists in `dir`.
+fn committed_at_least(dir: &Path, seq: u64) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.filter_map(|e| e.ok()).any(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            name.strip_prefix("ckpt-")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= seq && e.path().join("MANIFEST").exists())
+        })
+    })
+}
+
+#[test]
+fn a_job_whose_launcher_was_killed_resumes_by_hand() {
+    let Some(launcher) = launcher() else {
+        return;
+    };
+    let logs = temp("logs2");
+    let (clean, _) = job(&[], &[], &logs);
+    let ckpt = temp("resume");
+    let logs_arg = logs.display().to_string();
+    let mut child = Command::new(&launcher)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--threads",
+            "1",
+            "--output-dir",
+            &logs_arg,
+        ])
+        .arg("--checkpoint-dir")
+        .arg(&ckpt)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_sgdmf"))
+        .args(APP)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the launcher");
+    let start = Instant::now();
+    while !committed_at_least(&ckpt, 2) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "no checkpoint within {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SIGKILL: the launcher cannot clean up; its ranks die with it (parent-death signal).
+    let _ = child.kill();
+    let _ = child.wait();
+    let ckpt_arg = ckpt.display().to_string();
+    let (got, stderr) = job(&["--resume", &ckpt_arg], &[], &logs);
+    assert!(stderr.contains("resuming from them"), "{stderr}");
+    assert_eq!(model(&got), model(&clean), "{stderr}");
+    std::fs::remove_dir_all(&ckpt).unwrap();
+    std::fs::remove_dir_all(&logs).unwrap();
+}
