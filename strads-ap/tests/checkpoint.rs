@@ -80,6 +80,8 @@ fn train(
         )?;
         errors.push(sse);
     }
+    // As `strads_ap::finish()` does: commit the checkpoint still being written.
+    strads_ap::checkpoint::flush()?;
     Ok((errors, w.to_vec()?, bias.to_vec()?))
 }
 

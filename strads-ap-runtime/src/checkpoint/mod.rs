@@ -5,8 +5,11 @@
 //! same driver program. After every `every`-th call, each rank writes the tables the loops
 //! changed since the last checkpoint (its own partitions) to
 //! `DIR/ckpt-SEQ/rank-R-of-W.bin`, atomically (temporary file, fsync, rename) with a
-//! SHA-256 checksum. When every rank's file is durable, rank 0 commits the checkpoint by
-//! writing `DIR/ckpt-SEQ/MANIFEST`, which lists for *every* table checkpointed so far the
+//! CRC-32 checksum. The writing happens on a background thread while the program goes on:
+//! readers of the tables are not held back, and a writer (the next loop, a driver `set`)
+//! waits only until the checkpoint has its copy. At the next checkpoint (or at
+//! [`crate::finish`]), once every rank's file is durable, rank 0 commits it by writing
+//! `DIR/ckpt-SEQ/MANIFEST`, which lists for *every* table checkpointed so far the
 //! checkpoint holding its latest state (so a manifest alone describes the whole state) and
 //! each rank's checksum. Only the newest `keep` manifests are kept, with the files they
 //! refer to.
@@ -31,7 +34,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::cluster::collective::Comm;
 use crate::dds::table::{lookup_handle, TableHandle};
@@ -53,7 +55,8 @@ pub mod env {
 }
 
 const MAGIC: &[u8; 8] = b"STRADSCK";
-const VERSION: u32 = 1;
+const TRAILER: &[u8; 4] = b"END!";
+const VERSION: u32 = 2;
 
 /// Where and how often to checkpoint, and whether this run recovers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,17 +141,17 @@ struct Manifest {
     /// Every table checkpointed so far → the checkpoint holding its latest state.
     tables: BTreeMap<u64, u64>,
     /// Each rank's file checksum.
-    checksums: Vec<[u8; 32]>,
+    checksums: Vec<u32>,
 }
 
-/// One rank's file of one checkpoint: the tables written there.
-#[derive(Serialize, Deserialize)]
-struct RankFile {
+/// A checkpoint being written in the background.
+struct Pending {
     seq: u64,
-    rank: usize,
-    world: usize,
     site: String,
-    tables: Vec<(u64, Vec<u8>)>,
+    /// Tables it holds.
+    ids: Vec<u64>,
+    /// The writer: this rank's file checksum.
+    job: std::thread::JoinHandle<std::result::Result<u32, String>>,
 }
 
 /// What a loop call should do.
@@ -184,6 +187,13 @@ pub(crate) struct Checkpointer {
     pub spent: std::time::Duration,
     /// When checkpointing was configured (the start of a replay).
     started: Instant,
+    /// The checkpoint being written, not committed yet.
+    pending: Option<Pending>,
+    /// Rank 0: the manifest being written, and its checkpoint.
+    manifest_job: Option<(
+        u64,
+        std::thread::JoinHandle<std::result::Result<(), String>>,
+    )>,
 }
 
 impl Checkpointer {
@@ -200,6 +210,8 @@ impl Checkpointer {
             prepared: false,
             spent: std::time::Duration::ZERO,
             started: Instant::now(),
+            pending: None,
+            manifest_job: None,
         }
     }
 }
@@ -219,61 +231,107 @@ fn io_error(path: &Path, e: std::io::Error) -> Error {
     }
 }
 
-/// Writes `payload` with a header and checksum to `path` atomically; returns the checksum.
-fn write_atomic(path: &Path, payload: &[u8]) -> Result<[u8; 32]> {
+/// Tables of a checkpoint file: (id, encoded state).
+type Tables = Vec<(u64, Vec<u8>)>;
+
+/// Writes `tables` (id, encoded state) to `path` atomically: a header, the tables, and a
+/// trailer with the length and CRC-32 of everything before it. Returns the checksum.
+fn write_tables(path: &Path, tables: &[(u64, Vec<u8>)]) -> std::io::Result<u32> {
     let dir = path.parent().expect("checkpoint files live in a directory");
-    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-    let sum: [u8; 32] = Sha256::digest(payload).into();
+    std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io_error(&tmp, e))?;
-    let mut header = Vec::with_capacity(52);
-    header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&VERSION.to_le_bytes());
-    header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    header.extend_from_slice(&sum);
-    f.write_all(&header)
-        .and_then(|_| f.write_all(payload))
-        .and_then(|_| f.sync_all())
-        .map_err(|e| io_error(&tmp, e))?;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+    let mut crc = crc32fast::Hasher::new();
+    let mut len = 0u64;
+    let mut put = |f: &mut std::io::BufWriter<std::fs::File>, bytes: &[u8]| {
+        crc.update(bytes);
+        len += bytes.len() as u64;
+        f.write_all(bytes)
+    };
+    put(&mut f, MAGIC)?;
+    put(&mut f, &VERSION.to_le_bytes())?;
+    put(&mut f, &(tables.len() as u64).to_le_bytes())?;
+    for (id, bytes) in tables {
+        put(&mut f, &id.to_le_bytes())?;
+        put(&mut f, &(bytes.len() as u64).to_le_bytes())?;
+        put(&mut f, bytes)?;
+    }
+    let sum = crc.finalize();
+    f.write_all(&len.to_le_bytes())?;
+    f.write_all(&sum.to_le_bytes())?;
+    f.write_all(TRAILER)?;
+    let f = f.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
     drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io_error(path, e))?;
+    std::fs::rename(&tmp, path)?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(sum)
 }
 
-/// Reads a file written by [`write_atomic`], checking its header, length and checksum.
-fn read_checked(path: &Path) -> std::result::Result<(Vec<u8>, [u8; 32]), String> {
+/// Reads a file written by [`write_tables`], checking its framing, length and checksum.
+fn read_tables(path: &Path) -> std::result::Result<(Tables, u32), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = |why: &str| format!("{}: {why}", path.display());
-    if bytes.len() < 52 || &bytes[..8] != MAGIC {
+    if bytes.len() < 8 + 4 + 8 + 16 || &bytes[..8] != MAGIC {
         return Err(bad("not a strads-ap checkpoint file (torn or foreign)"));
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let (body, trailer) = bytes.split_at(bytes.len() - 16);
+    if &trailer[12..] != TRAILER {
+        return Err(bad("truncated (no trailer)"));
+    }
+    let len = u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"));
+    let sum = u32::from_le_bytes(trailer[8..12].try_into().expect("4 bytes"));
+    if len != body.len() as u64 {
+        return Err(bad(&format!(
+            "{} bytes where {len} were written",
+            body.len()
+        )));
+    }
+    if crc32fast::hash(body) != sum {
+        return Err(bad("checksum mismatch (corrupted)"));
+    }
+    let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
     if version != VERSION {
         return Err(bad(&format!(
             "format version {version}, expected {VERSION}"
         )));
     }
-    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) as usize;
-    let sum: [u8; 32] = bytes[20..52].try_into().expect("32 bytes");
-    let payload = &bytes[52..];
-    if payload.len() != len {
-        return Err(bad(&format!("truncated: {} of {len} bytes", payload.len())));
+    let mut at = 12;
+    let word = |at: &mut usize| -> std::result::Result<u64, String> {
+        let w = body
+            .get(*at..*at + 8)
+            .ok_or_else(|| bad("ends inside a table"))?;
+        *at += 8;
+        Ok(u64::from_le_bytes(w.try_into().expect("8 bytes")))
+    };
+    let count = word(&mut at)?;
+    let mut tables = Vec::new();
+    for _ in 0..count {
+        let id = word(&mut at)?;
+        let n = word(&mut at)? as usize;
+        let data = body
+            .get(at..at + n)
+            .ok_or_else(|| bad("ends inside a table"))?;
+        at += n;
+        tables.push((id, data.to_vec()));
     }
-    let actual: [u8; 32] = Sha256::digest(payload).into();
-    if actual != sum {
-        return Err(bad("checksum mismatch (corrupted)"));
-    }
-    Ok((payload.to_vec(), sum))
+    Ok((tables, sum))
 }
 
-fn codec(what: &str, e: postcard::Error) -> Error {
-    Error::Codec {
-        what: what.to_string(),
-        message: e.to_string(),
-    }
+/// Writes a manifest atomically (checksummed like the tables).
+fn write_manifest(path: &Path, manifest: &Manifest) -> std::result::Result<(), String> {
+    let bytes = postcard::to_stdvec(manifest).map_err(|e| e.to_string())?;
+    write_tables(path, &[(0, bytes)])
+        .map(|_| ())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_manifest(path: &Path) -> std::result::Result<Manifest, String> {
+    let (mut tables, _) = read_tables(path)?;
+    let (_, bytes) = tables.pop().ok_or("an empty manifest")?;
+    postcard::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl Checkpointer {
@@ -304,9 +362,7 @@ impl Checkpointer {
         let mut checked: BTreeMap<u64, bool> = BTreeMap::new();
         for &seq in found.iter().rev() {
             let path = ckpt_dir(&root, seq).join("MANIFEST");
-            let manifest = match read_checked(&path).and_then(|(bytes, _)| {
-                postcard::from_bytes::<Manifest>(&bytes).map_err(|e| e.to_string())
-            }) {
+            let manifest = match read_manifest(&path) {
                 Ok(m) if m.world == world && m.seq == seq => m,
                 Ok(m) => {
                     warn(&format!(
@@ -326,7 +382,7 @@ impl Checkpointer {
             let bad = files.iter().find_map(|&f| {
                 let ok = *checked
                     .entry(f)
-                    .or_insert_with(|| read_checked(&rank_file(&root, f, rank, world)).is_ok());
+                    .or_insert_with(|| read_tables(&rank_file(&root, f, rank, world)).is_ok());
                 (!ok).then_some(f)
             });
             match bad {
@@ -440,12 +496,9 @@ impl Checkpointer {
         }
         for (f, ids) in by_file {
             let path = rank_file(&root, f, rank, world);
-            let (bytes, _) = read_checked(&path).map_err(Error::Config)?;
-            let file: RankFile =
-                postcard::from_bytes(&bytes).map_err(|e| codec(&path.display().to_string(), e))?;
+            let (tables, _) = read_tables(&path).map_err(Error::Config)?;
             for id in ids {
-                let data = file
-                    .tables
+                let data = tables
                     .iter()
                     .find(|(t, _)| *t == id)
                     .map(|(_, d)| d)
@@ -465,7 +518,8 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Called when a loop call ran: notes the tables it wrote and checkpoints if due.
+    /// Called when a loop call ran: notes the tables it wrote and checkpoints if due (in
+    /// the background, committing the previous checkpoint first).
     pub fn leave(
         &mut self,
         site: &str,
@@ -481,29 +535,61 @@ impl Checkpointer {
             return Ok(());
         }
         let t0 = Instant::now();
+        self.commit_pending(comm, rank, world)?;
         let seq = self.seq;
-        let root = self.config.dir.clone();
-        // This rank's file: every live dirty table's own part.
-        let mut tables = Vec::new();
-        let mut ids: Vec<u64> = self.dirty.keys().copied().collect();
-        ids.sort_unstable();
-        for id in &ids {
-            if let Some(t) = self.dirty[id].upgrade() {
-                tables.push((*id, t.snapshot("checkpoint")?));
-            }
+        let mut tables: Vec<Arc<dyn TableHandle>> = self
+            .dirty
+            .drain()
+            .filter_map(|(_, t)| t.upgrade())
+            .collect();
+        tables.sort_by_key(|t| t.id());
+        // Writers wait until the writer below has its copy; readers go on.
+        for t in &tables {
+            t.gate().close();
         }
-        let file = RankFile {
+        let path = rank_file(&self.config.dir, seq, rank, world);
+        let ids = tables.iter().map(|t| t.id()).collect();
+        let job = std::thread::Builder::new()
+            .name("strads-checkpoint".into())
+            .spawn(move || {
+                let mut encoded = Vec::with_capacity(tables.len());
+                let mut failure = None;
+                for t in &tables {
+                    match t.snapshot() {
+                        Ok(bytes) => encoded.push((t.id(), bytes)),
+                        Err(e) => {
+                            failure.get_or_insert(e.to_string());
+                        }
+                    }
+                    t.gate().open();
+                }
+                drop(tables);
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                write_tables(&path, &encoded).map_err(|e| format!("{}: {e}", path.display()))
+            })
+            .map_err(|e| Error::Config(format!("checkpoint: cannot start a writer: {e}")))?;
+        self.pending = Some(Pending {
             seq,
-            rank,
-            world,
             site: site.to_string(),
-            tables,
+            ids,
+            job,
+        });
+        self.spent += t0.elapsed();
+        Ok(())
+    }
+
+    /// Commits the checkpoint being written, once every rank's file is durable (a
+    /// collective when `comm` is given). Nothing to do when none is pending.
+    pub fn commit_pending(&mut self, comm: Option<&Comm>, rank: usize, world: usize) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
         };
-        let written_ids: Vec<u64> = file.tables.iter().map(|(id, _)| *id).collect();
-        let payload = postcard::to_stdvec(&file).map_err(|e| codec("a checkpoint", e))?;
-        drop(file);
-        let mine: std::result::Result<[u8; 32], String> =
-            write_atomic(&rank_file(&root, seq, rank, world), &payload).map_err(|e| e.to_string());
+        let mine = p
+            .job
+            .join()
+            .unwrap_or_else(|_| Err("the checkpoint writer panicked".to_string()));
         let sums = match comm {
             Some(c) => c.allgather(mine)?,
             None => vec![mine],
@@ -521,37 +607,60 @@ impl Checkpointer {
                 }
             }
         }
-        for id in written_ids {
-            self.latest.insert(id, seq);
+        for id in p.ids {
+            self.latest.insert(id, p.seq);
         }
-        self.dirty.clear();
         let manifest = Manifest {
-            seq,
-            site: site.to_string(),
+            seq: p.seq,
+            site: p.site,
             world,
             tables: self.latest.clone(),
             checksums,
         };
-        // Rank 0 commits; every rank learns the outcome.
-        let committed: std::result::Result<(), String> = if rank == 0 {
-            postcard::to_stdvec(&manifest)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| {
-                    write_atomic(&ckpt_dir(&root, seq).join("MANIFEST"), &bytes)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                })
-        } else {
-            Ok(())
+        // Rank 0 commits by writing the manifest, in the background too: the previous
+        // manifest is durable first, and a failure to write one fails the next commit.
+        let root = self.config.dir.clone();
+        let previous: std::result::Result<(), String> = match self.manifest_job.take() {
+            Some((seq, job)) => job
+                .join()
+                .unwrap_or_else(|_| Err("the manifest writer panicked".into()))
+                .map_err(|e| format!("checkpoint {seq} not committed: {e}")),
+            None => Ok(()),
         };
-        let committed = match comm {
-            Some(c) => c.broadcast(0, committed)?,
-            None => committed,
+        let previous = match comm {
+            Some(c) => c.broadcast(0, previous)?,
+            None => previous,
         };
-        committed.map_err(|e| Error::Config(format!("checkpoint {seq} not committed: {e}")))?;
-        self.committed.push((seq, self.latest.clone()));
+        previous.map_err(Error::Config)?;
         self.prune(rank, world);
-        self.spent += t0.elapsed();
+        if rank == 0 {
+            let path = ckpt_dir(&root, p.seq).join("MANIFEST");
+            let job = std::thread::Builder::new()
+                .name("strads-manifest".into())
+                .spawn(move || write_manifest(&path, &manifest))
+                .map_err(|e| Error::Config(format!("checkpoint: cannot start a writer: {e}")))?;
+            self.manifest_job = Some((p.seq, job));
+        }
+        self.committed.push((p.seq, self.latest.clone()));
+        Ok(())
+    }
+
+    /// Commits the checkpoint being written and waits until its manifest is durable.
+    fn flush(&mut self, comm: Option<&Comm>, rank: usize, world: usize) -> Result<()> {
+        self.commit_pending(comm, rank, world)?;
+        let outcome: std::result::Result<(), String> = match self.manifest_job.take() {
+            Some((seq, job)) => job
+                .join()
+                .unwrap_or_else(|_| Err("the manifest writer panicked".into()))
+                .map_err(|e| format!("checkpoint {seq} not committed: {e}")),
+            None => Ok(()),
+        };
+        let outcome = match comm {
+            Some(c) => c.broadcast(0, outcome)?,
+            None => outcome,
+        };
+        outcome.map_err(Error::Config)?;
+        self.prune(rank, world);
         Ok(())
     }
 
@@ -667,7 +776,24 @@ pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result
     }
 }
 
-/// Time this rank spent writing checkpoints so far.
+/// Commits the checkpoint still being written (every rank of a job calls it, as
+/// [`crate::finish`] does); nothing without checkpoints.
+pub fn flush() -> Result<()> {
+    let here = crate::cluster::here();
+    let comm = comm_of(&here)?;
+    let (rank, world) = (here.rank(), here.world_size());
+    let mut slot = here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    match slot.as_mut() {
+        Some(c) => c.flush(comm, rank, world),
+        None => Ok(()),
+    }
+}
+
+/// Time this rank spent on checkpoints in the loop operators' path so far (the writing
+/// itself runs in the background).
 pub fn time_spent() -> std::time::Duration {
     with(|c| c.spent).unwrap_or_default()
 }

@@ -239,6 +239,8 @@ pub fn comm() -> Option<&'static collective::Comm> {
 /// world of one.
 pub fn finish() -> Result<()> {
     use crate::transport::Transport;
+    // The last checkpoint, still being written, is committed first.
+    crate::checkpoint::flush()?;
     match CLUSTER.get() {
         Some(c) => c.transport.shutdown(std::time::Duration::from_secs(60)),
         None => Ok(()),

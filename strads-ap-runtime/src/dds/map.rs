@@ -99,6 +99,8 @@ pub(crate) struct MapTable<K, V> {
     data: RwLock<Entries<K, V>>,
     /// Bumped whenever a key is added or removed (positions change): plans are keyed by it.
     version: AtomicU64,
+    /// Holds writers back while a checkpoint reads the entries.
+    gate: super::table::Gate,
 }
 
 impl<K: MapKey, V: Element> MapTable<K, V> {
@@ -110,6 +112,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
             ctx,
             data: RwLock::new(data),
             version: AtomicU64::new(0),
+            gate: Default::default(),
         });
         register_table(id, &table);
         table
@@ -124,6 +127,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
     }
 
     fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Entries<K, V>>> {
+        self.gate.wait();
         match self.data.try_write() {
             Ok(g) => Ok(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
@@ -256,8 +260,11 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
         Ok(())
     }
     fn shrink_to_shadow(&self, _valid: super::table::ShadowValidity) {}
-    fn snapshot(&self, op: &'static str) -> Result<Vec<u8>> {
-        let data = self.read(op)?;
+    fn gate(&self) -> &super::table::Gate {
+        &self.gate
+    }
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
         postcard::to_stdvec(&(&data.keys, &data.values)).map_err(|e| Error::Codec {
             what: format!("a snapshot of map {}", self.id),
             message: e.to_string(),

@@ -96,8 +96,11 @@ pub(crate) trait TableHandle: Send + Sync {
         self.keep_own_range()
     }
     /// This rank's part of the table, encoded for a checkpoint (with what identifies its
-    /// shape, checked by [`TableHandle::restore`]).
-    fn snapshot(&self, op: &'static str) -> Result<Vec<u8>>;
+    /// shape, checked by [`TableHandle::restore`]). Waits for a writer to finish rather
+    /// than failing (checkpoints run in the background).
+    fn snapshot(&self) -> Result<Vec<u8>>;
+    /// The gate that holds writers back while a checkpoint reads the table.
+    fn gate(&self) -> &Gate;
     /// Replaces this rank's part of the table with a [`TableHandle::snapshot`].
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()>;
     /// In a job of several ranks: the owner of each key (position), when it is not the
@@ -139,6 +142,36 @@ pub(crate) enum ShadowValidity {
     Plan(u64),
     /// The loop neither wrote nor fetched anything: the shadow stays as it was.
     Unchanged,
+}
+
+/// Holds writers back while a checkpoint in the background reads a table: set when the
+/// checkpoint is taken (at the end of a loop), cleared when its copy is encoded. Readers
+/// are not held back.
+#[derive(Default)]
+pub(crate) struct Gate {
+    pending: Mutex<bool>,
+    done: std::sync::Condvar,
+}
+
+impl Gate {
+    /// Marks the table as being checkpointed.
+    pub fn close(&self) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    /// The checkpoint has its copy: writers may go on.
+    pub fn open(&self) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.done.notify_all();
+    }
+
+    /// Waits until no checkpoint is reading the table.
+    pub fn wait(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        while *pending {
+            pending = self.done.wait(pending).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 /// A table's shadow: the full-length elements kept between distributed loops.
@@ -191,6 +224,8 @@ pub(crate) struct VectorTable<T> {
     /// The full-length copy kept between distributed loops (see
     /// [`TableHandle::shadow_state`]).
     pub shadow: Mutex<Shadow<T>>,
+    /// Holds writers back while a checkpoint reads the elements.
+    pub gate: Gate,
 }
 
 impl<T: super::Element> VectorTable<T> {
@@ -213,6 +248,7 @@ impl<T: super::Element> VectorTable<T> {
             aggregation: RwLock::new(None),
             version: AtomicU64::new(0),
             shadow: Mutex::new(Shadow::default()),
+            gate: Gate::default(),
         });
         register_table(id, &table);
         table
@@ -229,6 +265,7 @@ impl<T: super::Element> VectorTable<T> {
     }
 
     pub fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Vec<T>>> {
+        self.gate.wait();
         self.version.fetch_add(1, Ordering::AcqRel);
         match self.data.try_write() {
             Ok(g) => Ok(g),
@@ -282,6 +319,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         Ok(())
     }
     fn keep_own_range(&self) {
+        self.gate.wait();
         let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
         if data.len() == self.len {
             let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
@@ -323,6 +361,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         }
     }
     fn shrink_to_shadow(&self, valid: ShadowValidity) {
+        self.gate.wait();
         let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
         if data.len() != self.len {
             return;
@@ -351,8 +390,11 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         shadow.full = Some(full);
         shadow.version = self.version.load(Ordering::Acquire);
     }
-    fn snapshot(&self, op: &'static str) -> Result<Vec<u8>> {
-        let data = self.read(op)?;
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
         postcard::to_stdvec(&(self.len as u64, self.offset as u64, &*data)).map_err(|e| {
             Error::Codec {
                 what: format!("a snapshot of DVector {}", self.id),

@@ -223,8 +223,11 @@ fn serial_written<Task: Sync, I: LoopIndex>(
     if let Some(w) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(w.clone());
     }
+    let t0 = Instant::now();
     let log = reconnoitre(site, start, n, task, record, bases, 1)?;
     let written: Vec<bool> = (0..registry.entries.len()).map(|s| log.writes(s)).collect();
+    // Set-up work, like planning: reported with reconnaissance.
+    record_stats(site, |s| s.recon += t0.elapsed());
     cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
