@@ -108,7 +108,7 @@ impl CheckpointConfig {
         self
     }
 
-    /// Reads [`env`]: `None` when `STRADS_CHECKPOINT_DIR` is unset.
+    /// Reads the variables of [`mod@env`]: `None` when `STRADS_CHECKPOINT_DIR` is unset.
     pub fn from_env() -> Result<Option<Self>> {
         let dir = match std::env::var_os(env::CHECKPOINT_DIR) {
             Some(d) if !d.is_empty() => PathBuf::from(d),
