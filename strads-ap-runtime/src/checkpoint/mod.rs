@@ -50,7 +50,8 @@ pub mod env {
     /// `1`: this run resumes from the checkpoints (fast re-execution).
     pub const RECOVER: &str = "STRADS_RECOVER";
     /// Fault injection for tests of recovery: `R:N` makes rank `R` abort at the start of
-    /// its `N`-th loop call, unless the run is recovering.
+    /// its `N`-th loop call, unless the run is recovering; `R:N:stop` makes it stop
+    /// (SIGSTOP, a hung process that the others detect by the transport's idle timeout).
     pub const FAULT_AT: &str = "STRADS_FAULT_AT";
 }
 
@@ -446,12 +447,10 @@ impl Checkpointer {
         }
         self.seq += 1;
         let seq = self.seq;
-        if !self.config.recover && fault_at() == Some((rank, seq)) {
-            eprintln!(
-                "strads-ap: {}: rank {rank} aborts at loop call {seq}",
-                env::FAULT_AT
-            );
-            std::process::abort();
+        if let Some((r, n, stop)) = fault_at() {
+            if !self.config.recover && (r, n) == (rank, seq) {
+                inject(rank, seq, stop);
+            }
         }
         let Some(until) = self.replay_until else {
             return Ok(Entry::Run);
@@ -692,14 +691,34 @@ impl Checkpointer {
     }
 }
 
-/// The fault to inject ([`env::FAULT_AT`]), if any.
-fn fault_at() -> Option<(usize, u64)> {
-    static FAULT: std::sync::OnceLock<Option<(usize, u64)>> = std::sync::OnceLock::new();
+/// The fault to inject ([`env::FAULT_AT`]): rank, loop call, and whether to stop rather
+/// than abort.
+fn fault_at() -> Option<(usize, u64, bool)> {
+    static FAULT: std::sync::OnceLock<Option<(usize, u64, bool)>> = std::sync::OnceLock::new();
     *FAULT.get_or_init(|| {
         let v = std::env::var(env::FAULT_AT).ok()?;
-        let (r, n) = v.split_once(':')?;
-        Some((r.trim().parse().ok()?, n.trim().parse().ok()?))
+        let mut parts = v.split(':');
+        let rank = parts.next()?.trim().parse().ok()?;
+        let call = parts.next()?.trim().parse().ok()?;
+        let stop = parts.next().is_some_and(|m| m.trim() == "stop");
+        Some((rank, call, stop))
     })
+}
+
+/// Makes this process fail as [`env::FAULT_AT`] asks.
+fn inject(rank: usize, seq: u64, stop: bool) {
+    let how = if stop { "stops (SIGSTOP)" } else { "aborts" };
+    eprintln!(
+        "strads-ap: {}: rank {rank} {how} at loop call {seq}",
+        env::FAULT_AT
+    );
+    if stop {
+        // Every thread stops, the network's too: the others see silence.
+        let _ = std::process::Command::new("kill")
+            .args(["-STOP", &std::process::id().to_string()])
+            .status();
+    }
+    std::process::abort();
 }
 
 fn warn(message: &str) {
