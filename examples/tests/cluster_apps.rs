@@ -14,17 +14,7 @@ const LIMIT: Duration = Duration::from_secs(180);
 
 /// The launcher, built beside the examples by `cargo test --workspace`.
 fn launcher() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_mlr")).with_file_name("strads-ap");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: the launcher is not built at {} (run `cargo test --workspace`, or \
-             `cargo build -p strads-ap` first)",
-            path.display()
-        );
-        None
-    }
+    common::launcher(env!("CARGO_BIN_EXE_mlr"))
 }
 
 /// Runs `program args` as `ranks` processes (or directly for 1) and returns rank 0's JSON

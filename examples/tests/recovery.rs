@@ -27,16 +27,7 @@ const APP: &[&str] = &[
 ];
 
 fn launcher() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_sgdmf")).with_file_name("strads-ap");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: the launcher is not built at {} (run `cargo test --workspace`)",
-            path.display()
-        );
-        None
-    }
+    common::launcher(env!("CARGO_BIN_EXE_sgdmf"))
 }
 
 fn temp(name: &str) -> PathBuf {

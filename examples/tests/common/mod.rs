@@ -110,3 +110,19 @@ pub fn shared_data(what: &str, present: impl Fn(&Path) -> bool) -> Option<PathBu
         None
     }
 }
+
+/// The launcher, built beside the examples by `cargo test --workspace` (found next to the
+/// example binary `sibling`), or `None` with a visible skip message.
+pub fn launcher(sibling: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(sibling).with_file_name("strads-ap");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: the launcher is not built at {} (run `cargo test --workspace`, or \
+             `cargo build -p strads-ap` first)",
+            path.display()
+        );
+        None
+    }
+}
