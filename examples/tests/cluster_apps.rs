@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::run_json;
+use common::{launch_args, run_json};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -28,20 +28,8 @@ fn run(ranks: usize, program: &str, args: &[&str]) -> Value {
         std::process::id(),
         args.join("_").replace('/', "_")
     ));
-    let dir = dir.display().to_string();
-    let n = ranks.to_string();
-    let mut launch = vec![
-        "run",
-        "-n",
-        &n,
-        "--threads",
-        "1",
-        "--output-dir",
-        &dir,
-        "--",
-        program,
-    ];
-    launch.extend_from_slice(args);
+    let launch = launch_args(ranks, 1, &dir, &[], program, args);
+    let launch: Vec<&str> = launch.iter().map(String::as_str).collect();
     let launcher = launcher().expect("checked by the caller");
     let result = run_json(&launcher.display().to_string(), &launch, LIMIT).0;
     let _ = std::fs::remove_dir_all(&dir);

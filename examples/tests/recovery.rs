@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::run_raw_env;
+use common::{launch_args, run_json_env};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(240);
@@ -39,25 +39,21 @@ fn temp(name: &str) -> PathBuf {
 /// `strads-ap run -n 2 --threads 1 [extra] -- sgdmf APP` with `env`; the JSON line and
 /// the launcher's stderr.
 fn job(extra: &[&str], env: &[(&str, &str)], logs: &Path) -> (Value, String) {
+    job_of(1, APP, extra, env, logs)
+}
+
+/// The same with `threads` threads per rank and `app` as sgdmf's arguments.
+fn job_of(
+    threads: usize,
+    app: &[&str],
+    extra: &[&str],
+    env: &[(&str, &str)],
+    logs: &Path,
+) -> (Value, String) {
     let launcher = launcher().expect("checked by the caller");
-    let logs = logs.display().to_string();
-    let sgdmf = env!("CARGO_BIN_EXE_sgdmf");
-    let mut args = vec!["run", "-n", "2", "--threads", "1", "--output-dir", &logs];
-    args.extend_from_slice(extra);
-    args.push("--");
-    args.push(sgdmf);
-    args.extend_from_slice(APP);
-    let out = run_raw_env(&launcher.display().to_string(), &args, env, LIMIT);
-    assert!(out.success, "the job failed:\n{}", out.stderr);
-    let line = out
-        .stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    let value = serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("no result line ({e}):\n{}\n{}", out.stdout, out.stderr));
-    (value, out.stderr)
+    let args = launch_args(2, threads, logs, extra, env!("CARGO_BIN_EXE_sgdmf"), app);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_json_env(&launcher.display().to_string(), &args, env, LIMIT)
 }
 
 fn model(v: &Value) -> (f64, f64) {
@@ -152,53 +148,31 @@ fn a_hung_rank_is_detected_and_recovered() {
 /// large enough that failure-free runs agree to about 0.05%.)
 #[test]
 fn with_more_threads_recovery_is_within_half_a_percent() {
-    let Some(launcher) = launcher() else {
+    if launcher().is_none() {
         return;
-    };
+    }
     let logs = temp("logs4");
-    let logs_arg = logs.display().to_string();
-    let sgdmf = env!("CARGO_BIN_EXE_sgdmf");
     let ckpt = temp("threads");
     let ckpt_arg = ckpt.display().to_string();
-    let launch = |extra: &[&str], env: &[(&str, &str)]| {
-        let mut args = vec![
-            "run",
-            "-n",
-            "2",
-            "--threads",
-            "2",
-            "--output-dir",
-            &logs_arg,
-        ];
-        args.extend_from_slice(extra);
-        args.push("--");
-        args.push(sgdmf);
-        args.extend_from_slice(&[
-            "--epochs",
-            "6",
-            "--ratings",
-            "200000",
-            "--users",
-            "10000",
-            "--items",
-            "1000",
-        ]);
-        let out = run_raw_env(&launcher.display().to_string(), &args, env, LIMIT);
-        assert!(out.success, "the job failed:\n{}", out.stderr);
-        let line = out
-            .stdout
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        let v: Value = serde_json::from_str(line).expect("a result line");
-        (model(&v), out.stderr)
-    };
-    let (clean, _) = launch(&[], &[]);
-    let (got, stderr) = launch(
+    let app = [
+        "--epochs",
+        "6",
+        "--ratings",
+        "200000",
+        "--users",
+        "10000",
+        "--items",
+        "1000",
+    ];
+    let (clean, _) = job_of(2, &app, &[], &[], &logs);
+    let (got, stderr) = job_of(
+        2,
+        &app,
         &["--checkpoint-dir", &ckpt_arg, "--max-restarts", "1"],
         &[("STRADS_FAULT_AT", "0:4")],
+        &logs,
     );
+    let (got, clean) = (model(&got), model(&clean));
     assert!(
         stderr.contains("restarting the job in recovery mode"),
         "{stderr}"
@@ -253,18 +227,28 @@ fn a_job_whose_launcher_was_killed_resumes_by_hand() {
         .expect("start the launcher");
     let start = Instant::now();
     while !committed_at_least(&ckpt, 2) {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before its second checkpoint was committed"
+        );
         assert!(start.elapsed() < LIMIT, "no checkpoint within {LIMIT:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // SIGKILL: the launcher cannot clean up; its ranks die with it (parent-death signal).
-    let _ = child.kill();
+    // SIGKILL while the job runs: the launcher cannot clean up; its ranks die with it
+    // (parent-death signal).
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before the launcher could be killed"
+    );
+    child.kill().expect("kill the launcher");
     let _ = child.wait();
     let ckpt_arg = ckpt.display().to_string();
     let (got, stderr) = job(&["--resume", &ckpt_arg], &[], &logs);
     assert!(stderr.contains("resuming from them"), "{stderr}");
+    assert!(
+        stderr.contains("recovered the state after loop call"),
+        "{stderr}"
+    );
     assert_eq!(model(&got), model(&clean), "{stderr}");
     std::fs::remove_dir_all(&ckpt).unwrap();
     std::fs::remove_dir_all(&logs).unwrap();

@@ -1,28 +1,12 @@
 //! DVector data operators on an in-process cluster of 4 ranks (threads over the `mem`
 //! transport) give the same results, on every rank, as in a world of one.
 
-use std::sync::Arc;
-use std::thread;
-
-use strads_ap_runtime::cluster::{collective::Comm, scoped, RankCtx};
-use strads_ap_runtime::transport::mem::MemCluster;
+use strads_ap_runtime::cluster::simulate;
 use strads_ap_runtime::{DVector, Error, Result};
 
 /// Runs `job` as every rank of a `world`-rank cluster and returns each rank's result.
-fn on_ranks<T: Send + 'static>(
-    world: usize,
-    job: impl Fn() -> Result<T> + Send + Sync + 'static,
-) -> Vec<Result<T>> {
-    let job = Arc::new(job);
-    let handles: Vec<_> = MemCluster::new(world)
-        .into_transports()
-        .into_iter()
-        .map(|t| {
-            let job = job.clone();
-            thread::spawn(move || scoped(RankCtx::new(Comm::new(t)), || job()))
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+fn on_ranks<T: Send>(world: usize, job: impl Fn() -> Result<T> + Sync) -> Vec<Result<T>> {
+    simulate(world, job)
 }
 
 /// The same job in a world of one (this thread, no scope) and on 4 ranks: every rank must

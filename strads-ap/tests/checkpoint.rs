@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::on_ranks;
+use common::{mf_epoch, on_ranks};
 use strads_ap::checkpoint::{configure, CheckpointConfig};
 use strads_ap::prelude::*;
 
@@ -39,24 +39,7 @@ fn train(
         let poisoned = epoch < poison_until;
         let lr: f32 = if poisoned { 1e3 } else { 0.02 };
         let step: f32 = if poisoned { 1e3 } else { 1e-4 };
-        async_for!(
-            0..data.len(),
-            |k| {
-                let (u, i, r) = data[k];
-                let (u, i) = (u as usize, i as usize);
-                let err = r - w[u]
-                    .iter()
-                    .zip(h[i].iter())
-                    .map(|(a, b)| a * b)
-                    .sum::<f32>();
-                for f in 0..w[u].len() {
-                    let (wu, hi) = (w[u][f], h[i][f]);
-                    w[u][f] += lr * (err * hi - 0.01 * wu);
-                    h[i][f] += lr * (err * wu - 0.01 * hi);
-                }
-            },
-            Opts::new().threads(1)
-        )?;
+        mf_epoch(&data, &w, &h, lr, 1)?;
         sync_for!(
             data,
             100,

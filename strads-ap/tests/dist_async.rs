@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{acyclic, check_serializable, on_ranks, random_patterns};
+use common::{
+    acyclic, check_serializable, mf_epoch, on_ranks, random_patterns, run_order_sensitive,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strads_ap::prelude::*;
@@ -17,31 +19,7 @@ fn random_access_patterns_are_serializable_on_4_ranks() {
     for (seed, hot) in [(0, false), (1, false), (2, true), (3, true)] {
         for threads in [1, 2] {
             let patterns = random_patterns(seed, 1500, 200, hot);
-            let input = patterns.clone();
-            let results = on_ranks(4, move || {
-                let n = input.len();
-                let pattern = DVector::from_vec(input.clone())?;
-                let log = DVector::from_fn(200, |_| Vec::<u32>::new())?;
-                let seen = DVector::from_fn(n, |_| Vec::<(u32, u32)>::new())?;
-                let ran = DVector::from_fn(n, |_| 0u32)?;
-                async_for!(
-                    0..pattern.len(),
-                    |k| {
-                        for &(key, write) in pattern[k].iter() {
-                            let key = key as usize;
-                            if write {
-                                log[key].push(k as u32);
-                            } else {
-                                let count = log[key].len() as u32;
-                                seen[k].push((key as u32, count));
-                            }
-                        }
-                        ran[k] += 1;
-                    },
-                    Opts::new().threads(threads)
-                )?;
-                Ok((log.to_vec()?, seen.to_vec()?, ran.to_vec()?))
-            });
+            let results = on_ranks(4, || run_order_sensitive(&patterns, 200, threads));
             let mut first = None;
             for (rank, r) in results.into_iter().enumerate() {
                 let got = r.unwrap_or_else(|e| panic!("seed {seed} {threads}t rank {rank}: {e}"));
@@ -144,24 +122,7 @@ fn matrix_factorisation_matches_a_world_of_one() {
         let w = DVector::from_fn(users, |u| vec![0.1 + (u % 7) as f32 * 0.01; rank_k])?;
         let h = DVector::from_fn(items, |i| vec![0.1 + (i % 5) as f32 * 0.01; rank_k])?;
         for _ in 0..30 {
-            async_for!(
-                0..data.len(),
-                |k| {
-                    let (u, i, r) = data[k];
-                    let (u, i) = (u as usize, i as usize);
-                    let err = r - w[u]
-                        .iter()
-                        .zip(h[i].iter())
-                        .map(|(a, b)| a * b)
-                        .sum::<f32>();
-                    for f in 0..w[u].len() {
-                        let (wu, hi) = (w[u][f], h[i][f]);
-                        w[u][f] += 0.05 * (err * hi - 0.01 * wu);
-                        h[i][f] += 0.05 * (err * wu - 0.01 * hi);
-                    }
-                },
-                Opts::new().threads(threads)
-            )?;
+            mf_epoch(&data, &w, &h, 0.05, threads)?;
         }
         let (w, h, data) = (w.to_vec()?, h.to_vec()?, data.to_vec()?);
         let sse: f64 = data
@@ -413,7 +374,6 @@ fn maps_across_ranks_match_a_world_of_one() {
         let mut l2 = lists.get_all(&2)?;
         l1.sort_unstable();
         l2.sort_unstable();
-        let _ = rank;
         Ok(format!(
             "{:?} {replaced:?} {removed:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
             counts.to_vec()?,

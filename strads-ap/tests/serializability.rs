@@ -8,40 +8,13 @@
 
 mod common;
 
-use common::{acyclic, check_serializable, random_patterns, Pattern};
+use common::{acyclic, check_serializable, random_patterns, run_order_sensitive, Pattern};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strads_ap::prelude::*;
 
 fn run_and_check(patterns: Vec<Pattern>, keys: usize, threads: usize) {
-    let n = patterns.len();
-    let pattern = DVector::from_vec(patterns.clone()).unwrap();
-    let log = DVector::from_fn(keys, |_| Vec::<u32>::new()).unwrap();
-    let seen = DVector::from_fn(n, |_| Vec::<(u32, u32)>::new()).unwrap();
-    let ran = DVector::from_fn(n, |_| 0u32).unwrap();
-    async_for!(
-        0..pattern.len(),
-        |k| {
-            for &(key, write) in pattern[k].iter() {
-                let key = key as usize;
-                if write {
-                    log[key].push(k as u32);
-                } else {
-                    let count = log[key].len() as u32;
-                    seen[k].push((key as u32, count));
-                }
-            }
-            ran[k] += 1;
-        },
-        Opts::new().threads(threads)
-    )
-    .unwrap();
-
-    let (log, seen, ran) = (
-        log.to_vec().unwrap(),
-        seen.to_vec().unwrap(),
-        ran.to_vec().unwrap(),
-    );
+    let (log, seen, ran) = run_order_sensitive(&patterns, keys, threads).unwrap();
     check_serializable(&patterns, &log, &seen, &ran);
 }
 

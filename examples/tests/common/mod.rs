@@ -65,8 +65,18 @@ pub fn run_raw_env(binary: &str, args: &[&str], env: &[(&str, &str)], timeout: D
 /// Runs a twin that must succeed; returns its JSON result line (the last non-empty line of
 /// stdout) and its stderr (which is also echoed, for the test log).
 pub fn run_json(binary: &str, args: &[&str], timeout: Duration) -> (Value, String) {
+    run_json_env(binary, args, &[], timeout)
+}
+
+/// [`run_json`] with `env` added to the child's environment.
+pub fn run_json_env(
+    binary: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> (Value, String) {
     let shown = format!("{binary} {}", args.join(" "));
-    let out = run_raw(binary, args, timeout);
+    let out = run_raw_env(binary, args, env, timeout);
     assert!(out.success, "{shown} failed:\n{}", out.stderr);
     eprint!("{}", out.stderr);
     let line = out
@@ -125,4 +135,24 @@ pub fn launcher(sibling: &str) -> Option<PathBuf> {
         );
         None
     }
+}
+
+/// The launcher's arguments for `PROGRAM ARGS` as `ranks` processes of `threads` threads,
+/// logs in `logs`, with `extra` launcher options.
+pub fn launch_args(
+    ranks: usize,
+    threads: usize,
+    logs: &Path,
+    extra: &[&str],
+    program: &str,
+    args: &[&str],
+) -> Vec<String> {
+    let mut all: Vec<String> = vec!["run".into(), "-n".into(), ranks.to_string()];
+    all.extend(["--threads".into(), threads.to_string()]);
+    all.extend(["--output-dir".into(), logs.display().to_string()]);
+    all.extend(extra.iter().map(|s| s.to_string()));
+    all.push("--".into());
+    all.push(program.into());
+    all.extend(args.iter().map(|s| s.to_string()));
+    all
 }

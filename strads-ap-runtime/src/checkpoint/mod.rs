@@ -589,23 +589,11 @@ impl Checkpointer {
             .job
             .join()
             .unwrap_or_else(|_| Err("the checkpoint writer panicked".to_string()));
-        let sums = match comm {
-            Some(c) => c.allgather(mine)?,
-            None => vec![mine],
+        let mine = mine.map_err(|e| Error::Config(format!("checkpoint: {e}")));
+        let checksums = match comm {
+            Some(c) => c.gather_outcomes(mine)?,
+            None => vec![mine?],
         };
-        let mut checksums = Vec::with_capacity(world);
-        for (r, s) in sums.into_iter().enumerate() {
-            match s {
-                Ok(sum) => checksums.push(sum),
-                Err(e) if r == rank => return Err(Error::Config(format!("checkpoint: {e}"))),
-                Err(e) => {
-                    return Err(Error::RemoteFailure {
-                        rank: r,
-                        message: format!("checkpoint: {e}"),
-                    })
-                }
-            }
-        }
         for id in p.ids {
             self.latest.insert(id, p.seq);
         }
@@ -618,20 +606,8 @@ impl Checkpointer {
         };
         // Rank 0 commits by writing the manifest, in the background too: the previous
         // manifest is durable first, and a failure to write one fails the next commit.
+        self.await_manifest(comm, rank, world)?;
         let root = self.config.dir.clone();
-        let previous: std::result::Result<(), String> = match self.manifest_job.take() {
-            Some((seq, job)) => job
-                .join()
-                .unwrap_or_else(|_| Err("the manifest writer panicked".into()))
-                .map_err(|e| format!("checkpoint {seq} not committed: {e}")),
-            None => Ok(()),
-        };
-        let previous = match comm {
-            Some(c) => c.broadcast(0, previous)?,
-            None => previous,
-        };
-        previous.map_err(Error::Config)?;
-        self.prune(rank, world);
         if rank == 0 {
             let path = ckpt_dir(&root, p.seq).join("MANIFEST");
             let job = std::thread::Builder::new()
@@ -647,6 +623,12 @@ impl Checkpointer {
     /// Commits the checkpoint being written and waits until its manifest is durable.
     fn flush(&mut self, comm: Option<&Comm>, rank: usize, world: usize) -> Result<()> {
         self.commit_pending(comm, rank, world)?;
+        self.await_manifest(comm, rank, world)
+    }
+
+    /// Waits until rank 0's manifest being written is durable (every rank learns whether
+    /// it is), then prunes old checkpoints.
+    fn await_manifest(&mut self, comm: Option<&Comm>, rank: usize, world: usize) -> Result<()> {
         let outcome: std::result::Result<(), String> = match self.manifest_job.take() {
             Some((seq, job)) => job
                 .join()

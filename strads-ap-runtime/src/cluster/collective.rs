@@ -279,6 +279,27 @@ impl Comm {
         Ok(all)
     }
 
+    /// Every rank's value in rank order once every rank succeeded: an all-gather of
+    /// outcomes. If some rank failed, every rank fails alike: a failing rank with its own
+    /// error, the others with [`Error::RemoteFailure`] naming the first rank that failed.
+    pub fn gather_outcomes<T: Serialize + DeserializeOwned>(
+        &self,
+        mine: Result<T>,
+    ) -> Result<Vec<T>> {
+        let (sent, own) = match mine {
+            Ok(v) => (Ok(v), None),
+            Err(e) => (Err(e.to_string()), Some(e)),
+        };
+        let all: Vec<std::result::Result<T, String>> = self.allgather(sent)?;
+        if let Some(e) = own {
+            return Err(e);
+        }
+        all.into_iter()
+            .enumerate()
+            .map(|(rank, r)| r.map_err(|message| Error::RemoteFailure { rank, message }))
+            .collect()
+    }
+
     /// `op` folded over every rank's `value` in rank order (on rank 0), on every rank.
     pub fn allreduce<T: Serialize + DeserializeOwned>(
         &self,

@@ -354,6 +354,34 @@ thread_local! {
     static SCOPE: std::cell::RefCell<Option<Arc<RankCtx>>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Runs `job` as every rank of a `world`-rank job inside this process, one thread per rank
+/// over the [`mem`](crate::transport::mem) transport, and returns the ranks' results in
+/// rank order: a whole cluster in one test or simulation. A panic on a rank is re-raised
+/// here.
+///
+/// ```
+/// use strads_ap_runtime::cluster::simulate;
+/// use strads_ap_runtime::DVector;
+///
+/// let sums = simulate(3, || DVector::from_fn(10, |i| i as u64)?.reduce(|a, b| a + b));
+/// for s in sums {
+///     assert_eq!(s.unwrap(), 45);
+/// }
+/// ```
+pub fn simulate<T: Send>(world: usize, job: impl Fn() -> T + Sync) -> Vec<T> {
+    let transports = crate::transport::mem::MemCluster::new(world).into_transports();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = transports
+            .into_iter()
+            .map(|t| s.spawn(|| scoped(RankCtx::new(collective::Comm::new(t)), &job)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Runs `f` on this thread as rank `ctx` (operators called inside act for that rank).
 ///
 /// ```

@@ -363,6 +363,29 @@ struct Header {
     checksum: u64,
 }
 
+/// Runs `f` on the driver (rank 0) only and gives its outcome to every rank (a
+/// collective); in a world of one (`comm` is `None`) simply runs `f`. A failure on rank 0
+/// is an error naming `op` on every rank.
+pub(crate) fn on_driver<R: serde::Serialize + serde::de::DeserializeOwned>(
+    comm: Option<&crate::cluster::collective::Comm>,
+    op: &str,
+    f: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let Some(comm) = comm else {
+        return f();
+    };
+    let outcome: std::result::Result<Option<R>, String> = if comm.rank() == 0 {
+        f().map(Some).map_err(|e| e.to_string())
+    } else {
+        Ok(None)
+    };
+    match comm.broadcast(0, outcome)? {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(Error::Transport(format!("{op}: rank 0 sent no outcome"))),
+        Err(e) => Err(Error::Config(format!("{op} on rank 0: {e}"))),
+    }
+}
+
 /// Writes a snapshot atomically: temp file, fsync, rename.
 pub(crate) fn save_snapshot<T: serde::Serialize>(
     path: &Path,

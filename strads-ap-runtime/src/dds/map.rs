@@ -471,38 +471,22 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// and every rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let pairs = self.to_vec()?;
-        match self.table.dist("DMap::save")? {
-            None => super::io::save_snapshot(path.as_ref(), "DMap", &pairs),
-            Some(comm) => {
-                let outcome = if comm.rank() == 0 {
-                    super::io::save_snapshot(path.as_ref(), "DMap", &pairs)
-                        .map_err(|e| e.to_string())
-                } else {
-                    Ok(())
-                };
-                comm.broadcast(0, outcome)?
-                    .map_err(|e| Error::Config(format!("DMap::save on rank 0: {e}")))
-            }
-        }
+        super::io::on_driver(self.table.dist("DMap::save")?, "DMap::save", || {
+            super::io::save_snapshot(path.as_ref(), "DMap", &pairs)
+        })
     }
 
     /// Reads a map written by [`DMap::save`]. In a job of several ranks rank 0 reads the
     /// file and sends the pairs to the others.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let ctx = crate::cluster::here();
-        if !ctx.is_distributed() {
-            let pairs: Vec<(K, V)> = super::io::load_snapshot(path.as_ref(), "DMap")?;
-            return Self::from_pairs(pairs);
-        }
-        let comm = ctx.comm_for("DMap::load")?;
-        let loaded: std::result::Result<Vec<(K, V)>, String> = if comm.rank() == 0 {
-            super::io::load_snapshot(path.as_ref(), "DMap").map_err(|e| e.to_string())
-        } else {
-            Ok(Vec::new())
+        let comm = match ctx.is_distributed() {
+            true => Some(ctx.comm_for("DMap::load")?),
+            false => None,
         };
-        let pairs = comm
-            .broadcast(0, loaded)?
-            .map_err(|e| Error::Config(format!("DMap::load on rank 0: {e}")))?;
+        let pairs: Vec<(K, V)> = super::io::on_driver(comm, "DMap::load", || {
+            super::io::load_snapshot(path.as_ref(), "DMap")
+        })?;
         Self::from_pairs(pairs)
     }
 

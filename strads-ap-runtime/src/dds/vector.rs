@@ -386,22 +386,16 @@ impl<T: Element> DVector<T> {
     /// In a job of several ranks rank 0 gathers the elements and writes the file; every
     /// rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        match self.dist("DVector::save")? {
-            None => {
-                let data = self.table.read("DVector::save")?;
-                super::io::save_snapshot(path.as_ref(), "DVector", &data)
-            }
+        let op = "DVector::save";
+        let path = path.as_ref();
+        match self.dist(op)? {
+            None => super::io::save_snapshot(path, "DVector", &self.table.read(op)?),
             Some(comm) => {
-                let local = self.table.read("DVector::save")?.clone();
-                let outcome = match comm.gather(0, local)? {
-                    Some(parts) => {
-                        super::io::save_snapshot(path.as_ref(), "DVector", &parts.concat())
-                            .map_err(|e| e.to_string())
-                    }
-                    None => Ok(()),
-                };
-                comm.broadcast(0, outcome)?
-                    .map_err(|e| Error::Config(format!("DVector::save on rank 0: {e}")))
+                let parts = comm.gather(0, self.table.read(op)?.clone())?;
+                super::io::on_driver(Some(comm), op, || {
+                    let all = parts.map(|p| p.concat()).unwrap_or_default();
+                    super::io::save_snapshot(path, "DVector", &all)
+                })
             }
         }
     }
@@ -411,19 +405,13 @@ impl<T: Element> DVector<T> {
     /// In a job of several ranks rank 0 reads the file and every rank keeps its range.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let ctx = crate::cluster::here();
-        if !ctx.is_distributed() {
-            let data: Vec<T> = super::io::load_snapshot(path.as_ref(), "DVector")?;
-            return Ok(Self::from_data(data));
-        }
-        let comm = ctx.comm_for("DVector::load")?;
-        let loaded: std::result::Result<Vec<T>, String> = if comm.rank() == 0 {
-            super::io::load_snapshot(path.as_ref(), "DVector").map_err(|e| e.to_string())
-        } else {
-            Ok(Vec::new())
+        let comm = match ctx.is_distributed() {
+            true => Some(ctx.comm_for("DVector::load")?),
+            false => None,
         };
-        let data = comm
-            .broadcast(0, loaded)?
-            .map_err(|e| Error::Config(format!("DVector::load on rank 0: {e}")))?;
+        let data: Vec<T> = super::io::on_driver(comm, "DVector::load", || {
+            super::io::load_snapshot(path.as_ref(), "DVector")
+        })?;
         Ok(Self::from_data(data))
     }
 

@@ -30,6 +30,33 @@ struct PlanKey {
     tables: Vec<(u64, u64)>,
 }
 
+impl PlanKey {
+    /// The key of a loop call: rank, call site, index range, workers, blocks, and the
+    /// captured tables with their shapes.
+    fn new(
+        here: &crate::cluster::RankCtx,
+        site: &CallSite,
+        range: Range<usize>,
+        threads: usize,
+        opts: &Opts,
+        registry: &Registry,
+    ) -> Self {
+        PlanKey {
+            rank: here.uid(),
+            site: site as *const CallSite as usize,
+            start: range.start,
+            end: range.end,
+            threads,
+            blocks: opts.blocks,
+            tables: registry
+                .entries
+                .iter()
+                .map(|e| (e.table.id(), e.table.shape()))
+                .collect(),
+        }
+    }
+}
+
 /// A cached plan and, across ranks, its cutting into steps.
 struct Cached {
     plan: Plan,
@@ -148,15 +175,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         return leave(written);
     }
 
-    let key = PlanKey {
-        rank: here.uid(),
-        site: site as *const CallSite as usize,
-        start,
-        end,
-        threads,
-        blocks: opts.blocks,
-        tables: bases.iter().map(|b| (b.id, b.shape)).collect(),
-    };
+    let key = PlanKey::new(&here, site, start..end, threads, &opts, &registry);
     let cached = if opts.recheck { None } else { cache_take(&key) };
     let mut plan = match cached {
         Some(c) => c.plan,
@@ -343,19 +362,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         return Ok(Vec::new());
     }
     let slots = registry.entries.len();
-    let key = PlanKey {
-        rank: here.uid(),
-        site: site as *const CallSite as usize,
-        start,
-        end,
-        threads,
-        blocks: opts.blocks,
-        tables: registry
-            .entries
-            .iter()
-            .map(|e| (e.table.id(), e.table.shape()))
-            .collect(),
-    };
+    let key = PlanKey::new(here, site, start..end, threads, opts, registry);
     let cached = if opts.recheck { None } else { cache_take(&key) };
     let fingerprint = cached
         .as_ref()
@@ -435,20 +442,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
                 &bases,
                 threads,
             );
-            let sent: std::result::Result<Vec<u8>, String> = match &mine {
-                Ok(log) => Ok(log.to_bytes()),
-                Err(e) => Err(e.to_string()),
-            };
-            let parts = comm.allgather(sent)?;
-            let mine = mine?;
-            drop(mine);
-            let mut bytes = Vec::with_capacity(world);
-            for (rank, part) in parts.into_iter().enumerate() {
-                match part {
-                    Ok(b) => bytes.push(b),
-                    Err(message) => return Err(Error::RemoteFailure { rank, message }),
-                }
-            }
+            let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes()))?;
             let log = AccessLog::from_byte_parts(&bytes, slots).map_err(Error::Transport)?;
             drop(bytes);
             if log.tasks() != n {

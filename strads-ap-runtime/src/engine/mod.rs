@@ -266,16 +266,13 @@ pub(crate) fn ship_task<Task: serde::Serialize + serde::de::DeserializeOwned>(
     if me != 0 {
         local = postcard::from_bytes(&shipped).map(Some).map_err(codec);
     }
-    let failures = comm.allgather(local.as_ref().err().map(|e| e.to_string()))?;
-    match failures
-        .into_iter()
-        .enumerate()
-        .find_map(|(r, m)| m.map(|m| (r, m)))
-    {
-        Some((rank, _)) if rank == me => local,
-        Some((rank, message)) => Err(Error::RemoteFailure { rank, message }),
-        None => local,
-    }
+    // Every rank learns whether the task reached every rank.
+    let (ok, task) = match local {
+        Ok(task) => (Ok(()), task),
+        Err(e) => (Err(e), None),
+    };
+    comm.gather_outcomes(ok)?;
+    Ok(task)
 }
 
 /// Figures about one loop call site, for the bench and progress output.

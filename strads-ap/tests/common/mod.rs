@@ -2,13 +2,9 @@
 //! an in-process cluster of ranks.
 #![allow(dead_code)]
 
-use std::sync::Arc;
-use std::thread;
-
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use strads_ap::cluster::{collective::Comm, scoped, RankCtx};
-use strads_ap::internals::transport::mem::MemCluster;
+use strads_ap::prelude::*;
 use strads_ap::Result;
 
 /// One access of a task: (key, write?).
@@ -32,6 +28,68 @@ pub fn random_patterns(seed: u64, tasks: usize, keys: u32, hot: bool) -> Vec<Pat
                 .collect()
         })
         .collect()
+}
+
+/// What the order-sensitive loop leaves: per key the tasks that appended to it, per task
+/// the (key, appends seen) of its reads, and per task how often it ran.
+pub type Trace = (Vec<Vec<u32>>, Vec<Vec<(u32, u32)>>, Vec<u32>);
+
+/// Runs the order-sensitive body over `patterns` on `keys` elements with `threads`
+/// workers (per rank): each task appends its index to every element it writes and notes,
+/// for every element it reads, how many appends it saw.
+pub fn run_order_sensitive(patterns: &[Pattern], keys: usize, threads: usize) -> Result<Trace> {
+    let n = patterns.len();
+    let pattern = DVector::from_vec(patterns.to_vec())?;
+    let log = DVector::from_fn(keys, |_| Vec::<u32>::new())?;
+    let seen = DVector::from_fn(n, |_| Vec::<(u32, u32)>::new())?;
+    let ran = DVector::from_fn(n, |_| 0u32)?;
+    async_for!(
+        0..pattern.len(),
+        |k| {
+            for &(key, write) in pattern[k].iter() {
+                let key = key as usize;
+                if write {
+                    log[key].push(k as u32);
+                } else {
+                    let count = log[key].len() as u32;
+                    seen[k].push((key as u32, count));
+                }
+            }
+            ran[k] += 1;
+        },
+        Opts::new().threads(threads)
+    )?;
+    Ok((log.to_vec()?, seen.to_vec()?, ran.to_vec()?))
+}
+
+/// One epoch of SGD matrix factorisation over `(user, item, rating)` triples with step
+/// size `lr` and `threads` workers (per rank).
+pub fn mf_epoch(
+    data: &DVector<(u32, u32, f32)>,
+    w: &DVector<Vec<f32>>,
+    h: &DVector<Vec<f32>>,
+    lr: f32,
+    threads: usize,
+) -> Result<()> {
+    let (data, w, h) = (data.clone(), w.clone(), h.clone());
+    async_for!(
+        0..data.len(),
+        |k| {
+            let (u, i, r) = data[k];
+            let (u, i) = (u as usize, i as usize);
+            let err = r - w[u]
+                .iter()
+                .zip(h[i].iter())
+                .map(|(a, b)| a * b)
+                .sum::<f32>();
+            for f in 0..w[u].len() {
+                let (wu, hi) = (w[u][f], h[i][f]);
+                w[u][f] += lr * (err * hi - 0.01 * wu);
+                h[i][f] += lr * (err * wu - 0.01 * hi);
+            }
+        },
+        Opts::new().threads(threads)
+    )
 }
 
 /// Checks a run of the order-sensitive body: every task ran once (`ran`), every write
@@ -118,18 +176,6 @@ pub fn acyclic(edges: &[Vec<usize>]) -> bool {
 
 /// Runs `job` as every rank of a `world`-rank in-process cluster (one thread per rank over
 /// the `mem` transport) and returns the ranks' results in rank order.
-pub fn on_ranks<T: Send + 'static>(
-    world: usize,
-    job: impl Fn() -> Result<T> + Send + Sync + 'static,
-) -> Vec<Result<T>> {
-    let job = Arc::new(job);
-    let handles: Vec<_> = MemCluster::new(world)
-        .into_transports()
-        .into_iter()
-        .map(|t| {
-            let job = job.clone();
-            thread::spawn(move || scoped(RankCtx::new(Comm::new(t)), || job()))
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+pub fn on_ranks<T: Send>(world: usize, job: impl Fn() -> Result<T> + Sync) -> Vec<Result<T>> {
+    strads_ap::cluster::simulate(world, job)
 }
