@@ -70,16 +70,22 @@ fn a_killed_rank_is_recovered_with_the_same_result() {
     }
     let logs = temp("logs");
     let (clean, _) = job(&[], &[], &logs);
-    // A worker at the 3rd loop call, the driver at the 5th, and two seeded random points,
-    // each in its own job.
+    // `kill -9` of a worker at the 3rd loop call, of the driver at the 5th, and at two
+    // seeded random points, each in its own job: the first at the start of a random loop
+    // call, the second a random few milliseconds into one (inside the loop body, an
+    // exchange, or the driver code after it).
     let mut faults = vec![("1:3".to_string(), "worker"), ("0:5".to_string(), "driver")];
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for name in ["random-a", "random-b"] {
         state = state
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1);
-        let (rank, call) = ((state >> 33) % 2, 2 + (state >> 40) % 4);
-        faults.push((format!("{rank}:{call}"), name));
+        let (rank, call) = ((state >> 33) % 2, 3 + (state >> 40) % 3);
+        let fault = match name {
+            "random-a" => format!("{rank}:{call}"),
+            _ => format!("{rank}:{call}:{}ms", (state >> 50) % 8),
+        };
+        faults.push((fault, name));
     }
     for (fault, name) in &faults {
         let fault = fault.as_str();
@@ -96,6 +102,11 @@ fn a_killed_rank_is_recovered_with_the_same_result() {
         );
         assert!(
             stderr.contains("recovered the state after loop call"),
+            "{stderr}"
+        );
+        // The ratings, test set and initial factors came from their checkpoints.
+        assert!(
+            stderr.contains("(4 input DDSs loaded rather than made again)"),
             "{stderr}"
         );
         assert_eq!(

@@ -178,3 +178,104 @@ fn recovery_without_checkpoints_starts_over() {
     assert!(same(&resumed, &clean));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A matrix factorisation whose ratings are read from `path` (an input DDS, checkpointed
+/// once at creation); stops after `stop_after` epochs, poisoning epochs before
+/// `poison_until` as `train` does. Returns the user factors and the input's report.
+fn fit_file(
+    path: &Path,
+    config: CheckpointConfig,
+    stop_after: usize,
+    poison_until: usize,
+) -> strads_ap::Result<(Vec<Vec<f32>>, usize)> {
+    configure(Some(config));
+    let (data, report) = ReadOptions::new()
+        .skip_bad_lines(true)
+        .read(path, |line: &str| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f[..] {
+                [u, i, r] => Ok((
+                    u.parse::<u32>().map_err(|e| e.to_string())?,
+                    i.parse::<u32>().map_err(|e| e.to_string())?,
+                    r.parse::<f32>().map_err(|e| e.to_string())?,
+                )),
+                _ => Err(format!("{} fields", f.len())),
+            }
+        })?;
+    let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
+    let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
+    for epoch in 0..stop_after {
+        let lr = if epoch < poison_until { 1e3 } else { 0.02 };
+        mf_epoch(&data, &w, &h, lr, 1)?;
+    }
+    strads_ap::checkpoint::flush()?;
+    Ok((w.to_vec()?, report.skipped))
+}
+
+fn run_file(
+    world: usize,
+    path: &Path,
+    config: CheckpointConfig,
+    stop_after: usize,
+    poison_until: usize,
+) -> (Vec<Vec<f32>>, usize) {
+    let results = on_ranks(world, move || {
+        fit_file(path, config.clone(), stop_after, poison_until)
+    });
+    let mut results = results.into_iter().map(|r| r.expect("the job succeeds"));
+    let first = results.next().unwrap();
+    assert!(results.all(|r| r == first), "ranks disagree");
+    first
+}
+
+#[test]
+fn input_ddses_are_loaded_from_their_checkpoints_not_made_again() {
+    for world in [1, 2] {
+        let dir = temp_dir(&format!("inputs{world}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let input = dir.join("ratings.txt");
+        let mut text: String = (0..2000u32)
+            .map(|k| format!("{} {} {}\n", (k * 7919) % 97, (k * 104_729) % 41, k % 5 + 1))
+            .collect();
+        text.push_str("a bad line\n");
+        std::fs::write(&input, &text).unwrap();
+        let ckpt = dir.join("ckpt");
+        let clean = run_file(world, &input, CheckpointConfig::new(dir.join("ref")), 6, 0);
+        assert_eq!(clean.1, 1, "one bad line skipped");
+
+        // Stopped after 3 epochs; the input file then disappears. The replay loads the
+        // ratings (and the reader's report) from their checkpoint: reading the file again
+        // would fail.
+        run_file(world, &input, CheckpointConfig::new(&ckpt), 3, 0);
+        std::fs::remove_file(&input).unwrap();
+        let resumed = run_file(
+            world,
+            &input,
+            CheckpointConfig::new(&ckpt).recover(true),
+            6,
+            3,
+        );
+        assert_eq!(resumed, clean, "{world} ranks");
+
+        // A corrupted input checkpoint is not fatal: the operator runs again.
+        std::fs::write(&input, &text).unwrap();
+        let ckpt2 = dir.join("ckpt2");
+        run_file(world, &input, CheckpointConfig::new(&ckpt2), 3, 0);
+        let part = ckpt2
+            .join("input-000001")
+            .join(format!("rank-0-of-{world}.bin"));
+        let mut bytes = std::fs::read(&part).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&part, &bytes).unwrap();
+        let resumed = run_file(
+            world,
+            &input,
+            CheckpointConfig::new(&ckpt2).recover(true),
+            6,
+            3,
+        );
+        assert_eq!(resumed, clean, "{world} ranks, input made again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

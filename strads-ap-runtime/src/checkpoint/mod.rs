@@ -20,8 +20,17 @@
 //! state it describes is loaded, so driver code between loops sees the values it saw the
 //! first time, and the last skipped call leaves exactly the committed state. The first
 //! call after it runs normally. Non-DDS variables (counters, hyper-parameters, RNGs in
-//! driver code) are rebuilt by the replay itself; DDSs created by data operators are
-//! created again by running those operators.
+//! driver code) are rebuilt by the replay itself.
+//!
+//! *Input* DDSs — those made by [`crate::read_from_file`], `DVector::from_fn`,
+//! `from_vec` and `load` — are checkpointed once, at creation, to
+//! `DIR/input-N/rank-R-of-W.bin` (N counts the input operators, the same on every rank),
+//! keyed by the operator and its call site, and committed with the next loop checkpoint.
+//! A replay does not run such an operator again: it loads the DDS as it was made, so a
+//! replay neither re-parses the input nor depends on the input file being unchanged (or
+//! there at all). A missing or corrupted input checkpoint is not fatal: the operator runs
+//! again, with a warning. Derived DDSs (`map`, `filter`, `join`, `transform`) are made
+//! again by running their operators on the replayed state.
 //!
 //! The launcher ↔ program contract is three variables: `STRADS_CHECKPOINT_DIR` (enables
 //! checkpoints), `STRADS_CHECKPOINT_EVERY` and `STRADS_CHECKPOINT_KEEP`, and
@@ -49,15 +58,20 @@ pub mod env {
     pub const CHECKPOINT_KEEP: &str = "STRADS_CHECKPOINT_KEEP";
     /// `1`: this run resumes from the checkpoints (fast re-execution).
     pub const RECOVER: &str = "STRADS_RECOVER";
-    /// Fault injection for tests of recovery: `R:N` makes rank `R` abort at the start of
-    /// its `N`-th loop call, unless the run is recovering; `R:N:stop` makes it stop
-    /// (SIGSTOP, a hung process that the others detect by the transport's idle timeout).
+    /// Fault injection for tests of recovery, ignored when the run is recovering: `R:N`
+    /// kills rank `R` (SIGKILL, like `kill -9`) at the start of its `N`-th loop call;
+    /// `R:N:MSms` kills it `MS` milliseconds later, wherever it then is; `R:N:stop` stops
+    /// it (SIGSTOP, a hung process that the others detect by the transport's idle
+    /// timeout).
     pub const FAULT_AT: &str = "STRADS_FAULT_AT";
 }
 
 const MAGIC: &[u8; 8] = b"STRADSCK";
 const TRAILER: &[u8; 4] = b"END!";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// The entry of an input checkpoint file holding its operator's extra outcome (e.g. a
+/// [`crate::ReadReport`]).
+const META: u64 = u64::MAX;
 
 /// Where and how often to checkpoint, and whether this run recovers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,6 +157,43 @@ struct Manifest {
     tables: BTreeMap<u64, u64>,
     /// Each rank's file checksum.
     checksums: Vec<u32>,
+    /// Every input DDS checkpointed so far: input operator number → where it was made.
+    inputs: BTreeMap<u64, InputRecord>,
+}
+
+/// An input DDS's checkpoint: the operator that made it and the DDS.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct InputRecord {
+    /// The operator and its call site, e.g. `DVector::from_fn at src/main.rs:12:5`.
+    site: String,
+    /// The table it made.
+    id: u64,
+}
+
+/// An input DDS being written in the background.
+struct InputJob {
+    number: u64,
+    record: InputRecord,
+    job: Writer,
+}
+
+/// A background writer of a checkpoint file: the file's checksum, and the encoding
+/// buffers back for reuse.
+type Writer = std::thread::JoinHandle<(std::result::Result<u32, String>, Vec<Vec<u8>>)>;
+
+/// What an input operator (one that makes a DDS from outside data) should do.
+pub(crate) enum Input {
+    /// Checkpoints are off: just run.
+    Off,
+    /// Run, then hand the DDS to [`Input::made`] to be checkpointed.
+    Record { number: u64, site: String },
+    /// Recovery: don't run; make the DDS from this state (and return the operator's
+    /// extra outcome, `meta`) instead.
+    Load {
+        id: u64,
+        state: Vec<u8>,
+        meta: Vec<u8>,
+    },
 }
 
 /// A checkpoint being written in the background.
@@ -152,7 +203,9 @@ struct Pending {
     /// Tables it holds.
     ids: Vec<u64>,
     /// The writer: this rank's file checksum.
-    job: std::thread::JoinHandle<std::result::Result<u32, String>>,
+    job: Writer,
+    /// Input DDSs made before this loop call, committed with it.
+    inputs: Vec<InputJob>,
 }
 
 /// What a loop call should do.
@@ -195,6 +248,18 @@ pub(crate) struct Checkpointer {
         u64,
         std::thread::JoinHandle<std::result::Result<(), String>>,
     )>,
+    /// Input operators so far.
+    inputs: u64,
+    /// Input DDSs being written, to be committed with the next loop checkpoint.
+    input_jobs: Vec<InputJob>,
+    /// Committed input DDSs.
+    committed_inputs: BTreeMap<u64, InputRecord>,
+    /// Recovery: the input DDSs to load rather than make.
+    replay_inputs: BTreeMap<u64, InputRecord>,
+    /// Recovery: input DDSs loaded so far.
+    inputs_loaded: usize,
+    /// Encoding buffers of the last checkpoint, for the next.
+    buffers: Vec<Vec<u8>>,
 }
 
 impl Checkpointer {
@@ -213,6 +278,12 @@ impl Checkpointer {
             started: Instant::now(),
             pending: None,
             manifest_job: None,
+            inputs: 0,
+            input_jobs: Vec::new(),
+            committed_inputs: BTreeMap::new(),
+            replay_inputs: BTreeMap::new(),
+            inputs_loaded: 0,
+            buffers: Vec::new(),
         }
     }
 }
@@ -223,6 +294,68 @@ fn ckpt_dir(root: &Path, seq: u64) -> PathBuf {
 
 fn rank_file(root: &Path, seq: u64, rank: usize, world: usize) -> PathBuf {
     ckpt_dir(root, seq).join(format!("rank-{rank}-of-{world}.bin"))
+}
+
+fn input_file(root: &Path, number: u64, rank: usize, world: usize) -> PathBuf {
+    root.join(format!("input-{number:06}"))
+        .join(format!("rank-{rank}-of-{world}.bin"))
+}
+
+/// Writes `tables` to `path` on a background thread, encoding them into `buffers`
+/// (reused from earlier checkpoints, so encoding faults in no fresh pages). Their gates
+/// are closed until the writer has its copy (writers wait, readers go on); `extra`
+/// entries are written after them as they are.
+fn spawn_writer(
+    tables: Vec<Arc<dyn TableHandle>>,
+    extra: Vec<(u64, Vec<u8>)>,
+    mut buffers: Vec<Vec<u8>>,
+    path: PathBuf,
+) -> Result<Writer> {
+    for t in &tables {
+        t.gate().close();
+    }
+    let reopen = tables.clone();
+    std::thread::Builder::new()
+        .name("strads-checkpoint".into())
+        .spawn(move || {
+            let mut encoded = Vec::with_capacity(tables.len() + extra.len());
+            let mut failure = None;
+            for t in &tables {
+                let mut out = buffers.pop().unwrap_or_default();
+                out.clear();
+                if let Err(e) = t.snapshot_into(&mut out) {
+                    failure.get_or_insert(e.to_string());
+                }
+                encoded.push((t.id(), out));
+                t.gate().open();
+            }
+            drop(tables);
+            let outcome = match failure {
+                Some(e) => Err(e),
+                None => {
+                    let n = encoded.len();
+                    encoded.extend(extra);
+                    let written = write_tables(&path, &encoded)
+                        .map_err(|e| format!("{}: {e}", path.display()));
+                    encoded.truncate(n);
+                    written
+                }
+            };
+            buffers.extend(encoded.into_iter().map(|(_, b)| b));
+            (outcome, buffers)
+        })
+        .map_err(|e| {
+            for t in &reopen {
+                t.gate().open();
+            }
+            Error::Config(format!("checkpoint: cannot start a writer thread: {e}"))
+        })
+}
+
+/// Waits for a writer: its outcome, and its buffers.
+fn join_writer(job: Writer, what: &str) -> (std::result::Result<u32, String>, Vec<Vec<u8>>) {
+    job.join()
+        .unwrap_or_else(|_| (Err(format!("the writer of {what} panicked")), Vec::new()))
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Error {
@@ -419,6 +552,7 @@ impl Checkpointer {
                 .map(|(&s, m)| (s, m.tables.clone()))
                 .collect();
             self.manifests = manifests;
+            self.agree_inputs(agreed, comm, rank, world)?;
             if rank == 0 {
                 eprintln!(
                     "strads-ap: recovering: replaying up to loop call {agreed} from {}",
@@ -431,6 +565,118 @@ impl Checkpointer {
                 root.display()
             );
         }
+        Ok(())
+    }
+
+    /// Recovery: the input DDSs of checkpoint `agreed` that every rank can load; the
+    /// others are made again (their operators run), with a warning.
+    fn agree_inputs(
+        &mut self,
+        agreed: u64,
+        comm: Option<&Comm>,
+        rank: usize,
+        world: usize,
+    ) -> Result<()> {
+        let inputs = self.manifests[&agreed].inputs.clone();
+        let root = self.config.dir.clone();
+        let bad: Vec<(u64, String)> = inputs
+            .keys()
+            .filter_map(|&n| {
+                read_tables(&input_file(&root, n, rank, world))
+                    .err()
+                    .map(|e| (n, e))
+            })
+            .collect();
+        let bad: BTreeMap<u64, String> = match comm {
+            Some(c) => c.allgather(bad)?.into_iter().flatten().collect(),
+            None => bad.into_iter().collect(),
+        };
+        for (n, why) in &bad {
+            if rank == 0 {
+                warn(&format!(
+                    "the checkpoint of input {n} ({}) is not usable ({why}); its operator \
+                     runs again",
+                    inputs[n].site
+                ));
+            }
+        }
+        self.committed_inputs = inputs.clone();
+        self.replay_inputs = inputs
+            .into_iter()
+            .filter(|(n, _)| !bad.contains_key(n))
+            .collect();
+        Ok(())
+    }
+
+    /// Called when an input operator starts.
+    pub fn begin_input(
+        &mut self,
+        site: String,
+        comm: Option<&Comm>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Input> {
+        if !self.prepared {
+            self.prepare(comm, rank, world)?;
+        }
+        self.inputs += 1;
+        let number = self.inputs;
+        let Some(record) = self.replay_inputs.remove(&number) else {
+            return Ok(Input::Record { number, site });
+        };
+        if record.site != site {
+            return Err(Error::Config(format!(
+                "recovery: input operator {number} is {site}, but the checkpoint was made by \
+                 {} (the program changed since; remove {} to start over)",
+                record.site,
+                self.config.dir.display()
+            )));
+        }
+        let path = input_file(&self.config.dir, number, rank, world);
+        let (mut tables, _) = read_tables(&path).map_err(Error::Config)?;
+        let meta = match tables.iter().position(|(id, _)| *id == META) {
+            Some(i) => tables.swap_remove(i).1,
+            None => Vec::new(),
+        };
+        let state = match tables.into_iter().find(|(id, _)| *id == record.id) {
+            Some((_, state)) => state,
+            None => {
+                return Err(Error::Config(format!(
+                    "{}: no state of DDS {}",
+                    path.display(),
+                    record.id
+                )))
+            }
+        };
+        self.inputs_loaded += 1;
+        Ok(Input::Load {
+            id: record.id,
+            state,
+            meta,
+        })
+    }
+
+    /// An input operator made `table` (with its extra outcome `meta`): writes it in the
+    /// background, to be committed with the next loop checkpoint.
+    pub fn made_input(
+        &mut self,
+        number: u64,
+        site: String,
+        table: Arc<dyn TableHandle>,
+        meta: Vec<u8>,
+        rank: usize,
+        world: usize,
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        let id = table.id();
+        let path = input_file(&self.config.dir, number, rank, world);
+        let job = spawn_writer(vec![table], vec![(META, meta)], Vec::new(), path)?;
+        self.input_jobs.push(InputJob {
+            number,
+            record: InputRecord { site, id },
+            job,
+        });
+        self.spent += t0.elapsed();
         Ok(())
     }
 
@@ -447,9 +693,9 @@ impl Checkpointer {
         }
         self.seq += 1;
         let seq = self.seq;
-        if let Some((r, n, stop)) = fault_at() {
+        if let Some((r, n, how)) = fault_at() {
             if !self.config.recover && (r, n) == (rank, seq) {
-                inject(rank, seq, stop);
+                inject(rank, seq, how);
             }
         }
         let Some(until) = self.replay_until else {
@@ -476,8 +722,9 @@ impl Checkpointer {
             if rank == 0 {
                 eprintln!(
                     "strads-ap: recovered the state after loop call {seq} ({site}) in {:.2} s \
-                     of replay",
-                    self.started.elapsed().as_secs_f64()
+                     of replay ({} input DDSs loaded rather than made again)",
+                    self.started.elapsed().as_secs_f64(),
+                    self.inputs_loaded
                 );
             }
         }
@@ -542,38 +789,17 @@ impl Checkpointer {
             .filter_map(|(_, t)| t.upgrade())
             .collect();
         tables.sort_by_key(|t| t.id());
-        // Writers wait until the writer below has its copy; readers go on.
-        for t in &tables {
-            t.gate().close();
-        }
+        // Writers wait until the writer has its copy; readers go on.
         let path = rank_file(&self.config.dir, seq, rank, world);
         let ids = tables.iter().map(|t| t.id()).collect();
-        let job = std::thread::Builder::new()
-            .name("strads-checkpoint".into())
-            .spawn(move || {
-                let mut encoded = Vec::with_capacity(tables.len());
-                let mut failure = None;
-                for t in &tables {
-                    match t.snapshot() {
-                        Ok(bytes) => encoded.push((t.id(), bytes)),
-                        Err(e) => {
-                            failure.get_or_insert(e.to_string());
-                        }
-                    }
-                    t.gate().open();
-                }
-                drop(tables);
-                if let Some(e) = failure {
-                    return Err(e);
-                }
-                write_tables(&path, &encoded).map_err(|e| format!("{}: {e}", path.display()))
-            })
-            .map_err(|e| Error::Config(format!("checkpoint: cannot start a writer: {e}")))?;
+        let buffers = std::mem::take(&mut self.buffers);
+        let job = spawn_writer(tables, Vec::new(), buffers, path)?;
         self.pending = Some(Pending {
             seq,
             site: site.to_string(),
             ids,
             job,
+            inputs: std::mem::take(&mut self.input_jobs),
         });
         self.spent += t0.elapsed();
         Ok(())
@@ -585,10 +811,17 @@ impl Checkpointer {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
-        let mine = p
-            .job
-            .join()
-            .unwrap_or_else(|_| Err("the checkpoint writer panicked".to_string()));
+        let (mut mine, buffers) = join_writer(p.job, &format!("checkpoint {}", p.seq));
+        self.buffers = buffers;
+        let mut made = Vec::with_capacity(p.inputs.len());
+        for input in p.inputs {
+            // Inputs are written once: their buffers are not kept.
+            let (outcome, _) = join_writer(input.job, &format!("input {}", input.number));
+            if let (Ok(_), Err(e)) = (&mine, outcome) {
+                mine = Err(e);
+            }
+            made.push((input.number, input.record));
+        }
         let mine = mine.map_err(|e| Error::Config(format!("checkpoint: {e}")));
         let checksums = match comm {
             Some(c) => c.gather_outcomes(mine)?,
@@ -597,12 +830,14 @@ impl Checkpointer {
         for id in p.ids {
             self.latest.insert(id, p.seq);
         }
+        self.committed_inputs.extend(made);
         let manifest = Manifest {
             seq: p.seq,
             site: p.site,
             world,
             tables: self.latest.clone(),
             checksums,
+            inputs: self.committed_inputs.clone(),
         };
         // Rank 0 commits by writing the manifest, in the background too: the previous
         // manifest is durable first, and a failure to write one fails the next commit.
@@ -623,6 +858,11 @@ impl Checkpointer {
     /// Commits the checkpoint being written and waits until its manifest is durable.
     fn flush(&mut self, comm: Option<&Comm>, rank: usize, world: usize) -> Result<()> {
         self.commit_pending(comm, rank, world)?;
+        // Input DDSs made after the last loop call have nothing to commit them (a replay
+        // makes them again); their writers finish before the program ends.
+        for input in self.input_jobs.drain(..) {
+            let _ = input.job.join();
+        }
         self.await_manifest(comm, rank, world)
     }
 
@@ -673,32 +913,58 @@ impl Checkpointer {
     }
 }
 
-/// The fault to inject ([`env::FAULT_AT`]): rank, loop call, and whether to stop rather
-/// than abort.
-fn fault_at() -> Option<(usize, u64, bool)> {
-    static FAULT: std::sync::OnceLock<Option<(usize, u64, bool)>> = std::sync::OnceLock::new();
+/// How [`env::FAULT_AT`] makes a rank fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL at the start of the loop call.
+    Kill,
+    /// SIGKILL this many milliseconds into the loop call, from another thread: wherever
+    /// the rank then is (inside the loop body, an exchange, driver code, a later call).
+    KillAfter(u64),
+    /// SIGSTOP: a hung process.
+    Stop,
+}
+
+/// The fault to inject ([`env::FAULT_AT`]): rank, loop call, and how.
+fn fault_at() -> Option<(usize, u64, Fault)> {
+    static FAULT: std::sync::OnceLock<Option<(usize, u64, Fault)>> = std::sync::OnceLock::new();
     *FAULT.get_or_init(|| {
         let v = std::env::var(env::FAULT_AT).ok()?;
         let mut parts = v.split(':');
         let rank = parts.next()?.trim().parse().ok()?;
         let call = parts.next()?.trim().parse().ok()?;
-        let stop = parts.next().is_some_and(|m| m.trim() == "stop");
-        Some((rank, call, stop))
+        let how = match parts.next().map(str::trim) {
+            None | Some("kill") => Fault::Kill,
+            Some("stop") => Fault::Stop,
+            Some(ms) => Fault::KillAfter(ms.strip_suffix("ms")?.parse().ok()?),
+        };
+        Some((rank, call, how))
     })
 }
 
 /// Makes this process fail as [`env::FAULT_AT`] asks.
-fn inject(rank: usize, seq: u64, stop: bool) {
-    let how = if stop { "stops (SIGSTOP)" } else { "aborts" };
+fn inject(rank: usize, seq: u64, how: Fault) {
+    let signal = |name: &str| {
+        let _ = std::process::Command::new("kill")
+            .args([name, &std::process::id().to_string()])
+            .status();
+    };
     eprintln!(
-        "strads-ap: {}: rank {rank} {how} at loop call {seq}",
+        "strads-ap: {}: rank {rank} at loop call {seq}: {how:?}",
         env::FAULT_AT
     );
-    if stop {
+    match how {
+        Fault::Kill => signal("-KILL"),
         // Every thread stops, the network's too: the others see silence.
-        let _ = std::process::Command::new("kill")
-            .args(["-STOP", &std::process::id().to_string()])
-            .status();
+        Fault::Stop => signal("-STOP"),
+        Fault::KillAfter(ms) => {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                signal("-KILL");
+                std::process::abort();
+            });
+            return;
+        }
     }
     std::process::abort();
 }
@@ -775,6 +1041,56 @@ pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result
         Some(c) => c.leave(site, written, comm, rank, world),
         None => Ok(()),
     }
+}
+
+/// Where an input operator was called, as its key in the checkpoints.
+pub(crate) fn input_site(op: &str, at: &std::panic::Location<'_>) -> String {
+    format!("{op} at {}:{}:{}", at.file(), at.line(), at.column())
+}
+
+/// An input operator `op`, called at `at`, starts: what to do (see [`Input`]).
+pub(crate) fn begin_input(op: &str, at: &std::panic::Location<'_>) -> Result<Input> {
+    let here = crate::cluster::here();
+    let comm = comm_of(&here)?;
+    let (rank, world) = (here.rank(), here.world_size());
+    let mut slot = here
+        .checkpointer()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    match slot.as_mut() {
+        Some(c) => c.begin_input(input_site(op, at), comm, rank, world),
+        None => Ok(Input::Off),
+    }
+}
+
+impl Input {
+    /// The operator made `table`: checkpoints it if asked to by [`begin_input`].
+    pub(crate) fn made(self, table: Arc<dyn TableHandle>, meta: Vec<u8>) -> Result<()> {
+        let Input::Record { number, site } = self else {
+            return Ok(());
+        };
+        let here = crate::cluster::here();
+        let (rank, world) = (here.rank(), here.world_size());
+        let mut slot = here
+            .checkpointer()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut() {
+            Some(c) => c.made_input(number, site, table, meta, rank, world),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Checks that a DDS made from an input checkpoint got the id it had when checkpointed.
+pub(crate) fn check_input_id(expected: u64, got: u64, site: &str) -> Result<()> {
+    if expected == got {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "recovery: {site} made DDS {got}, but its checkpoint holds DDS {expected} (the \
+         program changed since the checkpoint?)"
+    )))
 }
 
 /// Commits the checkpoint still being written (every rank of a job calls it, as

@@ -40,6 +40,7 @@ use crate::util::{excerpt, fnv1a};
 /// assert!(err.to_string().contains("ratings.txt:2: item"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[track_caller]
 pub fn read_from_file<T, E, F>(path: impl AsRef<Path>, parser: F) -> Result<DVector<T>>
 where
     T: Element,
@@ -124,6 +125,7 @@ impl ReadOptions {
     }
 
     /// Reads `path` with these options.
+    #[track_caller]
     pub fn read<T, E, F>(
         &self,
         path: impl AsRef<Path>,
@@ -135,6 +137,15 @@ impl ReadOptions {
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
         let path = path.as_ref();
+        DVector::made_by_input("read_from_file", || self.read_all(path, parser))
+    }
+
+    fn read_all<T, E, F>(&self, path: &Path, parser: F) -> Result<(DVector<T>, ReadReport)>
+    where
+        T: Element,
+        E: Display,
+        F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
+    {
         let ctx = crate::cluster::here();
         let comm = if ctx.is_distributed() {
             Some(ctx.comm_for("read_from_file")?)

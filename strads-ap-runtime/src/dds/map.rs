@@ -263,12 +263,16 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
     fn gate(&self) -> &super::table::Gate {
         &self.gate
     }
-    fn snapshot(&self) -> Result<Vec<u8>> {
+    fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
-        postcard::to_stdvec(&(&data.keys, &data.values)).map_err(|e| Error::Codec {
-            what: format!("a snapshot of map {}", self.id),
-            message: e.to_string(),
-        })
+        *out =
+            postcard::to_extend(&(&data.keys, &data.values), std::mem::take(out)).map_err(|e| {
+                Error::Codec {
+                    what: format!("a snapshot of map {}", self.id),
+                    message: e.to_string(),
+                }
+            })?;
+        Ok(())
     }
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
         let (keys, values): (Vec<K>, Vec<V>) =

@@ -95,10 +95,11 @@ pub(crate) trait TableHandle: Send + Sync {
     fn shrink_to_shadow(&self, _valid: ShadowValidity) {
         self.keep_own_range()
     }
-    /// This rank's part of the table, encoded for a checkpoint (with what identifies its
-    /// shape, checked by [`TableHandle::restore`]). Waits for a writer to finish rather
-    /// than failing (checkpoints run in the background).
-    fn snapshot(&self) -> Result<Vec<u8>>;
+    /// Appends this rank's part of the table to `out`, encoded for a checkpoint (with
+    /// what identifies its shape, checked by [`TableHandle::restore`]). Waits for a
+    /// writer to finish rather than failing (checkpoints run in the background). `out`
+    /// is a reused buffer: encoding into it touches no fresh memory.
+    fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()>;
     /// The gate that holds writers back while a checkpoint reads the table.
     fn gate(&self) -> &Gate;
     /// Replaces this rank's part of the table with a [`TableHandle::snapshot`].
@@ -393,14 +394,17 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     fn gate(&self) -> &Gate {
         &self.gate
     }
-    fn snapshot(&self) -> Result<Vec<u8>> {
+    fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
-        postcard::to_stdvec(&(self.len as u64, self.offset as u64, &*data)).map_err(|e| {
-            Error::Codec {
-                what: format!("a snapshot of DVector {}", self.id),
-                message: e.to_string(),
-            }
-        })
+        *out = postcard::to_extend(
+            &(self.len as u64, self.offset as u64, &*data),
+            std::mem::take(out),
+        )
+        .map_err(|e| Error::Codec {
+            what: format!("a snapshot of DVector {}", self.id),
+            message: e.to_string(),
+        })?;
+        Ok(())
     }
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
         let (len, offset, data): (u64, u64, Vec<T>) =

@@ -95,6 +95,65 @@ impl<T: Element> DVector<T> {
         }
     }
 
+    /// Makes a DVector by `make` (an input operator `op`, with an extra outcome `M`), or,
+    /// when recovery replays the operator, loads the DVector it made the first time (see
+    /// [`crate::checkpoint`]). With checkpoints on, a DVector made is checkpointed.
+    #[track_caller]
+    pub(crate) fn made_by_input<M>(
+        op: &'static str,
+        make: impl FnOnce() -> Result<(Self, M)>,
+    ) -> Result<(Self, M)>
+    where
+        M: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        use crate::checkpoint::{self, Input};
+        let at = std::panic::Location::caller();
+        let codec = |e: postcard::Error| Error::Codec {
+            what: format!("the outcome of {op}"),
+            message: e.to_string(),
+        };
+        match checkpoint::begin_input(op, at)? {
+            Input::Off => make(),
+            Input::Load { id, state, meta } => {
+                let v = Self::from_snapshot(op, &state)?;
+                checkpoint::check_input_id(id, v.id(), &checkpoint::input_site(op, at))?;
+                Ok((v, postcard::from_bytes(&meta).map_err(codec)?))
+            }
+            record @ Input::Record { .. } => {
+                let (v, meta) = make()?;
+                let bytes = postcard::to_stdvec(&meta).map_err(codec)?;
+                record.made(v.table.clone(), bytes)?;
+                Ok((v, meta))
+            }
+        }
+    }
+
+    /// A DVector made from a checkpoint of this rank's range
+    /// ([`super::table::TableHandle::snapshot`]).
+    fn from_snapshot(op: &'static str, bytes: &[u8]) -> Result<Self> {
+        let (len, offset, data): (u64, u64, Vec<T>) =
+            postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+                what: format!("a checkpoint of the DVector made by {op}"),
+                message: e.to_string(),
+            })?;
+        let ctx = crate::cluster::here();
+        let len = len as usize;
+        let own = RangePartition::new(len, ctx.world_size()).range(ctx.rank());
+        if offset as usize != own.start || data.len() != own.len() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "its checkpoint holds {} elements from {offset} of {len}; this rank \
+                     holds {} from {}",
+                    data.len(),
+                    own.len(),
+                    own.start
+                ),
+            ));
+        }
+        Ok(Self::from_local(ctx, len, data))
+    }
+
     /// The collectives when the job has several ranks; `None` in a world of one.
     fn dist(&self, op: &str) -> Result<Option<&Comm>> {
         let ctx = &self.table.ctx;
@@ -111,7 +170,15 @@ impl<T: Element> DVector<T> {
 
     /// A DVector of `len` elements, element `i` being `f(i)`; built in parallel. In a job
     /// of several ranks each rank computes its own range.
+    #[track_caller]
     pub fn from_fn<F>(len: usize, f: F) -> Result<Self>
+    where
+        F: Fn(usize) -> T + Send + Sync,
+    {
+        Ok(Self::made_by_input("DVector::from_fn", || Ok((Self::compute_fn(len, f)?, ())))?.0)
+    }
+
+    fn compute_fn<F>(len: usize, f: F) -> Result<Self>
     where
         F: Fn(usize) -> T + Send + Sync,
     {
@@ -140,16 +207,18 @@ impl<T: Element> DVector<T> {
     /// A DVector holding the elements of `v`. In a job of several ranks every rank passes
     /// the same `v` (it is computed by the same program) and keeps its range; ranks passing
     /// vectors of different lengths fail with [`Error::Divergence`].
+    #[track_caller]
     pub fn from_vec(v: Vec<T>) -> Result<Self> {
-        let ctx = crate::cluster::here();
-        if ctx.is_distributed() {
-            ctx.comm_for("DVector::from_vec")?.enter_operator(
-                "DVector::from_vec",
-                &format!("len {}", v.len()),
-                Vec::new(),
-            )?;
-        }
-        Ok(Self::from_data(v))
+        let op = "DVector::from_vec";
+        Ok(Self::made_by_input(op, || {
+            let ctx = crate::cluster::here();
+            if ctx.is_distributed() {
+                ctx.comm_for(op)?
+                    .enter_operator(op, &format!("len {}", v.len()), Vec::new())?;
+            }
+            Ok((Self::from_data(v), ()))
+        })?
+        .0)
     }
 
     /// Number of elements.
@@ -403,16 +472,21 @@ impl<T: Element> DVector<T> {
     /// Reads a DVector written by [`DVector::save`]; checks the element type and checksum.
     ///
     /// In a job of several ranks rank 0 reads the file and every rank keeps its range.
+    #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let ctx = crate::cluster::here();
-        let comm = match ctx.is_distributed() {
-            true => Some(ctx.comm_for("DVector::load")?),
-            false => None,
-        };
-        let data: Vec<T> = super::io::on_driver(comm, "DVector::load", || {
-            super::io::load_snapshot(path.as_ref(), "DVector")
-        })?;
-        Ok(Self::from_data(data))
+        let op = "DVector::load";
+        Ok(Self::made_by_input(op, || {
+            let ctx = crate::cluster::here();
+            let comm = match ctx.is_distributed() {
+                true => Some(ctx.comm_for(op)?),
+                false => None,
+            };
+            let data: Vec<T> = super::io::on_driver(comm, op, || {
+                super::io::load_snapshot(path.as_ref(), "DVector")
+            })?;
+            Ok((Self::from_data(data), ()))
+        })?
+        .0)
     }
 
     /// Declares the table relaxed: `async_for!` ignores its conflicts and merges workers'
