@@ -112,8 +112,9 @@ fn a_stopped_job_recovers_to_the_failure_free_result() {
     for world in [1, 3] {
         let clean_dir = temp_dir(&format!("clean{world}"));
         let clean = run(world, CheckpointConfig::new(&clean_dir), EPOCHS, 0);
-        // Two loop calls per epoch, a checkpoint after each; two manifests kept.
-        assert_eq!(manifests(&clean_dir), 2, "keep 2");
+        // Two loop calls per epoch, a checkpoint after each; two manifests kept, and the
+        // first, the one forced to disk (the next would be 10 s later).
+        assert_eq!(manifests(&clean_dir), 3, "keep 2, and the synced one");
 
         // Every checkpoint kept: each replayed call loads its state, so even the driver's
         // per-epoch figures of the replayed epochs are those of the first run.
@@ -276,6 +277,51 @@ fn input_ddses_are_loaded_from_their_checkpoints_not_made_again() {
             3,
         );
         assert_eq!(resumed, clean, "{world} ranks, input made again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The committed checkpoints in `dir`, by loop call.
+fn committed_calls(dir: &Path) -> Vec<u64> {
+    let mut calls: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().to_string();
+            let call = name.strip_prefix("ckpt-")?.parse().ok()?;
+            e.path().join("MANIFEST").exists().then_some(call)
+        })
+        .collect();
+    calls.sort_unstable();
+    calls
+}
+
+/// Checkpoints are forced to disk at most every `sync_every` (the first at once); the
+/// newest synced one is kept beside the newest `keep`, since it is what a power loss
+/// leaves. Syncing every checkpoint keeps just the newest `keep`.
+#[test]
+fn the_newest_synced_checkpoint_is_kept_beside_the_newest() {
+    for (sync, expected) in [
+        (std::time::Duration::from_secs(3600), vec![1, 5, 6]),
+        (std::time::Duration::ZERO, vec![5, 6]),
+    ] {
+        let dir = temp_dir(&format!("sync{}", sync.as_secs()));
+        let config = CheckpointConfig::new(&dir).sync_every(sync);
+        let results = on_ranks(2, || {
+            configure(Some(config.clone()));
+            let data = DVector::from_fn(500, |k| {
+                let k = k as u32;
+                ((k * 7919) % 31, (k * 104_729) % 17, (k % 5 + 1) as f32)
+            })?;
+            let w = DVector::from_fn(31, |_| vec![0.1f32; 4])?;
+            let h = DVector::from_fn(17, |_| vec![0.1f32; 4])?;
+            for _ in 0..6 {
+                mf_epoch(&data, &w, &h, 0.02, 1)?;
+            }
+            strads_ap::checkpoint::flush()
+        });
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        assert_eq!(committed_calls(&dir), expected, "sync every {sync:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

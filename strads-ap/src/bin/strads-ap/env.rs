@@ -39,6 +39,8 @@ pub const CHECKPOINT_DIR: &str = "STRADS_CHECKPOINT_DIR";
 pub const CHECKPOINT_EVERY: &str = "STRADS_CHECKPOINT_EVERY";
 /// Committed checkpoints kept; set only with `--checkpoint-keep`.
 pub const CHECKPOINT_KEEP: &str = "STRADS_CHECKPOINT_KEEP";
+/// Seconds between checkpoints forced to disk; set only with `--checkpoint-sync`.
+pub const CHECKPOINT_SYNC: &str = "STRADS_CHECKPOINT_SYNC";
 /// `1` when the job resumes from its checkpoints (after a failure, or `--resume`).
 pub const RECOVER: &str = "STRADS_RECOVER";
 
@@ -63,6 +65,7 @@ mod tests {
         assert_eq!(super::CHECKPOINT_DIR, ckpt::CHECKPOINT_DIR);
         assert_eq!(super::CHECKPOINT_EVERY, ckpt::CHECKPOINT_EVERY);
         assert_eq!(super::CHECKPOINT_KEEP, ckpt::CHECKPOINT_KEEP);
+        assert_eq!(super::CHECKPOINT_SYNC, ckpt::CHECKPOINT_SYNC);
         assert_eq!(super::RECOVER, ckpt::RECOVER);
     }
 }

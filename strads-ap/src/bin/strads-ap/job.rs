@@ -59,6 +59,8 @@ pub struct Checkpointing {
     pub every: Option<u64>,
     /// Checkpoints kept, when given.
     pub keep: Option<usize>,
+    /// How often checkpoints are forced to disk, when given.
+    pub sync: Option<std::time::Duration>,
 }
 
 /// Where a process's stdout and stderr go.
@@ -133,6 +135,9 @@ impl Job {
             }
             if let Some(k) = c.keep {
                 vars.push((env::CHECKPOINT_KEEP, k.to_string().into()));
+            }
+            if let Some(d) = c.sync {
+                vars.push((env::CHECKPOINT_SYNC, d.as_secs_f64().to_string().into()));
             }
             if self.recover {
                 vars.push((env::RECOVER, "1".into()));

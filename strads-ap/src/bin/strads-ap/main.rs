@@ -4,7 +4,8 @@
 //! strads-ap run -n N [--threads T] [--hosts FILE | --slurm] [--output-dir D] [--port P]
 //!               [--startup-timeout SECS] [--grace SECS]
 //!               [--checkpoint-dir C [--checkpoint-every N] [--checkpoint-keep K]
-//!                [--max-restarts R] | --resume C] -- PROGRAM ARGS...
+//!                [--checkpoint-sync SECS] [--max-restarts R] | --resume C]
+//!               -- PROGRAM ARGS...
 //! ```
 //!
 //! Every process runs the same `PROGRAM ARGS`; the launcher tells each one its place in
@@ -23,7 +24,7 @@
 //! | `STRADS_OUTPUT_DIR` | `D`, absolute |
 //! | `STRADS_STARTUP_TIMEOUT` | seconds to wait for all ranks, only with `--startup-timeout` |
 //! | `STRADS_CHECKPOINT_DIR` | `C`, absolute, with `--checkpoint-dir` or `--resume` |
-//! | `STRADS_CHECKPOINT_EVERY`, `STRADS_CHECKPOINT_KEEP` | with the options of those names |
+//! | `STRADS_CHECKPOINT_EVERY`, `STRADS_CHECKPOINT_KEEP`, `STRADS_CHECKPOINT_SYNC` | with the options of those names |
 //! | `STRADS_RECOVER` | `1` when the ranks resume from the checkpoints |
 //!
 //! Rank 0's output goes to the terminal, rank r's to `D/rank-r.log`. Rank 0 reads the
@@ -87,7 +88,7 @@ struct Cli {
 enum Command {
     /// Run PROGRAM as the N ranks of a job and watch them.
     #[command(long_about = RUN_ABOUT)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Be one rank of a job that checks the cluster: `strads-ap run -n N -- strads-ap check`.
     #[command(long_about = CHECK_ABOUT)]
     Check(check::CheckArgs),
@@ -164,6 +165,12 @@ struct RunArgs {
     #[arg(long, value_name = "K", value_parser = at_least_one)]
     checkpoint_keep: Option<usize>,
 
+    /// Force checkpoints to disk at most every SECS seconds; 0: every checkpoint
+    /// [program's default: 10]. Unsynced checkpoints survive a rank's death, not a power
+    /// loss.
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    checkpoint_sync: Option<Duration>,
+
     /// Restart a job whose rank failed up to R times, resuming from its checkpoints.
     #[arg(long, value_name = "R", default_value_t = 0)]
     max_restarts: usize,
@@ -195,7 +202,7 @@ fn seconds(text: &str) -> std::result::Result<Duration, String> {
 
 fn main() -> ExitCode {
     let args = match Cli::parse().command {
-        Command::Run(args) => args,
+        Command::Run(args) => *args,
         Command::Check(args) => return check::main(args),
     };
     match run(args) {
@@ -278,11 +285,18 @@ fn run(args: RunArgs) -> Result<u8> {
                 dir,
                 every: args.checkpoint_every.map(|n| n as u64),
                 keep: args.checkpoint_keep,
+                sync: args.checkpoint_sync,
             })
         }
         None => {
-            if args.checkpoint_every.is_some() || args.checkpoint_keep.is_some() {
-                bail!("--checkpoint-every and --checkpoint-keep need --checkpoint-dir");
+            if args.checkpoint_every.is_some()
+                || args.checkpoint_keep.is_some()
+                || args.checkpoint_sync.is_some()
+            {
+                bail!(
+                    "--checkpoint-every, --checkpoint-keep and --checkpoint-sync need \
+                     --checkpoint-dir"
+                );
             }
             if args.max_restarts > 0 {
                 bail!("--max-restarts needs --checkpoint-dir (a restart resumes from checkpoints)");
