@@ -252,3 +252,60 @@ fn hybrid_with_reconnaissance_detects_drifting_accesses() {
     assert!(c[..100].iter().all(|&x| x == 1));
     assert!(c[100..].iter().all(|&x| x == 1));
 }
+
+/// Hybrid: every mini-batch starts from the shared values as they are when it starts,
+/// including other workers' pushes (with reconnaissance or without, when workers push and
+/// refresh only the keys written). Each mini-batch counts the ticks of the mini-batches
+/// before it (rows it never writes) and adds its own: the values seen reach the end (a
+/// worker that never saw the others' rows would count only about its own share), and no
+/// count is seen by more mini-batches than there are workers.
+#[test]
+fn hybrid_mini_batches_start_from_the_shared_values() {
+    let batches = 300;
+    let data = DVector::from_fn(batches, |b| b).unwrap();
+    for re in [false, true] {
+        for threads in [2, 3] {
+            let ticks = DVector::from_fn(batches, |_| 0i64)
+                .unwrap()
+                .aggregate_with(Aggregation::Sum);
+            let seen = DVector::from_fn(batches, |_| 0i64)
+                .unwrap()
+                .aggregate_with(Aggregation::Sum);
+            sync_for!(
+                data,
+                1,
+                SyncMode::Hybrid,
+                |batch| {
+                    for &b in batch {
+                        // Some work, so that every worker takes mini-batches.
+                        let mut x = std::hint::black_box(b as f64);
+                        for _ in 0..20_000 {
+                            x = (x * 1.000_001).sqrt() + 1.0;
+                        }
+                        let mut before = std::hint::black_box(x < 0.0) as i64;
+                        for k in 0..ticks.len() {
+                            before += ticks[k];
+                        }
+                        seen[b] += before + 1;
+                        ticks[b] += 1;
+                    }
+                },
+                Opts::new().threads(threads).re(re)
+            )
+            .unwrap();
+            let what = format!("re={re} threads={threads}");
+            assert_eq!(ticks.to_vec().unwrap(), vec![1; batches], "{what}");
+            let seen = seen.to_vec().unwrap();
+            let max = *seen.iter().max().unwrap();
+            assert!(
+                max >= (batches - threads) as i64,
+                "{what}: the last mini-batch saw {max} of {batches}"
+            );
+            let mut counts = std::collections::HashMap::new();
+            for v in seen {
+                *counts.entry(v).or_insert(0usize) += 1;
+            }
+            assert!(counts.values().all(|&c| c <= threads), "{what}: {counts:?}");
+        }
+    }
+}

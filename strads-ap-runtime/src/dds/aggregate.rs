@@ -33,6 +33,14 @@ pub trait Aggregate: Element {
     fn sub_delta(&mut self, delta: &Self);
     /// `self *= factor`.
     fn scale(&mut self, factor: f64);
+    /// `self += new - old`, the difference computed first (as `add_delta` of a delta
+    /// made by `sub_delta` would). The provided version allocates that delta; the
+    /// implementations for numbers, arrays, `Vec`s and tuples do not.
+    fn add_difference(&mut self, new: &Self, old: &Self) {
+        let mut delta = new.clone();
+        delta.sub_delta(old);
+        self.add_delta(&delta);
+    }
 }
 
 macro_rules! float_aggregate {
@@ -44,6 +52,8 @@ macro_rules! float_aggregate {
             fn sub_delta(&mut self, delta: &Self) { *self -= *delta; }
             #[inline]
             fn scale(&mut self, factor: f64) { *self = (*self as f64 * factor) as $t; }
+            #[inline]
+            fn add_difference(&mut self, new: &Self, old: &Self) { *self += *new - *old; }
         }
     )*};
 }
@@ -58,6 +68,10 @@ macro_rules! int_aggregate {
             fn sub_delta(&mut self, delta: &Self) { *self = self.wrapping_sub(*delta); }
             #[inline]
             fn scale(&mut self, factor: f64) { *self = (*self as f64 * factor).round() as $t; }
+            #[inline]
+            fn add_difference(&mut self, new: &Self, old: &Self) {
+                *self = self.wrapping_add(new.wrapping_sub(*old));
+            }
         }
     )*};
 }
@@ -75,6 +89,11 @@ where
     }
     fn scale(&mut self, factor: f64) {
         self.iter_mut().for_each(|a| a.scale(factor));
+    }
+    fn add_difference(&mut self, new: &Self, old: &Self) {
+        for ((a, n), o) in self.iter_mut().zip(new).zip(old) {
+            a.add_difference(n, o);
+        }
     }
 }
 
@@ -103,6 +122,17 @@ impl<A: Aggregate> Aggregate for Vec<A> {
     fn scale(&mut self, factor: f64) {
         self.iter_mut().for_each(|a| a.scale(factor));
     }
+    fn add_difference(&mut self, new: &Self, old: &Self) {
+        if self.len() == new.len() && new.len() == old.len() {
+            for ((a, n), o) in self.iter_mut().zip(new).zip(old) {
+                a.add_difference(n, o);
+            }
+        } else {
+            let mut delta = new.clone();
+            delta.sub_delta(old);
+            self.add_delta(&delta);
+        }
+    }
 }
 
 macro_rules! tuple_aggregate {
@@ -111,6 +141,9 @@ macro_rules! tuple_aggregate {
             fn add_delta(&mut self, delta: &Self) { $(self.$n.add_delta(&delta.$n);)* }
             fn sub_delta(&mut self, delta: &Self) { $(self.$n.sub_delta(&delta.$n);)* }
             fn scale(&mut self, factor: f64) { $(self.$n.scale(factor);)* }
+            fn add_difference(&mut self, new: &Self, old: &Self) {
+                $(self.$n.add_difference(&new.$n, &old.$n);)*
+            }
         }
     };
 }
@@ -154,6 +187,20 @@ impl<T> std::fmt::Debug for Aggregation<T> {
 }
 
 impl<T: Aggregate> Aggregation<T> {
+    /// Applies one worker's change (`new` from `old`) to `value`: what `apply` does with
+    /// the single delta `new - old`, without allocating one for the built-in
+    /// aggregations.
+    pub fn apply_change(&self, value: &mut T, new: &T, old: &T) {
+        match self {
+            Aggregation::Average | Aggregation::Sum => value.add_difference(new, old),
+            Aggregation::Custom(f) => {
+                let mut delta = new.clone();
+                delta.sub_delta(old);
+                f(value, &[&delta]);
+            }
+        }
+    }
+
     /// Applies the deltas to `value`.
     pub fn apply(&self, value: &mut T, deltas: &[&T]) {
         match self {

@@ -626,9 +626,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, buf.work.len()) };
         let aggregation = self.aggregation();
         for ((m, w), b) in master.iter_mut().zip(&mut buf.work).zip(&mut buf.base) {
-            let mut delta = w.clone();
-            delta.sub_delta(b);
-            aggregation.apply(m, &[&delta]);
+            aggregation.apply_change(m, w, b);
             w.clone_from(m);
             b.clone_from(m);
         }
@@ -660,9 +658,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
         let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, buf.work.len()) };
         for k in keys {
-            let mut delta = buf.work[k].clone();
-            delta.sub_delta(&buf.base[k]);
-            aggregation.apply(&mut master[k], &[&delta]);
+            aggregation.apply_change(&mut master[k], &buf.work[k], &buf.base[k]);
             buf.work[k].clone_from(&master[k]);
             buf.base[k].clone_from(&master[k]);
         }

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
 use super::vector::VectorRef;
-use crate::engine::ctx::{raise, Binding, ExecCtx, Fault, SHARED};
+use crate::engine::ctx::{raise, Binding, Dirty, ExecCtx, Fault, SHARED};
 use crate::recon::Recorder;
 
 /// A DVector as a loop body sees it: indexable like a `Vec`.
@@ -26,6 +26,8 @@ pub struct VectorView<'a, T> {
     writable: bool,
     read_only_reason: &'static str,
     name: &'static str,
+    /// The worker's note of written keys (a Hybrid replica), or null.
+    dirty: *mut Dirty,
     _life: PhantomData<&'a mut [T]>,
 }
 
@@ -60,6 +62,7 @@ impl<'a, T> VectorView<'a, T> {
             writable: b.writable,
             read_only_reason: b.read_only_reason,
             name,
+            dirty: b.dirty,
             _life: PhantomData,
         }
     }
@@ -157,6 +160,12 @@ impl<T> IndexMut<usize> for VectorView<'_, T> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.check(i, true);
+        if !self.dirty.is_null() {
+            // SAFETY: a non-null `dirty` is the running worker's own note for this
+            // replica, sized to the table (`i < len` was checked); only this thread uses
+            // it while the body runs, and no reference to it outlives this call.
+            unsafe { (*self.dirty).mark(i) };
+        }
         // SAFETY: as for `index`; a write needs the element's tag to equal this group's, so
         // no other thread holds a reference to element `i`, and `&mut self` rules out a
         // second reference from this thread.

@@ -23,6 +23,48 @@ pub(crate) struct Binding {
     pub writable: bool,
     /// Why writes are refused when `writable` is false.
     pub read_only_reason: &'static str,
+    /// Where a worker's replica notes the keys it writes (Hybrid `sync_for!`), or null.
+    pub dirty: *mut Dirty,
+}
+
+/// The keys a worker wrote in its replica since its last push, each once.
+#[derive(Debug, Default)]
+pub(crate) struct Dirty {
+    flags: Vec<u64>,
+    keys: Vec<usize>,
+}
+
+impl Dirty {
+    /// Room for keys below `len`.
+    pub fn new(len: usize) -> Self {
+        Dirty {
+            flags: vec![0; len.div_ceil(64)],
+            keys: Vec::new(),
+        }
+    }
+
+    /// Notes a write of key `i` (below the length given to [`Dirty::new`]).
+    #[inline(always)]
+    pub fn mark(&mut self, i: usize) {
+        let (word, bit) = (i >> 6, 1u64 << (i & 63));
+        if self.flags[word] & bit == 0 {
+            self.flags[word] |= bit;
+            self.keys.push(i);
+        }
+    }
+
+    /// The keys noted, in first-write order.
+    pub fn keys(&self) -> &[usize] {
+        &self.keys
+    }
+
+    /// Forgets the keys noted.
+    pub fn clear(&mut self) {
+        for &i in &self.keys {
+            self.flags[i >> 6] = 0;
+        }
+        self.keys.clear();
+    }
 }
 
 // SAFETY: a `Binding` is a description (pointers as values); it is dereferenced only by

@@ -397,6 +397,7 @@ impl Base {
             allowed: 0,
             writable: true,
             read_only_reason: "",
+            dirty: std::ptr::null_mut(),
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use super::ctx::{Binding, ExecCtx, UNTOUCHED};
+use super::ctx::{Binding, Dirty, ExecCtx, UNTOUCHED};
 use super::{
     body_error, linger, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry,
     SyncMode,
@@ -206,7 +206,9 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     let t0 = Instant::now();
     let errors = FirstError::new();
     let mut cross = comm.map(|comm| CrossRank::new(comm, &registry, &bases, data.id()));
-    let merge_lock = Mutex::new(());
+    // Guards the masters; holds, per replicated table, the keys pushed into its master so
+    // far in the current Hybrid window (workers refresh just those from the master).
+    let merge_lock: Mutex<Vec<Vec<usize>>> = Mutex::new(Vec::new());
     let new_worker = || -> (ExecCtx, Vec<(usize, Replica)>) {
         let mut bindings = template.clone();
         let mut replicas = Vec::new();
@@ -275,12 +277,44 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                 batches.len().max(1)
             };
             let windows = steps_everywhere(comm, batches.len().div_ceil(window))?;
+            // Without reconnaissance, workers note the keys they write (in their views)
+            // and push only those; before each mini-batch they refresh only the keys
+            // others pushed since. Each mini-batch still starts from the masters' current
+            // values, at a cost that follows the keys touched, not the tables' sizes.
+            let track = sparse.is_none();
             for w in 0..windows {
                 let lo = (w * window).min(batches.len());
                 let hi = ((w + 1) * window).min(batches.len());
                 let next = AtomicUsize::new(lo);
+                *merge_lock.lock().unwrap_or_else(|p| p.into_inner()) =
+                    vec![Vec::new(); replicate.iter().filter(|&&r| r).count()];
                 let work = || {
                     let (mut ctx, mut replicas) = new_worker();
+                    // Per replica: the keys written since the last push, and how much of
+                    // the push log this worker has caught up with (a worker that starts
+                    // late replays what others pushed meanwhile; refreshing is idempotent).
+                    let dirty: Vec<std::cell::UnsafeCell<Dirty>> = match track {
+                        true => replicas
+                            .iter()
+                            .map(|(slot, _)| {
+                                std::cell::UnsafeCell::new(Dirty::new(bases[*slot].len))
+                            })
+                            .collect(),
+                        false => Vec::new(),
+                    };
+                    for ((slot, _), d) in replicas.iter().zip(&dirty) {
+                        ctx.bindings[*slot].dirty = d.get();
+                    }
+                    let mut seen = vec![0usize; replicas.len()];
+                    // Keys refreshed at the current mini-batch (a key others pushed several
+                    // times is refreshed once).
+                    let mut stamps: Vec<Vec<u32>> = match track {
+                        true => replicas
+                            .iter()
+                            .map(|(slot, _)| vec![u32::MAX; bases[*slot].len])
+                            .collect(),
+                        false => Vec::new(),
+                    };
                     // Sparse mode: per replicated table, the tag of every key (the mini-batch
                     // that may touch it now).
                     let mut tags: Vec<Vec<u32>> = match sparse {
@@ -297,6 +331,27 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                         let b = next.fetch_add(1, Ordering::Relaxed);
                         if b >= hi || errors.failed() {
                             break;
+                        }
+                        if track {
+                            let pushed = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                            for (k, (slot, r)) in replicas.iter_mut().enumerate() {
+                                let fresh = &pushed[k][seen[k]..];
+                                if !fresh.is_empty() {
+                                    let merger =
+                                        registry.entries[*slot].merger.as_ref().expect("merger");
+                                    let stamp = &mut stamps[k];
+                                    let mut once = fresh.iter().copied().filter(|&key| {
+                                        let new = stamp[key] != b as u32;
+                                        stamp[key] = b as u32;
+                                        new
+                                    });
+                                    // SAFETY: the master is only touched under
+                                    // `merge_lock`, which we hold; pushed keys are below
+                                    // the table's length.
+                                    unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut once) };
+                                }
+                                seen[k] = pushed[k].len();
+                            }
                         }
                         if let Some(log) = sparse {
                             let touched = log.task(b);
@@ -321,10 +376,27 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                             }
                         }
                         run_batch(&ctx, b);
-                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                        for (slot, r) in &mut replicas {
+                        let mut pushed = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                        for (k, (slot, r)) in replicas.iter_mut().enumerate() {
                             let merger = registry.entries[*slot].merger.as_ref().expect("merger");
                             let master = bases[*slot].ptr;
+                            if track {
+                                // SAFETY: the body has returned, so no view holds the
+                                // note; only this worker uses it.
+                                let d = unsafe { &mut *dirty[k].get() };
+                                // SAFETY: the master is only touched under `merge_lock`,
+                                // which we hold; noted keys are below the table's length.
+                                unsafe {
+                                    merger.push_keys(master, r, &mut d.keys().iter().copied())
+                                };
+                                let caught_up = seen[k] == pushed[k].len();
+                                pushed[k].extend_from_slice(d.keys());
+                                if caught_up {
+                                    seen[k] = pushed[k].len();
+                                }
+                                d.clear();
+                                continue;
+                            }
                             match sparse {
                                 Some(log) => {
                                     let mut written = log
