@@ -50,11 +50,15 @@ def word2vec(args):
 
     with open(args.data) as f:
         sentences = [line.split() for line in f if line.strip()]
-    words = sum(len(s) for s in sentences)
+    model = Word2Vec(sg=1, vector_size=args.dim, window=5, negative=5, sample=1e-3,
+                     min_count=5, workers=args.workers, epochs=args.epochs, alpha=0.025,
+                     seed=args.seed)
+    model.build_vocab(sentences)
+    # Words per second as the examples (and the C tool) count them: occurrences of
+    # in-vocabulary words, over the training alone (not the vocabulary scan).
+    words = sum(model.wv.get_vecattr(w, "count") for w in model.wv.index_to_key)
     start = time.time()
-    model = Word2Vec(sentences, sg=1, vector_size=args.dim, window=5, negative=5,
-                     sample=1e-3, min_count=5, workers=args.workers, epochs=args.epochs,
-                     alpha=0.025, seed=args.seed)
+    model.train(sentences, total_examples=model.corpus_count, epochs=model.epochs)
     secs = time.time() - start
     pairs, gold, got = 0, [], []
     sim = os.path.join(SHARED, "word2vec-eval", "wordsim353.tsv")

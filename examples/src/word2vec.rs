@@ -33,10 +33,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{rng_for, LoadError};
 
-/// Entries of the noise table (the C tool uses 1e8; 1e7 resolves every word of a
-/// vocabulary of a few hundred thousand words).
-pub const NOISE_TABLE: usize = 10_000_000;
-
 /// Largest analogy sample evaluated by default (`--analogy-sample`).
 pub const ANALOGY_SAMPLE: usize = 2_000;
 
@@ -289,38 +285,85 @@ impl SentenceRng {
     }
 }
 
-/// An entry of the noise table: a word id. Not [`strads_ap::Aggregate`], so the
-/// strads-ap twin's `sync_for!` treats the table as read-only: it neither replicates nor
-/// merges it (a plain captured `Vec` would be copied to the workers on every call).
+/// An entry of the noise table (an alias table): a slot drawn uniformly yields its own
+/// word or its alias, by a biased coin. Not [`strads_ap::Aggregate`], so the strads-ap
+/// twin's `sync_for!` treats the table as read-only: it neither replicates nor merges it
+/// (a plain captured `Vec` would be copied to the workers on every call).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Noise(pub u32);
+pub struct Noise {
+    word: u32,
+    alias: u32,
+    /// The slot yields `word` when the coin's 32 high bits are below this.
+    threshold: u32,
+}
 
-/// The negative-sampling distribution, `size` entries: word ids in proportion to
-/// `count^0.75` (the C tool's construction); a uniform entry is a negative sample.
+impl Noise {
+    /// The word this slot yields for the random bits `coin`.
+    #[inline]
+    pub fn pick(self, coin: u64) -> u32 {
+        if ((coin >> 32) as u32) < self.threshold {
+            self.word
+        } else {
+            self.alias
+        }
+    }
+
+    /// The probability that this slot yields `w`.
+    pub fn share_of(&self, w: u32) -> f64 {
+        let own = f64::from(self.threshold) / 4_294_967_296.0;
+        let mut p = 0.0;
+        if self.word == w {
+            p += own;
+        }
+        if self.alias == w {
+            p += 1.0 - own;
+        }
+        p
+    }
+}
+
+/// The negative-sampling distribution: word ids in proportion to `count^0.75` (the C
+/// tool's distribution), as an alias table with one slot per word (Vose's method). A
+/// negative sample is `table[uniform slot].pick(random bits)`: exact, where the C tool's
+/// table of 1e8 entries rounds every probability to 1e-8, and small enough to stay in
+/// the cache (the C tool's table costs a memory miss per sample).
 ///
 /// # Examples
 /// ```
 /// use strads_ap_examples::word2vec::noise_table;
-/// let t = noise_table(&[16, 1], 1000);
-/// let zeros = t.iter().filter(|n| n.0 == 0).count();
-/// assert_eq!(zeros, 889); // 16^0.75 = 8 against 1
+/// let t = noise_table(&[16, 1]);
+/// let zero: f64 = t.iter().map(|n| n.share_of(0)).sum::<f64>() / t.len() as f64;
+/// assert!((zero - 8.0 / 9.0).abs() < 1e-9); // 16^0.75 = 8 against 1
 /// ```
-pub fn noise_table(counts: &[u64], size: usize) -> Vec<Noise> {
-    let power = 0.75;
-    let total: f64 = counts.iter().map(|&c| (c as f64).powf(power)).sum();
-    let mut table = Vec::with_capacity(size);
-    if counts.is_empty() {
-        return table;
+pub fn noise_table(counts: &[u64]) -> Vec<Noise> {
+    let n = counts.len();
+    let weights: Vec<f64> = counts.iter().map(|&c| (c as f64).powf(0.75)).collect();
+    let total: f64 = weights.iter().sum();
+    if n == 0 || total <= 0.0 {
+        return Vec::new();
     }
-    let mut word = 0usize;
-    let mut cumulative = (counts[0] as f64).powf(power) / total;
-    for a in 0..size {
-        table.push(Noise(word as u32));
-        if (a + 1) as f64 / size as f64 > cumulative && word + 1 < counts.len() {
-            word += 1;
-            cumulative += (counts[word] as f64).powf(power) / total;
+    // Each slot's share of its own word, scaled so that 1 is a full slot.
+    let mut scaled: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
+    let mut table: Vec<Noise> = (0..n as u32)
+        .map(|w| Noise {
+            word: w,
+            alias: w,
+            threshold: u32::MAX,
+        })
+        .collect();
+    let (mut small, mut large): (Vec<usize>, Vec<usize>) = (0..n).partition(|&w| scaled[w] < 1.0);
+    while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
+        small.pop();
+        table[s].alias = l as u32;
+        table[s].threshold = (scaled[s] * 4_294_967_296.0).min(u32::MAX as f64) as u32;
+        scaled[l] -= 1.0 - scaled[s];
+        if scaled[l] < 1.0 {
+            large.pop();
+            small.push(l);
         }
     }
+    // What remains is a full slot (up to rounding): it yields its own word, whatever the
+    // coin (`alias` is the word itself).
     table
 }
 
@@ -384,10 +427,29 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// The dot product of two rows.
+/// The dot product of two rows (the shorter one's length).
+///
+/// Sixteen partial sums, added in a fixed order at the end: the compiler turns the loop
+/// into SIMD (a single running sum would be one long dependency chain), and the result
+/// is the same on every run and every thread.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    const LANES: usize = 16;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..LANES {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `y += a * x`.
@@ -772,7 +834,7 @@ impl Setup {
             raw.truncate(n);
         }
         let corpus = Corpus::build(&raw, args.min_count as u64, &source)?;
-        let noise = noise_table(&corpus.counts, NOISE_TABLE);
+        let noise = noise_table(&corpus.counts);
         let keep = keep_probabilities(&corpus.counts, args.sample);
         let index = corpus.index();
         let pairs = if synthetic && args.wordsim.is_none() {

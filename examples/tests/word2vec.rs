@@ -128,12 +128,28 @@ fn the_binaries_report_bad_input_clearly() {
 
 #[test]
 fn noise_table_follows_the_three_quarter_power() {
-    let t = noise_table(&[81, 16, 1], 10_000);
-    let share = |w: u32| t.iter().filter(|n| n.0 == w).count() as f64 / t.len() as f64;
-    // 81^0.75 = 27, 16^0.75 = 8, 1^0.75 = 1.
-    assert!((share(0) - 27.0 / 36.0).abs() < 1e-3);
-    assert!((share(1) - 8.0 / 36.0).abs() < 1e-3);
-    assert!((share(2) - 1.0 / 36.0).abs() < 1e-3);
+    let t = noise_table(&[81, 16, 1]);
+    assert_eq!(t.len(), 3, "one slot per word");
+    let share = |w: u32| t.iter().map(|n| n.share_of(w)).sum::<f64>() / t.len() as f64;
+    // 81^0.75 = 27, 16^0.75 = 8, 1^0.75 = 1: exactly, up to the coin's 32 bits.
+    assert!((share(0) - 27.0 / 36.0).abs() < 1e-9);
+    assert!((share(1) - 8.0 / 36.0).abs() < 1e-9);
+    assert!((share(2) - 1.0 / 36.0).abs() < 1e-9);
+    // Sampled: slot uniform, then the coin.
+    let mut rng = strads_ap_examples::word2vec::SentenceRng::new(1, 0, 0);
+    let mut hits = [0usize; 3];
+    for _ in 0..360_000 {
+        let slot = rng.below(t.len());
+        hits[t[slot].pick(rng.next_u64()) as usize] += 1;
+    }
+    assert!(
+        (hits[0] as f64 / 360_000.0 - 0.75).abs() < 0.005,
+        "{hits:?}"
+    );
+    assert!(
+        (hits[2] as f64 / 360_000.0 - 1.0 / 36.0).abs() < 0.002,
+        "{hits:?}"
+    );
 }
 
 #[test]

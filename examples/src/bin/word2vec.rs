@@ -93,7 +93,7 @@ fn main() -> Result<()> {
                                 let target = if d == 0 {
                                     word
                                 } else {
-                                    noise[rng.below(noise.len())].0
+                                    noise[rng.below(noise.len())].pick(rng.next_u64())
                                 };
                                 if d == 0 || target != word {
                                     let t = target as usize;
