@@ -77,7 +77,7 @@ impl Opts {
         self
     }
 
-    /// `async_for!`: blocks per rotated table (default: 2 × threads).
+    /// `async_for!`: blocks per rotated table (default: 4 × threads).
     pub fn blocks(mut self, blocks: usize) -> Self {
         self.blocks = Some(blocks.max(1));
         self

@@ -147,9 +147,12 @@ pub struct PlanConfig {
 }
 
 /// Blocks per rotated table and thread, by default. Fewer, larger blocks keep the order of
-/// updates closer to the serial loop's (each cell is a stratum of correlated updates);
-/// the engine balances load by cutting cells into small units instead.
-pub const BLOCKS_PER_THREAD: usize = 2;
+/// updates closer to the serial loop's (each cell is a stratum of correlated updates),
+/// and the engine balances load by cutting cells into small units; but smaller blocks
+/// keep a cell's rows in the cache. Measured with 2 threads (`bench`, same runs): 4 per
+/// thread made SGDMF 2.22x and LDA 2.15x faster than their serial twins, against 1.99x
+/// and 1.88x with 2 per thread, at the same RMSE and log-likelihood (within 0.3%).
+pub const BLOCKS_PER_THREAD: usize = 4;
 
 /// Makes a conflict-free plan.
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
