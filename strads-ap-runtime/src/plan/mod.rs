@@ -719,15 +719,20 @@ fn components(
     };
     let threads = config.threads.max(1);
 
-    // Batch size: halve until the largest component of the first batch leaves room for
-    // every thread (at most half of one thread's share), or batches get small.
+    // Batch size: the largest of n, n/2, n/4, ... (down to a floor) whose first batch's
+    // largest component leaves room for every thread (at most half of one thread's
+    // share). A prefix's largest component only grows with the prefix, so the sizes are
+    // tried from the smallest up and the search stops at the first that fails: it reads
+    // about twice the chosen batch, not the whole log several times over.
     let min_batch = (64 * threads).min(n.max(1));
-    let mut size = n.max(1);
-    loop {
-        if threads == 1 || size <= min_batch {
-            break;
-        }
-        let batch = &order[..size.min(n)];
+    let mut candidates = vec![n.max(1)];
+    while threads > 1 && *candidates.last().expect("one") > min_batch {
+        let next = (candidates.last().expect("one") / 2).max(min_batch);
+        candidates.push(next);
+    }
+    let mut size = *candidates.last().expect("one");
+    for &candidate in candidates.iter().rev().skip(1) {
+        let batch = &order[..candidate.min(n)];
         let mut uf = connected(log, modes, batch, &mut scratch);
         let mut counts = vec![0u32; batch.len()];
         let mut largest = 0;
@@ -736,10 +741,10 @@ fn components(
             counts[r] += 1;
             largest = largest.max(counts[r] as usize);
         }
-        if largest * 2 * threads <= batch.len() {
+        if largest * 2 * threads > batch.len() {
             break;
         }
-        size = (size / 2).max(min_batch);
+        size = candidate;
     }
 
     let bins_per_batch = 4 * threads;
