@@ -58,8 +58,14 @@ fn mlr_on_two_and_three_processes_matches_a_world_of_one() {
             let got = run(ranks, mlr, &args);
             assert_eq!(got["ranks"], ranks as u64);
             let loss = got["train_loss"].as_f64().unwrap();
+            // BSP is the same computation wherever the workers run: within 1%. Hybrid is
+            // not: inside a process workers push and refresh after every mini-batch, while
+            // ranks combine their changes at 8 points per call, so each rank works from
+            // older values in between (the summed changes of 3 ranks came out about 1%
+            // lower in loss after 5 epochs, 1.8% after 3): within 2.5%.
+            let tolerance = if sync == "bsp" { 0.01 } else { 0.025 };
             assert!(
-                (loss - base).abs() <= 0.01 * base,
+                (loss - base).abs() <= tolerance * base,
                 "{sync}, {ranks} ranks: train loss {loss} vs {base} in a world of one"
             );
             let acc = got["test_accuracy"].as_f64().unwrap();

@@ -492,8 +492,18 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         .collect();
     let t0 = Instant::now();
     // SAFETY: the tables are locked (`bases`) and no worker runs yet.
-    let mut exchanger =
-        unsafe { Exchanger::new(comm, &dist, skip.clone(), registry, &bases, &plan.modes) };
+    // Tables just gathered whole need nothing before the first step either.
+    let mut exchanger = unsafe {
+        Exchanger::new(
+            comm,
+            &dist,
+            skip.clone(),
+            gathered.clone(),
+            registry,
+            &bases,
+            &plan.modes,
+        )
+    };
     let outcome = execute(
         site,
         start,

@@ -157,25 +157,28 @@ impl DistPlan {
         let steps = per_rank[0].len();
 
         // Who holds the latest value of each element, step by step.
-        let parts: Vec<RangePartition> = lens
-            .iter()
-            .map(|&l| RangePartition::new(l, world))
-            .collect();
-        let owner = |slot: usize, key: usize| match &owners[slot] {
-            Some(o) => o[key] as usize,
-            None => parts[slot].owner(key),
-        };
         let tracked: Vec<bool> = (0..slots)
             .map(|s| plan.modes[s] != SlotMode::Relaxed && lens[s] > 0)
             .collect();
-        let mut holders: Vec<Vec<u64>> = (0..slots)
-            .map(|s| {
-                if tracked[s] {
-                    (0..lens[s]).map(|k| 1u64 << owner(s, k)).collect()
-                } else {
-                    Vec::new()
+        // Each element's owner, looked up rather than computed (a division) per access.
+        let owner_of: Vec<Vec<u8>> = (0..slots)
+            .map(|s| match (&owners[s], tracked[s]) {
+                (_, false) => Vec::new(),
+                (Some(o), true) => o.iter().map(|&r| r as u8).collect(),
+                (None, true) => {
+                    let part = RangePartition::new(lens[s], world);
+                    let mut of = vec![0u8; lens[s]];
+                    for r in 0..world {
+                        of[part.range(r)].fill(r as u8);
+                    }
+                    of
                 }
             })
+            .collect();
+        let owner = |slot: usize, key: usize| owner_of[slot][key] as usize;
+        let mut holders: Vec<Vec<u64>> = owner_of
+            .iter()
+            .map(|of| of.iter().map(|&r| 1u64 << r).collect())
             .collect();
         let empty = || Exchange {
             send: vec![vec![Vec::new(); slots]; world],
@@ -187,43 +190,78 @@ impl DistPlan {
         // source in that same exchange.
         let mut arriving: Vec<Vec<u64>> = holders.iter().map(|h| vec![0; h.len()]).collect();
         let mut arrived: Vec<(usize, usize)> = Vec::new();
+        // Within a step the order of tasks does not matter (an element one rank writes in
+        // a step is touched by no other rank in it, and read-only elements never change
+        // holder), so the step's tasks are visited in task order: the log, and the
+        // holders of tables indexed like the loop, are then read sequentially rather than
+        // at random (which made this simulation cost more than a serial epoch).
+        let n_tasks = plan.log.tasks();
+        let mut rank_of: Vec<u8> = Vec::new();
+        let mut listed: Vec<u64> = Vec::new();
         for (step, exchange) in exchanges.iter_mut().enumerate().take(steps) {
-            for (q, works) in per_rank.iter().enumerate() {
+            let mut count = 0usize;
+            for works in &per_rank {
+                for_tasks(plan, &works[step], |_| count += 1);
+            }
+            let mut visit = |t: usize, q: usize| {
                 let bit = 1u64 << q;
-                for_tasks(plan, &works[step], |t| {
-                    for a in plan.log.task(t as usize) {
-                        let (slot, key) = (a.slot(), a.key() as usize);
-                        if !tracked[slot] || key >= lens[slot] {
-                            continue;
-                        }
-                        let held = &mut holders[slot][key];
-                        if *held & bit == 0 {
-                            let sources = *held & !arriving[slot][key];
-                            let home = owner(slot, key);
-                            let src = if sources >> home & 1 == 1 {
-                                home
-                            } else {
-                                sources.trailing_zeros() as usize
-                            };
-                            debug_assert!(src < world, "an element with no holder");
-                            if src == me {
-                                exchange.send[q][slot].push(key as u64);
-                            }
-                            if q == me {
-                                exchange.recv[src][slot].push(key as u64);
-                                received += 1;
-                            }
-                            *held |= bit;
-                            if arriving[slot][key] == 0 {
-                                arrived.push((slot, key));
-                            }
-                            arriving[slot][key] |= bit;
-                        }
-                        if a.write() {
-                            *held = bit;
-                        }
+                for a in plan.log.task(t) {
+                    let (slot, key) = (a.slot(), a.key() as usize);
+                    if !tracked[slot] || key >= lens[slot] {
+                        continue;
                     }
-                });
+                    let held = &mut holders[slot][key];
+                    if *held & bit == 0 {
+                        let sources = *held & !arriving[slot][key];
+                        let home = owner(slot, key);
+                        let src = if sources >> home & 1 == 1 {
+                            home
+                        } else {
+                            sources.trailing_zeros() as usize
+                        };
+                        debug_assert!(src < world, "an element with no holder");
+                        if src == me {
+                            exchange.send[q][slot].push(key as u64);
+                        }
+                        if q == me {
+                            exchange.recv[src][slot].push(key as u64);
+                            received += 1;
+                        }
+                        *held |= bit;
+                        if arriving[slot][key] == 0 {
+                            arrived.push((slot, key));
+                        }
+                        arriving[slot][key] |= bit;
+                    }
+                    if a.write() {
+                        *held = bit;
+                    }
+                }
+            };
+            if count.saturating_mul(16) >= n_tasks {
+                // A large step: mark its tasks, then scan all tasks in order.
+                rank_of.resize(n_tasks, u8::MAX);
+                for (q, works) in per_rank.iter().enumerate() {
+                    for_tasks(plan, &works[step], |t| rank_of[t as usize] = q as u8);
+                }
+                for (t, q) in rank_of.iter_mut().enumerate() {
+                    if *q != u8::MAX {
+                        visit(t, *q as usize);
+                        *q = u8::MAX;
+                    }
+                }
+            } else {
+                // A small one: sort its (task, rank) pairs.
+                listed.clear();
+                for (q, works) in per_rank.iter().enumerate() {
+                    for_tasks(plan, &works[step], |t| {
+                        listed.push(u64::from(t) << 8 | q as u64)
+                    });
+                }
+                listed.sort_unstable();
+                for &e in &listed {
+                    visit((e >> 8) as usize, (e & 0xff) as usize);
+                }
             }
             for (slot, key) in arrived.drain(..) {
                 arriving[slot][key] = 0;
@@ -277,6 +315,9 @@ pub(crate) struct Exchanger<'a> {
     plan: &'a DistPlan,
     /// Per slot: skip its transfers (read-only and already current here).
     skip: Vec<bool>,
+    /// Per slot: skip its transfers before the first step (gathered whole for this call,
+    /// so every rank already holds the current value of every element).
+    skip_first: Vec<bool>,
     /// Relaxed slots and their values at the last combination.
     relaxed: Vec<(usize, Box<dyn std::any::Any + Send>)>,
     /// Time spent in exchanges so far.
@@ -284,7 +325,8 @@ pub(crate) struct Exchanger<'a> {
 }
 
 impl<'a> Exchanger<'a> {
-    /// `skip[slot]`: the slot's transfers are not needed (see [`Exchanger`]).
+    /// `skip[slot]`: the slot's transfers are not needed; `skip_first[slot]`: its
+    /// transfers before the first step are not (see [`Exchanger`]).
     ///
     /// # Safety
     /// `bases` must be the locked tables of `registry`, and no worker may run yet.
@@ -292,6 +334,7 @@ impl<'a> Exchanger<'a> {
         comm: &'a Comm,
         plan: &'a DistPlan,
         skip: Vec<bool>,
+        skip_first: Vec<bool>,
         registry: &Registry,
         bases: &[Base],
         modes: &[SlotMode],
@@ -308,6 +351,7 @@ impl<'a> Exchanger<'a> {
             comm,
             plan,
             skip,
+            skip_first,
             relaxed,
             spent: std::time::Duration::ZERO,
         }
@@ -355,6 +399,10 @@ impl<'a> Exchanger<'a> {
             }
         }
         let plan = &self.plan.exchanges[i];
+        // Both sides skip the same slots: `skip` and `skip_first` are agreed by all ranks.
+        let skipped: Vec<bool> = (0..self.skip.len())
+            .map(|s| self.skip[s] || (i == 0 && self.skip_first[s]))
+            .collect();
         let status = errors.message();
         let mut out = Vec::with_capacity(world);
         for peer in 0..world {
@@ -364,7 +412,7 @@ impl<'a> Exchanger<'a> {
             })?;
             if peer != me && status.is_none() {
                 for (slot, keys) in plan.send[peer].iter().enumerate() {
-                    if !keys.is_empty() && !self.skip[slot] {
+                    if !keys.is_empty() && !skipped[slot] {
                         // SAFETY: the table is locked by the engine, `keys` come from the
                         // reconnaissance log (below the length) and no worker runs.
                         unsafe {
@@ -402,7 +450,7 @@ impl<'a> Exchanger<'a> {
                 continue;
             }
             for (slot, keys) in plan.recv[peer].iter().enumerate() {
-                if !keys.is_empty() && !self.skip[slot] {
+                if !keys.is_empty() && !skipped[slot] {
                     // SAFETY: as above; this thread is the only one touching the table.
                     unsafe {
                         registry.entries[slot]
