@@ -325,3 +325,36 @@ fn the_newest_synced_checkpoint_is_kept_beside_the_newest() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A replay says which loop calls it skipped, so programs can leave them out of their
+/// timings: the calls up to the recovery point, and no later one.
+#[test]
+fn replayed_calls_are_reported() {
+    let dir = temp_dir("replayed");
+    let job = |recover: bool, epochs: usize| {
+        let config = CheckpointConfig::new(&dir).recover(recover);
+        on_ranks(2, move || {
+            configure(Some(config.clone()));
+            let data = DVector::from_fn(300, |k| {
+                let k = k as u32;
+                ((k * 7919) % 31, (k * 104_729) % 17, (k % 5 + 1) as f32)
+            })?;
+            let w = DVector::from_fn(31, |_| vec![0.1f32; 4])?;
+            let h = DVector::from_fn(17, |_| vec![0.1f32; 4])?;
+            let mut replayed = Vec::new();
+            for _ in 0..epochs {
+                mf_epoch(&data, &w, &h, 0.02, 1)?;
+                replayed.push(strads_ap::checkpoint::last_call_replayed());
+            }
+            strads_ap::checkpoint::flush()?;
+            Ok(replayed)
+        })
+    };
+    for r in job(false, 3) {
+        assert_eq!(r.unwrap(), vec![false; 3]);
+    }
+    for r in job(true, 5) {
+        assert_eq!(r.unwrap(), vec![true, true, true, false, false]);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -130,7 +130,10 @@ fn main() -> Result<()> {
     let mut epoch_secs = Vec::new();
     for epoch in 1..=epochs {
         let secs = sweep(epoch)?;
-        epoch_secs.push(secs);
+        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
+        if !strads_ap::checkpoint::last_call_replayed() {
+            epoch_secs.push(secs);
+        }
         progress("lda", STRADS, epoch, "loglik_per_token", loglik()?, secs);
         let (lost, drift) = relaxed_error()?;
         eprintln!(

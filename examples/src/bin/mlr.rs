@@ -116,7 +116,10 @@ fn main() -> Result<()> {
             // strads-ap: body end
         })?;
         let secs = start.elapsed().as_secs_f64() - (strads_setup_secs() - setup_before);
-        epoch_secs.push(secs);
+        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
+        if !strads_ap::checkpoint::last_call_replayed() {
+            epoch_secs.push(secs);
+        }
         progress("mlr", STRADS, epoch, "train_loss", mean_loss(&train)?, secs);
     }
     print_loop_stats();

@@ -97,7 +97,10 @@ fn main() -> Result<()> {
         // The training loop alone: the first call's reconnaissance and planning are
         // reported separately as `setup_secs`.
         let secs = start.elapsed().as_secs_f64() - (strads_setup_secs() - setup_before);
-        epoch_secs.push(secs);
+        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
+        if !strads_ap::checkpoint::last_call_replayed() {
+            epoch_secs.push(secs);
+        }
         let train_rmse = rmse(sum_squared(&ratings)?, ratings.len());
         progress("sgdmf", STRADS, epoch, "train_rmse", train_rmse, secs);
     }

@@ -196,7 +196,10 @@ fn main() -> Result<()> {
         let excluded = if replan { 0.0 } else { setup };
         setup_secs += excluded;
         let secs = start.elapsed().as_secs_f64() - excluded;
-        epoch_secs.push(secs);
+        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
+        if !strads_ap::checkpoint::last_call_replayed() {
+            epoch_secs.push(secs);
+        }
         progress("transe", STRADS, epoch, "train_loss", loss()?, secs);
     }
     print_loop_stats();

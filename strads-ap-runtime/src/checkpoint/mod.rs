@@ -278,6 +278,8 @@ pub(crate) struct Checkpointer {
     loaded: BTreeMap<u64, u64>,
     /// Recovery has been prepared (the ranks agreed where to resume).
     prepared: bool,
+    /// Whether the last loop call was skipped by a replay.
+    last_replayed: bool,
     /// Time spent writing checkpoints.
     pub spent: std::time::Duration,
     /// When checkpointing was configured (the start of a replay).
@@ -330,6 +332,7 @@ impl Checkpointer {
             manifests: BTreeMap::new(),
             loaded: BTreeMap::new(),
             prepared: false,
+            last_replayed: false,
             spent: std::time::Duration::ZERO,
             started: Instant::now(),
             pending: None,
@@ -785,6 +788,7 @@ impl Checkpointer {
         }
         self.seq += 1;
         let seq = self.seq;
+        self.last_replayed = false;
         if let Some((r, n, how)) = fault_at() {
             if !self.config.recover && (r, n) == (rank, seq) {
                 inject(rank, seq, how);
@@ -809,6 +813,7 @@ impl Checkpointer {
             let tables = m.tables.clone();
             self.load(&tables, rank, world)?;
         }
+        self.last_replayed = true;
         if seq == until {
             self.replay_until = None;
             if rank == 0 {
@@ -1244,6 +1249,19 @@ pub fn flush() -> Result<()> {
         Some(c) => c.flush(comm, rank, world),
         None => Ok(()),
     }
+}
+
+/// Whether the last loop call of this thread's rank was skipped by a recovery replay (its
+/// state loaded from a checkpoint rather than computed): programs that time their epochs
+/// leave such epochs out.
+///
+/// # Examples
+/// ```
+/// // Without checkpoints nothing is ever replayed.
+/// assert!(!strads_ap_runtime::checkpoint::last_call_replayed());
+/// ```
+pub fn last_call_replayed() -> bool {
+    with(|c| c.last_replayed).unwrap_or(false)
 }
 
 /// Time this rank spent on checkpoints in the loop operators' path so far (the writing
