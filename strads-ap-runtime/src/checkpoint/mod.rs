@@ -1155,8 +1155,11 @@ fn comm_of(here: &crate::cluster::RankCtx) -> Result<Option<&Comm>> {
     }
 }
 
-/// A loop call starts: `true` if recovery skips it (its state, if checkpointed, loaded).
-pub(crate) fn enter_loop(site: &str) -> Result<bool> {
+/// Runs `f` on this thread's rank's checkpointer, with the rank's collectives (in a job of
+/// several ranks), rank and world size; `None` when checkpoints are off.
+fn on_rank<R>(
+    f: impl FnOnce(&mut Checkpointer, Option<&Comm>, usize, usize) -> Result<R>,
+) -> Result<Option<R>> {
     let here = crate::cluster::here();
     let comm = comm_of(&here)?;
     let (rank, world) = (here.rank(), here.world_size());
@@ -1164,25 +1167,18 @@ pub(crate) fn enter_loop(site: &str) -> Result<bool> {
         .checkpointer()
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    match slot.as_mut() {
-        Some(c) => Ok(c.enter(site, comm, rank, world)? == Entry::Skip),
-        None => Ok(false),
-    }
+    slot.as_mut().map(|c| f(c, comm, rank, world)).transpose()
+}
+
+/// A loop call starts: `true` if recovery skips it (its state, if checkpointed, loaded).
+pub(crate) fn enter_loop(site: &str) -> Result<bool> {
+    let entry = on_rank(|c, comm, rank, world| c.enter(site, comm, rank, world))?;
+    Ok(entry == Some(Entry::Skip))
 }
 
 /// A loop call ran and wrote `written`: checkpoints if due.
 pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result<()> {
-    let here = crate::cluster::here();
-    let comm = comm_of(&here)?;
-    let (rank, world) = (here.rank(), here.world_size());
-    let mut slot = here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    match slot.as_mut() {
-        Some(c) => c.leave(site, written, comm, rank, world),
-        None => Ok(()),
-    }
+    on_rank(|c, comm, rank, world| c.leave(site, written, comm, rank, world)).map(|_| ())
 }
 
 /// Where an input operator was called, as its key in the checkpoints.
@@ -1192,17 +1188,9 @@ pub(crate) fn input_site(op: &str, at: &std::panic::Location<'_>) -> String {
 
 /// An input operator `op`, called at `at`, starts: what to do (see [`Input`]).
 pub(crate) fn begin_input(op: &str, at: &std::panic::Location<'_>) -> Result<Input> {
-    let here = crate::cluster::here();
-    let comm = comm_of(&here)?;
-    let (rank, world) = (here.rank(), here.world_size());
-    let mut slot = here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    match slot.as_mut() {
-        Some(c) => c.begin_input(input_site(op, at), comm, rank, world),
-        None => Ok(Input::Off),
-    }
+    let input =
+        on_rank(|c, comm, rank, world| c.begin_input(input_site(op, at), comm, rank, world))?;
+    Ok(input.unwrap_or(Input::Off))
 }
 
 impl Input {
@@ -1211,16 +1199,8 @@ impl Input {
         let Input::Record { number, site } = self else {
             return Ok(());
         };
-        let here = crate::cluster::here();
-        let (rank, world) = (here.rank(), here.world_size());
-        let mut slot = here
-            .checkpointer()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match slot.as_mut() {
-            Some(c) => c.made_input(number, site, table, meta, rank, world),
-            None => Ok(()),
-        }
+        on_rank(|c, _, rank, world| c.made_input(number, site, table, meta, rank, world))
+            .map(|_| ())
     }
 }
 
@@ -1238,17 +1218,7 @@ pub(crate) fn check_input_id(expected: u64, got: u64, site: &str) -> Result<()> 
 /// Commits the checkpoint still being written (every rank of a job calls it, as
 /// [`crate::finish`] does); nothing without checkpoints.
 pub fn flush() -> Result<()> {
-    let here = crate::cluster::here();
-    let comm = comm_of(&here)?;
-    let (rank, world) = (here.rank(), here.world_size());
-    let mut slot = here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    match slot.as_mut() {
-        Some(c) => c.flush(comm, rank, world),
-        None => Ok(()),
-    }
+    on_rank(|c, comm, rank, world| c.flush(comm, rank, world)).map(|_| ())
 }
 
 /// Whether the last loop call of this thread's rank was skipped by a recovery replay (its
