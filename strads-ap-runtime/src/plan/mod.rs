@@ -710,13 +710,14 @@ fn components(
     let mut order: Vec<u32> = (0..n as u32).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed);
     order.shuffle(&mut rng);
-    let sized = |s: usize| tags[s].len();
-    let mut scratch = Scratch {
+    let sizes: Vec<usize> = tags.iter().map(Vec::len).collect();
+    let new_scratch = || Scratch {
         epoch: 0,
-        written: (0..modes.len()).map(|s| vec![0; sized(s)]).collect(),
-        seen: (0..modes.len()).map(|s| vec![0; sized(s)]).collect(),
-        first: (0..modes.len()).map(|s| vec![0; sized(s)]).collect(),
+        written: sizes.iter().map(|&n| vec![0; n]).collect(),
+        seen: sizes.iter().map(|&n| vec![0; n]).collect(),
+        first: sizes.iter().map(|&n| vec![0; n]).collect(),
     };
+    let mut scratch = new_scratch();
     let threads = config.threads.max(1);
 
     // Batch size: the largest of n, n/2, n/4, ... (down to a floor) whose first batch's
@@ -755,43 +756,54 @@ fn components(
         tasks: n,
         ..PlanStats::default()
     };
-    for chunk in order.chunks(size) {
-        let mut uf = connected(log, modes, chunk, &mut scratch);
-        // Components as lists of local positions, in position order.
-        let mut members: Vec<Vec<u32>> = Vec::new();
-        let mut index_of_root = vec![u32::MAX; chunk.len()];
-        for p in 0..chunk.len() as u32 {
-            let r = uf.find(p) as usize;
-            if index_of_root[r] == u32::MAX {
-                index_of_root[r] = members.len() as u32;
-                members.push(Vec::new());
+    // Batches are cut independently (in parallel, each worker with its own scratch) and
+    // numbered in order afterwards, so the plan is the same however they were scheduled.
+    drop(scratch);
+    let cut: Vec<(Vec<Vec<u32>>, usize)> = order
+        .par_chunks(size)
+        .map_init(&new_scratch, |scratch, chunk| {
+            let mut uf = connected(log, modes, chunk, scratch);
+            // Components as lists of local positions, in position order.
+            let mut members: Vec<Vec<u32>> = Vec::new();
+            let mut index_of_root = vec![u32::MAX; chunk.len()];
+            for p in 0..chunk.len() as u32 {
+                let r = uf.find(p) as usize;
+                if index_of_root[r] == u32::MAX {
+                    index_of_root[r] = members.len() as u32;
+                    members.push(Vec::new());
+                }
+                members[index_of_root[r] as usize].push(p);
             }
-            members[index_of_root[r] as usize].push(p);
-        }
-        stats.largest_component = stats
-            .largest_component
-            .max(members.iter().map(Vec::len).max().unwrap_or(0));
-        // Largest-first onto the least-loaded bin (LPT).
-        members.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        let bins = bins_per_batch.min(members.len()).max(1);
-        let mut load = vec![0usize; bins];
-        let mut bin_members: Vec<Vec<u32>> = vec![Vec::new(); bins];
-        for m in members {
-            let b = (0..bins).min_by_key(|&b| load[b]).expect("bins > 0");
-            load[b] += m.len();
-            bin_members[b].extend(m);
-        }
-        let mut groups: Vec<Group> = bin_members
+            let largest = members.iter().map(Vec::len).max().unwrap_or(0);
+            // Largest-first onto the least-loaded bin (LPT).
+            members.sort_by_key(|m| std::cmp::Reverse(m.len()));
+            let bins = bins_per_batch.min(members.len()).max(1);
+            let mut load = vec![0usize; bins];
+            let mut bin_members: Vec<Vec<u32>> = vec![Vec::new(); bins];
+            for m in members {
+                let b = (0..bins).min_by_key(|&b| load[b]).expect("bins > 0");
+                load[b] += m.len();
+                bin_members[b].extend(m);
+            }
+            let groups = bin_members
+                .into_iter()
+                .filter(|m| !m.is_empty())
+                .map(|mut m| {
+                    m.sort_unstable();
+                    m.into_iter().map(|p| chunk[p as usize]).collect()
+                })
+                .collect();
+            (groups, largest)
+        })
+        .collect();
+    for (tasks, largest) in cut {
+        stats.largest_component = stats.largest_component.max(largest);
+        let mut groups: Vec<Group> = tasks
             .into_iter()
-            .filter(|m| !m.is_empty())
-            .map(|mut m| {
-                m.sort_unstable();
+            .map(|tasks| {
                 let id = next_id;
                 next_id += 1;
-                Group {
-                    id,
-                    tasks: m.into_iter().map(|p| chunk[p as usize]).collect(),
-                }
+                Group { id, tasks }
             })
             .collect();
         groups.sort_by_key(|g| std::cmp::Reverse(g.tasks.len()));
