@@ -36,6 +36,17 @@ fn run(ranks: usize, program: &str, args: &[&str]) -> Value {
     result
 }
 
+/// `program args` as one process of `workers` threads: the world of one to compare with.
+fn one_process(program: &str, args: &[&str], workers: usize) -> Value {
+    let threads = workers.to_string();
+    let one_args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--threads", &threads])
+        .collect();
+    run(1, program, &one_args)
+}
+
 #[test]
 fn mlr_on_two_and_three_processes_matches_a_world_of_one() {
     if launcher().is_none() {
@@ -47,13 +58,7 @@ fn mlr_on_two_and_three_processes_matches_a_world_of_one() {
         for ranks in [2, 3] {
             // The same number of workers: `ranks` processes of one thread against one
             // process of `ranks` threads (BSP averages over workers, wherever they run).
-            let threads = ranks.to_string();
-            let one_args: Vec<&str> = args
-                .iter()
-                .copied()
-                .chain(["--threads", &threads])
-                .collect();
-            let one = run(1, mlr, &one_args);
+            let one = one_process(mlr, &args, ranks);
             let base = one["train_loss"].as_f64().unwrap();
             let got = run(ranks, mlr, &args);
             assert_eq!(got["ranks"], ranks as u64);
@@ -97,13 +102,7 @@ fn sgdmf_on_two_and_three_processes_matches_a_world_of_one() {
     for ranks in [2, 3] {
         // async_for! keeps some serial order wherever it runs; the order (and so the
         // result, slightly) depends on the number of workers, hence the same count.
-        let threads = ranks.to_string();
-        let one_args: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(["--threads", &threads])
-            .collect();
-        let one = run(1, sgdmf, &one_args);
+        let one = one_process(sgdmf, &args, ranks);
         let got = run(ranks, sgdmf, &args);
         assert_eq!(got["ranks"], ranks as u64);
         for key in ["train_rmse", "test_rmse"] {

@@ -222,6 +222,32 @@ impl Comm {
             .collect()
     }
 
+    /// Typed personalised all-to-all: `out[r]` goes to rank `r`; returns what every rank
+    /// sent here, in rank order (`out[self]` is returned as is, not encoded).
+    pub fn all_to_all<T: Serialize + DeserializeOwned>(&self, out: Vec<T>) -> Result<Vec<T>> {
+        let me = self.rank();
+        let mut own = None;
+        let mut bytes = Vec::with_capacity(out.len());
+        for (r, value) in out.into_iter().enumerate() {
+            if r == me {
+                own = Some(value);
+                bytes.push(Vec::new());
+            } else {
+                bytes.push(Self::encode(&value, "an exchanged value")?);
+            }
+        }
+        self.exchange(bytes)?
+            .into_iter()
+            .enumerate()
+            .map(|(r, b)| match r == me {
+                true => own.take().ok_or_else(|| {
+                    Error::Transport("all_to_all: no value for this rank".to_string())
+                }),
+                false => Self::decode(&b, "an exchanged value", r),
+            })
+            .collect()
+    }
+
     /// Personalised all-to-all: sends `out[r]` to every rank `r` and returns what every
     /// rank sent here, in rank order (`out[self]` is returned as is). Every rank must call
     /// it with one buffer per rank.

@@ -155,23 +155,28 @@ impl ReadOptions {
         // In a job of several ranks every rank reads the file (it must be visible to all)
         // and parses its share of the line-aligned byte ranges; the outcome is agreed on.
         let local = self.read_share(path, &parser, ctx.rank(), ctx.world_size());
-        let (items, report) = match comm {
-            None => local?,
+        let (v, report) = match comm {
+            None => {
+                let (items, report) = local?;
+                (DVector::from_data(items), report)
+            }
             Some(comm) => {
-                let shared = local.map_err(|e| SharedError::from(&e));
-                let all = comm.allgather(shared)?;
-                let mut items = Vec::new();
+                // The ranks agree on the outcome first (a failure anywhere fails all), then
+                // each receives just its range of the parsed elements.
+                let (items, mine) = match local {
+                    Ok((items, report)) => (items, Ok(report)),
+                    Err(e) => (Vec::new(), Err(SharedError::from(&e))),
+                };
                 let mut report = ReadReport::default();
-                for part in all {
-                    let (part_items, part_report) = part.map_err(|e| e.into_error(path))?;
-                    items.extend(part_items);
+                for part in comm.allgather(mine)? {
+                    let part_report = part.map_err(|e| e.into_error(path))?;
                     report.skipped += part_report.skipped;
                     report.parsed += part_report.parsed;
                     if report.first_skipped.is_none() {
                         report.first_skipped = part_report.first_skipped;
                     }
                 }
-                (items, report)
+                (DVector::from_rank_parts(comm, items)?, report)
             }
         };
         if let Some((line, message)) = &report.first_skipped {
@@ -183,12 +188,12 @@ impl ReadOptions {
                 );
             }
         }
-        if items.is_empty() && !self.allow_empty {
+        if v.is_empty() && !self.allow_empty {
             return Err(Error::EmptyFile {
                 path: path.to_path_buf(),
             });
         }
-        Ok((DVector::from_data(items), report))
+        Ok((v, report))
     }
 
     /// Parses rank `rank`'s share (of `world`) of the file's line-aligned byte ranges.

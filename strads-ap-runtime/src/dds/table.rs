@@ -102,7 +102,7 @@ pub(crate) trait TableHandle: Send + Sync {
     fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()>;
     /// The gate that holds writers back while a checkpoint reads the table.
     fn gate(&self) -> &Gate;
-    /// Replaces this rank's part of the table with a [`TableHandle::snapshot`].
+    /// Replaces this rank's part of the table with a [`TableHandle::snapshot_into`].
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()>;
     /// In a job of several ranks: the owner of each key (position), when it is not the
     /// rank whose balanced range holds it (maps own keys by hash).
@@ -407,23 +407,13 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         Ok(())
     }
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
-        let (len, offset, data): (u64, u64, Vec<T>) =
-            postcard::from_bytes(bytes).map_err(|e| Error::Codec {
-                what: format!("a snapshot of DVector {}", self.id),
-                message: e.to_string(),
-            })?;
-        let own = crate::store::RangePartition::new(self.len, self.ctx.world_size())
-            .range(self.ctx.rank());
-        if len as usize != self.len || offset as usize != own.start || data.len() != own.len() {
+        let what = format!("DVector {}", self.id);
+        let (len, data) = decode_range_snapshot::<T>(op, &what, bytes, &self.ctx)?;
+        if len != self.len {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "the snapshot of DVector {} holds {} elements from {offset} of {len}; \
-                     this rank holds {} from {} of {}",
-                    self.id,
-                    data.len(),
-                    own.len(),
-                    own.start,
+                    "the snapshot of {what} has {len} elements, the DVector {}",
                     self.len
                 ),
             ));
@@ -439,6 +429,37 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { unpack_elements::<T>(self.id, ptr, keys, bytes) }
     }
+}
+
+/// Decodes a DVector's snapshot ([`TableHandle::snapshot_into`]): its length and this
+/// rank's elements, checked to be this rank's range of that length (`what` names the
+/// DVector in errors).
+pub(crate) fn decode_range_snapshot<T: super::Element>(
+    op: &'static str,
+    what: &str,
+    bytes: &[u8],
+    ctx: &crate::cluster::RankCtx,
+) -> Result<(usize, Vec<T>)> {
+    let (len, offset, data): (u64, u64, Vec<T>) =
+        postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+            what: format!("a snapshot of {what}"),
+            message: e.to_string(),
+        })?;
+    let len = len as usize;
+    let own = crate::store::RangePartition::new(len, ctx.world_size()).range(ctx.rank());
+    if offset as usize != own.start || data.len() != own.len() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the snapshot of {what} holds {} elements from {offset} of {len}; this rank \
+                 holds {} from {}",
+                data.len(),
+                own.len(),
+                own.start
+            ),
+        ));
+    }
+    Ok((len, data))
 }
 
 /// Appends the encoded elements at `keys` of the `T`s at `ptr` (table `id`, for errors).

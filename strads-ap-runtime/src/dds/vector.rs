@@ -12,11 +12,11 @@ use super::table::{lookup_table, VectorTable};
 use super::Element;
 use crate::cluster::collective::Comm;
 use crate::cluster::{context, RankCtx};
+use crate::error::{Error, Result};
+use crate::store::RangePartition;
 
 /// Elements per chunk of a parallel reduction.
 const REDUCE_CHUNK: usize = 4096;
-use crate::error::{Error, Result};
-use crate::store::RangePartition;
 
 /// A distributed vector of `T`: the strads-ap replacement for `Vec<T>`.
 ///
@@ -129,29 +129,33 @@ impl<T: Element> DVector<T> {
     }
 
     /// A DVector made from a checkpoint of this rank's range
-    /// ([`super::table::TableHandle::snapshot`]).
+    /// ([`super::table::TableHandle::snapshot_into`]).
     fn from_snapshot(op: &'static str, bytes: &[u8]) -> Result<Self> {
-        let (len, offset, data): (u64, u64, Vec<T>) =
-            postcard::from_bytes(bytes).map_err(|e| Error::Codec {
-                what: format!("a checkpoint of the DVector made by {op}"),
-                message: e.to_string(),
-            })?;
         let ctx = crate::cluster::here();
-        let len = len as usize;
-        let own = RangePartition::new(len, ctx.world_size()).range(ctx.rank());
-        if offset as usize != own.start || data.len() != own.len() {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "its checkpoint holds {} elements from {offset} of {len}; this rank \
-                     holds {} from {}",
-                    data.len(),
-                    own.len(),
-                    own.start
-                ),
-            ));
-        }
+        let what = format!("the DVector made by {op}");
+        let (len, data) = super::table::decode_range_snapshot::<T>(op, &what, bytes, &ctx)?;
         Ok(Self::from_local(ctx, len, data))
+    }
+
+    /// The DVector whose elements are every rank's `part`, in rank order (a collective):
+    /// each rank sends every other just the elements that fall in its balanced range.
+    pub(crate) fn from_rank_parts(comm: &Comm, part: Vec<T>) -> Result<Self> {
+        let (me, world) = (comm.rank(), comm.world_size());
+        let counts: Vec<usize> = comm.allgather(part.len())?;
+        let len = counts.iter().sum();
+        let start: usize = counts[..me].iter().sum();
+        let end = start + part.len();
+        let balanced = RangePartition::new(len, world);
+        let mut items = part.into_iter();
+        let out: Vec<Vec<T>> = (0..world)
+            .map(|r| {
+                let dest = balanced.range(r);
+                let n = dest.end.min(end).saturating_sub(dest.start.max(start));
+                items.by_ref().take(n).collect()
+            })
+            .collect();
+        let local = comm.all_to_all(out)?.concat();
+        Ok(Self::from_local(crate::cluster::here(), len, local))
     }
 
     /// The collectives when the job has several ranks; `None` in a world of one.
@@ -412,10 +416,7 @@ impl<T: Element> DVector<T> {
                 kept.len(),
                 kept,
             )),
-            Some(comm) => {
-                let all = comm.allgather(kept)?.concat();
-                Ok(DVector::from_data(all))
-            }
+            Some(comm) => DVector::from_rank_parts(comm, kept),
         }
     }
 
@@ -446,7 +447,7 @@ impl<T: Element> DVector<T> {
         };
         match self.dist(op)? {
             None => Ok(DVector::from_data(kept)),
-            Some(comm) => Ok(DVector::from_data(comm.allgather(kept)?.concat())),
+            Some(comm) => DVector::from_rank_parts(comm, kept),
         }
     }
 

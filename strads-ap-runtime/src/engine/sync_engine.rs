@@ -13,7 +13,7 @@ use super::{
 };
 use crate::cluster::collective::Comm;
 use crate::cluster::context;
-use crate::dds::table::{Replica, TableHandle};
+use crate::dds::table::{Merger, Replica, TableHandle};
 use crate::dds::{DVector, Element};
 use crate::error::{Error, Result};
 use crate::recon::{AccessLog, Recorder};
@@ -290,31 +290,16 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                     vec![Vec::new(); replicate.iter().filter(|&&r| r).count()];
                 let work = || {
                     let (mut ctx, mut replicas) = new_worker();
-                    // Per replica: the keys written since the last push, and how much of
-                    // the push log this worker has caught up with (a worker that starts
-                    // late replays what others pushed meanwhile; refreshing is idempotent).
-                    let dirty: Vec<std::cell::UnsafeCell<Dirty>> = match track {
+                    let mut tracked: Vec<Tracked> = match track {
                         true => replicas
                             .iter()
-                            .map(|(slot, _)| {
-                                std::cell::UnsafeCell::new(Dirty::new(bases[*slot].len))
-                            })
+                            .map(|(slot, _)| Tracked::new(bases[*slot].len))
                             .collect(),
                         false => Vec::new(),
                     };
-                    for ((slot, _), d) in replicas.iter().zip(&dirty) {
-                        ctx.bindings[*slot].dirty = d.get();
+                    for ((slot, _), t) in replicas.iter().zip(&tracked) {
+                        ctx.bindings[*slot].dirty = t.dirty;
                     }
-                    let mut seen = vec![0usize; replicas.len()];
-                    // Keys refreshed at the current mini-batch (a key others pushed several
-                    // times is refreshed once).
-                    let mut stamps: Vec<Vec<u32>> = match track {
-                        true => replicas
-                            .iter()
-                            .map(|(slot, _)| vec![u32::MAX; bases[*slot].len])
-                            .collect(),
-                        false => Vec::new(),
-                    };
                     // Sparse mode: per replicated table, the tag of every key (the mini-batch
                     // that may touch it now).
                     let mut tags: Vec<Vec<u32>> = match sparse {
@@ -334,23 +319,14 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                         }
                         if track {
                             let pushed = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                            for (k, (slot, r)) in replicas.iter_mut().enumerate() {
-                                let fresh = &pushed[k][seen[k]..];
-                                if !fresh.is_empty() {
-                                    let merger =
-                                        registry.entries[*slot].merger.as_ref().expect("merger");
-                                    let stamp = &mut stamps[k];
-                                    let mut once = fresh.iter().copied().filter(|&key| {
-                                        let new = stamp[key] != b as u32;
-                                        stamp[key] = b as u32;
-                                        new
-                                    });
-                                    // SAFETY: the master is only touched under
-                                    // `merge_lock`, which we hold; pushed keys are below
-                                    // the table's length.
-                                    unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut once) };
-                                }
-                                seen[k] = pushed[k].len();
+                            for ((t, (slot, r)), log) in
+                                tracked.iter_mut().zip(&mut replicas).zip(pushed.iter())
+                            {
+                                let merger =
+                                    registry.entries[*slot].merger.as_ref().expect("merger");
+                                // SAFETY: the master is only touched under `merge_lock`,
+                                // which we hold.
+                                unsafe { t.catch_up(log, &**merger, bases[*slot].ptr, r, b) };
                             }
                         }
                         if let Some(log) = sparse {
@@ -381,20 +357,10 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                             let merger = registry.entries[*slot].merger.as_ref().expect("merger");
                             let master = bases[*slot].ptr;
                             if track {
-                                // SAFETY: the body has returned, so no view holds the
-                                // note; only this worker uses it.
-                                let d = unsafe { &mut *dirty[k].get() };
                                 // SAFETY: the master is only touched under `merge_lock`,
-                                // which we hold; noted keys are below the table's length.
-                                unsafe {
-                                    merger.push_keys(master, r, &mut d.keys().iter().copied())
-                                };
-                                let caught_up = seen[k] == pushed[k].len();
-                                pushed[k].extend_from_slice(d.keys());
-                                if caught_up {
-                                    seen[k] = pushed[k].len();
-                                }
-                                d.clear();
+                                // which we hold, and the body has returned (no view holds
+                                // the worker's note of written keys).
+                                unsafe { tracked[k].push(&mut pushed[k], &**merger, master, r) };
                                 continue;
                             }
                             match sparse {
@@ -539,6 +505,87 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
         crate::checkpoint::leave_loop(&site.to_string(), &written)?;
     }
     Ok(())
+}
+
+/// A Hybrid worker's bookkeeping for one replica when there is no reconnaissance: the
+/// keys it wrote since its last push (noted by its views), how much of the call's push log
+/// it has caught up with (a worker that starts late replays what others pushed meanwhile;
+/// refreshing is idempotent), and which keys it refreshed for the current mini-batch (a
+/// key others pushed several times is refreshed once).
+struct Tracked {
+    /// Owned (from `Box::into_raw`, freed on drop); a raw pointer rather than a field so
+    /// that the views' copies of it stay valid while the worker holds `&mut Tracked`.
+    dirty: *mut Dirty,
+    seen: usize,
+    stamps: Vec<u32>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        // SAFETY: `dirty` came from `Box::into_raw` in `new` and is freed only here; the
+        // views that copied it live no longer than the worker's loop, which owns `self`.
+        drop(unsafe { Box::from_raw(self.dirty) });
+    }
+}
+
+impl Tracked {
+    fn new(len: usize) -> Self {
+        Tracked {
+            dirty: Box::into_raw(Box::new(Dirty::new(len))),
+            seen: 0,
+            stamps: vec![u32::MAX; len],
+        }
+    }
+
+    /// Before mini-batch `b`: refreshes in `replica` the keys pushed into `master` since
+    /// this worker last looked at `log`.
+    ///
+    /// # Safety
+    /// As for [`Merger::refresh_keys`]: no one writes `master` during the call.
+    unsafe fn catch_up(
+        &mut self,
+        log: &[usize],
+        merger: &dyn Merger,
+        master: *mut u8,
+        replica: &mut Replica,
+        b: usize,
+    ) {
+        let stamps = &mut self.stamps;
+        let mut once = log[self.seen..].iter().copied().filter(|&key| {
+            let new = stamps[key] != b as u32;
+            stamps[key] = b as u32;
+            new
+        });
+        // SAFETY: the caller's guarantee; logged keys were pushed, so below the length.
+        unsafe { merger.refresh_keys(master, replica, &mut once) };
+        self.seen = log.len();
+    }
+
+    /// After a mini-batch: pushes the keys the worker wrote into `master` and appends them
+    /// to `log`.
+    ///
+    /// # Safety
+    /// As for [`Merger::push_keys`], and no view of the worker is alive (it writes the
+    /// note the views write).
+    unsafe fn push(
+        &mut self,
+        log: &mut Vec<usize>,
+        merger: &dyn Merger,
+        master: *mut u8,
+        replica: &mut Replica,
+    ) {
+        // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
+        // caller's guarantee).
+        let dirty = unsafe { &mut *self.dirty };
+        // SAFETY: the caller's guarantee; noted keys passed the views' bounds checks.
+        unsafe { merger.push_keys(master, replica, &mut dirty.keys().iter().copied()) };
+        let caught_up = self.seen == log.len();
+        log.extend_from_slice(dirty.keys());
+        if caught_up {
+            self.seen = log.len();
+        }
+        dirty.clear();
+    }
 }
 
 /// Least mini-batches per thread between two synchronisation points of Hybrid mode across
