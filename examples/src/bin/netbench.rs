@@ -30,6 +30,9 @@ struct Args {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Measure only this side (for profiling): `quic` or `tcp`.
+    #[arg(long, value_parser = ["quic", "tcp"])]
+    only: Option<String>,
 }
 
 fn quic_once(total: usize, chunk: usize) -> Result<f64> {
@@ -110,8 +113,17 @@ fn main() -> Result<()> {
     let (total, chunk) = (args.mib << 20, args.message_mib << 20);
     let (mut quic, mut tcp) = (Vec::new(), Vec::new());
     for rep in 1..=args.reps {
-        let q = quic_once(total, chunk)?;
-        let t = tcp_once(total, chunk)?;
+        let only = args.only.as_deref();
+        let q = if only == Some("tcp") {
+            f64::NAN
+        } else {
+            quic_once(total, chunk)?
+        };
+        let t = if only == Some("quic") {
+            f64::NAN
+        } else {
+            tcp_once(total, chunk)?
+        };
         eprintln!("netbench rep {rep}: QUIC {q:.0} MiB/s, TCP {t:.0} MiB/s");
         quic.push(q);
         tcp.push(t);

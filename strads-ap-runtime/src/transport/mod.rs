@@ -76,8 +76,31 @@ pub struct Mailbox {
     arrived: Condvar,
 }
 
+/// A message as it arrived: whole, or as the transport's receive chunks, which the taker
+/// joins on its own thread (see [`Mailbox::deliver_chunks`]).
+#[derive(Debug)]
+enum Payload {
+    Whole(Vec<u8>),
+    Chunks(Vec<bytes::Bytes>),
+}
+
+impl Payload {
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            Payload::Whole(v) => v,
+            Payload::Chunks(chunks) => {
+                let mut v = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
+                for c in &chunks {
+                    v.extend_from_slice(c);
+                }
+                v
+            }
+        }
+    }
+}
+
 struct MailState {
-    queues: HashMap<u64, Vec<VecDeque<Vec<u8>>>>,
+    queues: HashMap<u64, Vec<VecDeque<Payload>>>,
     lost: Option<(Rank, String)>,
     /// Ranks that said goodbye (they send nothing more, and their loss is no failure).
     finished: Vec<bool>,
@@ -104,6 +127,19 @@ impl Mailbox {
 
     /// Delivers a message from rank `from`.
     pub fn deliver(&self, from: Rank, tag: u64, payload: Vec<u8>) {
+        self.put(from, tag, Payload::Whole(payload));
+    }
+
+    /// Delivers a message received as `chunks` (in order) without joining them here: the
+    /// taker joins them into one buffer on its own thread. A network thread thus hands
+    /// over a large message without copying it or allocating its buffer; the allocation
+    /// happens where the message is used, whose allocator can reuse the memory of the
+    /// messages it freed (fresh pages would be faulted in and zeroed instead).
+    pub fn deliver_chunks(&self, from: Rank, tag: u64, chunks: Vec<bytes::Bytes>) {
+        self.put(from, tag, Payload::Chunks(chunks));
+    }
+
+    fn put(&self, from: Rank, tag: u64, payload: Payload) {
         let mut st = self.lock();
         if tag == tags::GOODBYE {
             if let Some(f) = st.finished.get_mut(from) {
@@ -113,7 +149,7 @@ impl Mailbox {
             let world = st.world;
             st.queues
                 .entry(tag)
-                .or_insert_with(|| vec![VecDeque::new(); world])[from]
+                .or_insert_with(|| (0..world).map(|_| VecDeque::new()).collect())[from]
                 .push_back(payload);
         }
         drop(st);
@@ -161,6 +197,7 @@ impl Mailbox {
         self.wait(deadline, &format!("a message from rank {from}"), |st| {
             st.queues.get_mut(&tag)?.get_mut(from)?.pop_front()
         })
+        .map(Payload::into_vec)
     }
 
     /// Takes the next message with `tag` from any rank (lowest rank first).
@@ -172,6 +209,7 @@ impl Mailbox {
                 .enumerate()
                 .find_map(|(r, q)| q.pop_front().map(|m| (r, m)))
         })
+        .map(|(r, m)| (r, m.into_vec()))
     }
 
     fn wait<T>(
