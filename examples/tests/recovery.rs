@@ -106,7 +106,7 @@ fn a_killed_rank_is_recovered_with_the_same_result() {
         );
         // The ratings, test set and initial factors came from their checkpoints.
         assert!(
-            stderr.contains("(4 input DDSs loaded rather than made again)"),
+            stderr.contains("(4 DDSs of data operators loaded rather than made again)"),
             "{stderr}"
         );
         assert_eq!(

@@ -29,8 +29,17 @@
 //! A replay does not run such an operator again: it loads the DDS as it was made, so a
 //! replay neither re-parses the input nor depends on the input file being unchanged (or
 //! there at all). A missing or corrupted input checkpoint is not fatal: the operator runs
-//! again, with a warning. Derived DDSs (`map`, `filter`, `join`, `transform`) are made
-//! again by running their operators on the replayed state.
+//! again, with a warning.
+//!
+//! *Derived* DVectors — made by `map`, `filter` and `join` — are checkpointed the same
+//! way, once, when they are made, and loaded by a replay. This matters for correctness,
+//! not only for speed: a replay skips loop calls without always loading their state (only
+//! the newest `keep` checkpoints are kept), so an operator run again between skipped calls
+//! would see parameters other than those it saw the first time. A table changed in place
+//! by driver code (`transform`, `set`, `DMap::insert`/`remove`, `DMultiMap::insert`) goes
+//! into the next loop checkpoint, as if a loop had written it. Derived DVectors made inside
+//! a training loop add a file per call: make them outside the loop where the program
+//! allows.
 //!
 //! *Durability.* A checkpoint is safe from the death of the process that wrote it as soon
 //! as it is committed (the operating system has its bytes). Against a crash of the
@@ -819,7 +828,7 @@ impl Checkpointer {
             if rank == 0 {
                 eprintln!(
                     "strads-ap: recovered the state after loop call {seq} ({site}) in {:.2} s \
-                     of replay ({} input DDSs loaded rather than made again)",
+                     of replay ({} DDSs of data operators loaded rather than made again)",
                     self.started.elapsed().as_secs_f64(),
                     self.inputs_loaded
                 );
@@ -859,6 +868,12 @@ impl Checkpointer {
             }
         }
         Ok(())
+    }
+
+    /// Notes that a driver operator changed `table` outside the loops: its state goes into
+    /// the next checkpoint.
+    pub fn note_modified(&mut self, table: &Arc<dyn TableHandle>) {
+        self.dirty.insert(table.id(), Arc::downgrade(table));
     }
 
     /// Called when a loop call ran: notes the tables it wrote and checkpoints if due (in
@@ -1179,6 +1194,13 @@ pub(crate) fn enter_loop(site: &str) -> Result<bool> {
 /// A loop call ran and wrote `written`: checkpoints if due.
 pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result<()> {
     on_rank(|c, comm, rank, world| c.leave(site, written, comm, rank, world)).map(|_| ())
+}
+
+/// A driver operator (`transform`, `set`, `insert`, `remove`) is changing `table` outside
+/// the loops: the next checkpoint writes its state, so that a replay resuming after the
+/// change loads it rather than depending on the replayed driver code to redo it.
+pub(crate) fn modified(table: Arc<dyn TableHandle>) {
+    with(|c| c.note_modified(&table));
 }
 
 /// Where an input operator was called, as its key in the checkpoints.

@@ -278,6 +278,7 @@ impl<T: Element> DVector<T> {
     /// Replaces element `i` (its owner does; every rank calls it with the same value).
     pub fn set(&self, i: usize, value: T) -> Result<()> {
         self.check_index("DVector::set", i)?;
+        crate::checkpoint::modified(self.table.clone());
         let mut data = self.table.write("DVector::set")?;
         if let Some(slot) = i
             .checked_sub(self.table.offset)
@@ -323,19 +324,22 @@ impl<T: Element> DVector<T> {
     }
 
     /// A new DVector with `f` applied to every element (in parallel; each rank maps its
-    /// range).
+    /// range). With checkpoints on, the result is checkpointed (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn map<U, F>(&self, f: F) -> Result<DVector<U>>
     where
         U: Element,
         F: Fn(&T) -> U + Send + Sync,
     {
-        let data = self.table.read("DVector::map")?;
-        let out = self.install(|| data.par_iter().map(&f).collect());
-        Ok(DVector::from_local(
-            self.table.ctx.clone(),
-            self.table.len,
-            out,
-        ))
+        let made = DVector::made_by_input("DVector::map", || {
+            let data = self.table.read("DVector::map")?;
+            let out = self.install(|| data.par_iter().map(&f).collect());
+            Ok((
+                DVector::from_local(self.table.ctx.clone(), self.table.len, out),
+                (),
+            ))
+        });
+        Ok(made?.0)
     }
 
     /// Combines all elements with `f` (associative and commutative), in parallel.
@@ -390,6 +394,7 @@ impl<T: Element> DVector<T> {
         F: Fn(usize, &mut T) + Send + Sync,
     {
         let offset = self.table.offset;
+        crate::checkpoint::modified(self.table.clone());
         let mut guard = self.table.write("DVector::transform")?;
         let data: &mut Vec<T> = &mut guard;
         self.install(|| {
@@ -401,30 +406,34 @@ impl<T: Element> DVector<T> {
     }
 
     /// A new DVector of the elements for which `keep` is true, in order. In a job of
-    /// several ranks the kept elements are spread again over balanced ranges.
+    /// several ranks the kept elements are spread again over balanced ranges. With
+    /// checkpoints on, the result is checkpointed (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn filter<F>(&self, keep: F) -> Result<DVector<T>>
     where
         F: Fn(&T) -> bool + Send + Sync,
     {
-        let kept: Vec<T> = {
-            let data = self.table.read("DVector::filter")?;
-            self.install(|| data.par_iter().filter(|x| keep(x)).cloned().collect())
-        };
-        match self.dist("DVector::filter")? {
-            None => Ok(DVector::from_local(
-                self.table.ctx.clone(),
-                kept.len(),
-                kept,
-            )),
-            Some(comm) => DVector::from_rank_parts(comm, kept),
-        }
+        let made = DVector::made_by_input("DVector::filter", || {
+            let kept: Vec<T> = {
+                let data = self.table.read("DVector::filter")?;
+                self.install(|| data.par_iter().filter(|x| keep(x)).cloned().collect())
+            };
+            let v = match self.dist("DVector::filter")? {
+                None => DVector::from_local(self.table.ctx.clone(), kept.len(), kept),
+                Some(comm) => DVector::from_rank_parts(comm, kept)?,
+            };
+            Ok((v, ()))
+        });
+        Ok(made?.0)
     }
 
     /// Inner join with a map: each element whose key (by `key`) is in `map` is paired with
     /// a copy of the map's value; elements without a match are dropped. Order is kept.
     ///
     /// In a job of several ranks each rank joins its range against the map's current
-    /// values, and the result is spread again over balanced ranges.
+    /// values, and the result is spread again over balanced ranges. With checkpoints on,
+    /// the result is checkpointed (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn join<K, V, F>(&self, map: &DMap<K, V>, key: F) -> Result<DVector<(T, V)>>
     where
         K: Element + Eq + std::hash::Hash,
@@ -433,22 +442,26 @@ impl<T: Element> DVector<T> {
         F: Fn(&T) -> K + Send + Sync,
     {
         let op = "DVector::join";
-        // Every rank joins its own range against current values of the whole map.
-        map.refresh(op)?;
-        let kept: Vec<(T, V)> = {
-            let data = self.table.read(op)?;
-            map.with_read(op, |lookup| {
-                self.install(|| {
-                    data.par_iter()
-                        .filter_map(|x| lookup.get(&key(x)).map(|v| (x.clone(), v.clone())))
-                        .collect()
-                })
-            })?
-        };
-        match self.dist(op)? {
-            None => Ok(DVector::from_data(kept)),
-            Some(comm) => DVector::from_rank_parts(comm, kept),
-        }
+        let made = DVector::made_by_input(op, || {
+            // Every rank joins its own range against current values of the whole map.
+            map.refresh(op)?;
+            let kept: Vec<(T, V)> = {
+                let data = self.table.read(op)?;
+                map.with_read(op, |lookup| {
+                    self.install(|| {
+                        data.par_iter()
+                            .filter_map(|x| lookup.get(&key(x)).map(|v| (x.clone(), v.clone())))
+                            .collect()
+                    })
+                })?
+            };
+            let v = match self.dist(op)? {
+                None => DVector::from_data(kept),
+                Some(comm) => DVector::from_rank_parts(comm, kept)?,
+            };
+            Ok((v, ()))
+        });
+        Ok(made?.0)
     }
 
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).
