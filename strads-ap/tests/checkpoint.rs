@@ -359,13 +359,14 @@ fn replayed_calls_are_reported() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Parameters after training: a derived DVector made from them mid-run, a table that
-/// driver code changed in place mid-run, and the final user factors.
-type Derived = (Vec<f32>, Vec<f64>, Vec<Vec<f32>>);
+/// Parameters after training: a derived DVector and a derived DMap made mid-run, a table
+/// that driver code changed in place mid-run, and the final user factors.
+type Derived = (Vec<f32>, Vec<(u32, f64)>, Vec<f64>, Vec<Vec<f32>>);
 
 /// Trains `stop_after` epochs; after epoch 1 it derives a DVector from the user factors
-/// (`map`, `filter`) and records their sum in a one-element table (`transform`). Epochs
-/// before `poison_until` use absurd step sizes (a replay must skip them).
+/// (`map`, `filter`), records their sum in a one-element table (`transform`) and scales a
+/// map by it (`map_values`). Epochs before `poison_until` use absurd step sizes (a replay
+/// must skip them).
 fn fit_derived(
     config: CheckpointConfig,
     stop_after: usize,
@@ -379,7 +380,8 @@ fn fit_derived(
     let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
     let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
     let total = DVector::from_fn(1, |_| 0.0f64)?;
-    let mut derived = None;
+    let weights = DMap::from_pairs((0..5u32).map(|k| (k, f64::from(k))).collect())?;
+    let (mut derived, mut scaled) = (None, None);
     for epoch in 0..stop_after {
         let lr = if epoch < poison_until { 1e3 } else { 0.02 };
         mf_epoch(&data, &w, &h, lr, 1)?;
@@ -391,6 +393,7 @@ fn fit_derived(
                 |a, b| a + b,
             )?;
             total.transform(|_, t| *t = sum)?;
+            scaled = Some(weights.map_values(|_, v| v * sum)?);
         }
     }
     strads_ap::checkpoint::flush()?;
@@ -398,7 +401,12 @@ fn fit_derived(
         Some(d) => d.to_vec()?,
         None => Vec::new(),
     };
-    Ok((derived, total.to_vec()?, w.to_vec()?))
+    let mut scaled = match scaled {
+        Some(m) => m.to_vec()?,
+        None => Vec::new(),
+    };
+    scaled.sort_by_key(|p| p.0);
+    Ok((derived, scaled, total.to_vec()?, w.to_vec()?))
 }
 
 /// DVectors derived mid-run and tables changed in place by driver code come back from
@@ -427,7 +435,7 @@ fn derived_ddses_and_driver_changes_are_restored_not_recomputed() {
             first
         };
         let clean = job(CheckpointConfig::new(dir.join("ref")), 5, 0);
-        assert!(!clean.0.is_empty() && clean.1[0] != 0.0);
+        assert!(!clean.0.is_empty() && clean.1.len() == 5 && clean.2[0] != 0.0);
 
         job(only_newest(false), 4, 0);
         assert_eq!(committed_calls(&dir.join("ckpt")), vec![4]);

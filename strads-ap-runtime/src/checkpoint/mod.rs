@@ -22,24 +22,24 @@
 //! call after it runs normally. Non-DDS variables (counters, hyper-parameters, RNGs in
 //! driver code) are rebuilt by the replay itself.
 //!
-//! *Input* DDSs — those made by [`crate::read_from_file`], `DVector::from_fn`,
-//! `from_vec` and `load` — are checkpointed once, at creation, to
-//! `DIR/input-N/rank-R-of-W.bin` (N counts the input operators, the same on every rank),
-//! keyed by the operator and its call site, and committed with the next loop checkpoint.
-//! A replay does not run such an operator again: it loads the DDS as it was made, so a
-//! replay neither re-parses the input nor depends on the input file being unchanged (or
-//! there at all). A missing or corrupted input checkpoint is not fatal: the operator runs
-//! again, with a warning.
+//! *Input* DDSs — those made by [`crate::read_from_file`], `DVector::from_fn`, `from_vec`
+//! and `load`, `DMap::from_pairs` and `load`, and `DMultiMap::from_pairs` — are
+//! checkpointed once, at creation, to `DIR/input-N/rank-R-of-W.bin` (N counts these
+//! operators, the same on every rank), keyed by the operator and its call site, and
+//! committed with the next loop checkpoint. A replay does not run such an operator again:
+//! it loads the DDS as it was made, so a replay neither re-parses the input nor depends on
+//! the input file being unchanged (or there at all). A missing or corrupted input
+//! checkpoint is not fatal: the operator runs again, with a warning.
 //!
-//! *Derived* DVectors — made by `map`, `filter` and `join` — are checkpointed the same
-//! way, once, when they are made, and loaded by a replay. This matters for correctness,
-//! not only for speed: a replay skips loop calls without always loading their state (only
-//! the newest `keep` checkpoints are kept), so an operator run again between skipped calls
-//! would see parameters other than those it saw the first time. A table changed in place
-//! by driver code (`transform`, `set`, `DMap::insert`/`remove`, `DMultiMap::insert`) goes
-//! into the next loop checkpoint, as if a loop had written it. Derived DVectors made inside
-//! a training loop add a file per call: make them outside the loop where the program
-//! allows.
+//! *Derived* DDSs — made by `DVector::map`, `filter` and `join`, and `DMap::map_values`
+//! and `join` — are checkpointed the same way, once, when they are made, and loaded by a
+//! replay. This matters for correctness, not only for speed: a replay skips loop calls
+//! without always loading their state (only the newest `keep` checkpoints are kept), so
+//! an operator run again between skipped calls would see parameters other than those it
+//! saw the first time. A table changed in place by driver code (`transform`, `set`,
+//! `DMap::insert`/`remove`, `DMultiMap::insert`) goes into the next loop checkpoint, as if
+//! a loop had written it. Derived DDSs made inside a training loop add a file per call:
+//! make them outside the loop where the program allows.
 //!
 //! *Durability.* A checkpoint is safe from the death of the process that wrote it as soon
 //! as it is committed (the operating system has its bytes). Against a crash of the

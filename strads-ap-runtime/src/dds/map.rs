@@ -135,6 +135,31 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
         }
     }
 
+    /// Makes a table by `make` (a data operator `op`, called at `at`), or, when recovery
+    /// replays the operator, loads the table it made the first time (see
+    /// [`crate::checkpoint`]). With checkpoints on, a table made is checkpointed.
+    fn made_by_operator(
+        op: &'static str,
+        at: &'static std::panic::Location<'static>,
+        make: impl FnOnce() -> Result<Arc<Self>>,
+    ) -> Result<Arc<Self>> {
+        use crate::checkpoint::{self, Input};
+        match checkpoint::begin_input(op, at)? {
+            Input::Off => make(),
+            Input::Load { id, state, .. } => {
+                let table = MapTable::create(Entries::new());
+                checkpoint::check_input_id(id, table.id, &checkpoint::input_site(op, at))?;
+                table.restore(op, &state)?;
+                Ok(table)
+            }
+            record @ Input::Record { .. } => {
+                let table = make()?;
+                record.made(table.clone(), Vec::new())?;
+                Ok(table)
+            }
+        }
+    }
+
     fn changed_keys(&self) {
         self.version.fetch_add(1, Ordering::Relaxed);
     }
@@ -354,10 +379,16 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// A map holding `pairs` (a later pair replaces an earlier one with the same key).
     ///
     /// In a job of several ranks every rank passes the same pairs (ranks that disagree
-    /// fail with a divergence error).
+    /// fail with a divergence error). With checkpoints on, the map is checkpointed as an
+    /// input (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
-        let table = MapTable::create(Entries::from_pairs(pairs));
-        table.check_same("DMap::from_pairs")?;
+        let op = "DMap::from_pairs";
+        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+            let table = MapTable::create(Entries::from_pairs(pairs));
+            table.check_same(op)?;
+            Ok(table)
+        })?;
         Ok(DMap { table })
     }
 
@@ -447,30 +478,38 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         Ok(pairs)
     }
 
-    /// A new map with `f` applied to every value.
+    /// A new map with `f` applied to every value. With checkpoints on, the result is
+    /// checkpointed (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn map_values<U: Element, F: Fn(&K, &V) -> U>(&self, f: F) -> Result<DMap<K, U>> {
-        let data = self.table.read("DMap::map_values")?;
-        Ok(DMap {
-            table: MapTable::create(Entries::from_pairs(
+        let op = "DMap::map_values";
+        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+            let data = self.table.read(op)?;
+            Ok(MapTable::create(Entries::from_pairs(
                 data.iter().map(|(k, v)| (k.clone(), f(k, v))),
-            )),
-        })
+            )))
+        })?;
+        Ok(DMap { table })
     }
 
-    /// Inner join on equal keys.
+    /// Inner join on equal keys. With checkpoints on, the result is checkpointed (see
+    /// [`crate::checkpoint`]).
+    #[track_caller]
     pub fn join<W: Element>(&self, other: &DMap<K, W>) -> Result<DMap<K, (V, W)>>
     where
         (V, W): Element,
     {
-        let left = self.table.read("DMap::join")?;
-        let out: Vec<(K, (V, W))> = other.with_read("DMap::join", |lookup| {
-            left.iter()
-                .filter_map(|(k, v)| lookup.get(k).map(|w| (k.clone(), (v.clone(), w.clone()))))
-                .collect()
+        let op = "DMap::join";
+        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+            let left = self.table.read(op)?;
+            let out: Vec<(K, (V, W))> = other.with_read(op, |lookup| {
+                left.iter()
+                    .filter_map(|(k, v)| lookup.get(k).map(|w| (k.clone(), (v.clone(), w.clone()))))
+                    .collect()
+            })?;
+            Ok(MapTable::create(Entries::from_pairs(out)))
         })?;
-        Ok(DMap {
-            table: MapTable::create(Entries::from_pairs(out)),
-        })
+        Ok(DMap { table })
     }
 
     /// Writes the map to `path` (atomically). In a job of several ranks rank 0 writes it
@@ -483,17 +522,24 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     }
 
     /// Reads a map written by [`DMap::save`]. In a job of several ranks rank 0 reads the
-    /// file and sends the pairs to the others.
+    /// file and sends the pairs to the others. With checkpoints on, the map is
+    /// checkpointed as an input (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let ctx = crate::cluster::here();
-        let comm = match ctx.is_distributed() {
-            true => Some(ctx.comm_for("DMap::load")?),
-            false => None,
-        };
-        let pairs: Vec<(K, V)> = super::io::on_driver(comm, "DMap::load", || {
-            super::io::load_snapshot(path.as_ref(), "DMap")
+        let op = "DMap::load";
+        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+            let ctx = crate::cluster::here();
+            let comm = match ctx.is_distributed() {
+                true => Some(ctx.comm_for(op)?),
+                false => None,
+            };
+            let pairs: Vec<(K, V)> =
+                super::io::on_driver(comm, op, || super::io::load_snapshot(path.as_ref(), "DMap"))?;
+            let table = MapTable::create(Entries::from_pairs(pairs));
+            table.check_same(op)?;
+            Ok(table)
         })?;
-        Self::from_pairs(pairs)
+        Ok(DMap { table })
     }
 
     /// Makes every value current on this rank (a collective in a job of several ranks;
@@ -692,19 +738,25 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
 
     /// A multimap holding `pairs`; values of one key keep their order.
     ///
-    /// In a job of several ranks every rank passes the same pairs.
+    /// In a job of several ranks every rank passes the same pairs. With checkpoints on,
+    /// the multimap is checkpointed as an input (see [`crate::checkpoint`]).
+    #[track_caller]
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
-        let mut entries: Entries<K, Vec<V>> = Entries::new();
-        for (k, v) in pairs {
-            match entries.get_mut(&k) {
-                Some(list) => list.push(v),
-                None => {
-                    entries.insert(k, vec![v]);
+        let op = "DMultiMap::from_pairs";
+        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+            let mut entries: Entries<K, Vec<V>> = Entries::new();
+            for (k, v) in pairs {
+                match entries.get_mut(&k) {
+                    Some(list) => list.push(v),
+                    None => {
+                        entries.insert(k, vec![v]);
+                    }
                 }
             }
-        }
-        let table = MapTable::create(entries);
-        table.check_same("DMultiMap::from_pairs")?;
+            let table = MapTable::create(entries);
+            table.check_same(op)?;
+            Ok(table)
+        })?;
         Ok(DMultiMap { table })
     }
 
