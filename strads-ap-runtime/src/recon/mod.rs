@@ -243,34 +243,66 @@ impl AccessLog {
     /// one log (each part's sets are already normalised; they are checked again).
     pub fn from_byte_parts(parts: &[Vec<u8>], slots: usize) -> Result<AccessLog, String> {
         let mut segment = Segment::new();
+        let (mut tasks_all, mut entries_all) = (0usize, 0usize);
+        for bytes in parts {
+            if bytes.len() >= 8 {
+                let tasks = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+                tasks_all = tasks_all.saturating_add(tasks);
+                entries_all =
+                    entries_all.saturating_add(bytes.len().saturating_sub(8 + 4 * tasks) / 8);
+            }
+        }
+        // Capacity from the parts' sizes, bounded so that a lying header cannot make us
+        // reserve more than the bytes could hold.
+        let total_bytes: usize = parts.iter().map(Vec::len).sum();
+        segment.offsets.reserve(tasks_all.min(total_bytes / 4));
+        segment.entries.reserve(entries_all.min(total_bytes / 8));
         for (p, bytes) in parts.iter().enumerate() {
             let bad = |why: &str| format!("access log part {p} is malformed: {why}");
-            let word = |at: usize, n: usize| -> Result<&[u8], String> {
-                bytes.get(at..at + n).ok_or_else(|| bad("it ends early"))
-            };
-            let tasks = u64::from_le_bytes(word(0, 8)?.try_into().expect("8 bytes")) as usize;
-            let counts_at = 8usize;
-            let mut entries_at = tasks
+            let tasks = u64::from_le_bytes(
+                bytes
+                    .get(..8)
+                    .ok_or_else(|| bad("it ends early"))?
+                    .try_into()
+                    .expect("8 bytes"),
+            ) as usize;
+            let counts_end = tasks
                 .checked_mul(4)
-                .and_then(|c| c.checked_add(counts_at))
-                .ok_or_else(|| bad("task count overflows"))?;
-            for t in 0..tasks {
-                let n =
-                    u32::from_le_bytes(word(counts_at + 4 * t, 4)?.try_into().expect("4")) as usize;
-                for i in 0..n {
-                    let raw = u64::from_le_bytes(
-                        word(entries_at + 8 * i, 8)?.try_into().expect("8 bytes"),
-                    );
-                    let a = Access(raw);
+                .and_then(|c| c.checked_add(8))
+                .filter(|&end| end <= bytes.len())
+                .ok_or_else(|| bad("it ends early"))?;
+            let counts = &bytes[8..counts_end];
+            let entries = &bytes[counts_end..];
+            if entries.len() % 8 != 0 {
+                return Err(bad("trailing bytes"));
+            }
+            let mut at = 0usize;
+            for c in counts.chunks_exact(4) {
+                let n = u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize;
+                let end = at
+                    .checked_add(n * 8)
+                    .filter(|&end| end <= entries.len())
+                    .ok_or_else(|| bad("it ends early"))?;
+                // Sets arrive normalised (sorted, one entry per element): checked, not
+                // sorted again.
+                let mut prev: Option<u64> = None;
+                for w in entries[at..end].chunks_exact(8) {
+                    let a = Access(u64::from_le_bytes(w.try_into().expect("8 bytes")));
                     if a.slot() >= slots {
                         return Err(bad(&format!("slot {} of {slots}", a.slot())));
                     }
+                    if prev.is_some_and(|q| q >= a.0 >> 1) {
+                        return Err(bad("a task's accesses are not sorted and distinct"));
+                    }
+                    prev = Some(a.0 >> 1);
+                    let s = a.slot();
+                    segment.written[s >> 6] |= (a.write() as u64) << (s & 63);
                     segment.entries.push(a);
                 }
-                entries_at += 8 * n;
-                segment.close_task();
+                segment.offsets.push(segment.entries.len());
+                at = end;
             }
-            if entries_at != bytes.len() {
+            if at != entries.len() {
                 return Err(bad("trailing bytes"));
             }
         }
@@ -499,6 +531,45 @@ mod tests {
             assert_eq!(got, (a..b.min(21)).collect::<Vec<_>>(), "{a}..{b}");
         }
         AccessLog::new().for_each_in(0..5, |_, _| panic!("no tasks"));
+    }
+
+    #[test]
+    fn logs_travel_as_bytes_and_bad_bytes_are_refused() {
+        let a = AccessLog::from_tasks([
+            vec![Access::new(0, 4, false), Access::new(1, 2, true)],
+            vec![],
+        ]);
+        let b = AccessLog::from_tasks([vec![Access::new(1, 7, true)]]);
+        let joined = AccessLog::from_byte_parts(&[a.to_bytes(), b.to_bytes()], 2).unwrap();
+        let mut whole = a.clone();
+        whole.append(b.clone());
+        assert_eq!(joined.tasks(), 3);
+        for t in 0..3 {
+            assert_eq!(joined.task(t), whole.task(t));
+        }
+        for slot in 0..2 {
+            assert_eq!(joined.writes(slot), whole.writes(slot), "slot {slot}");
+        }
+        assert!(!joined.writes(0) && joined.writes(1));
+
+        let err = |bytes: Vec<u8>, slots| AccessLog::from_byte_parts(&[bytes], slots).unwrap_err();
+        let good = a.to_bytes();
+        assert!(err(good.clone(), 1).contains("slot 1 of 1"));
+        assert!(err(good[..good.len() - 8].to_vec(), 2).contains("ends early"));
+        let mut trailing = good.clone();
+        trailing.extend_from_slice(&[0; 8]);
+        assert!(err(trailing, 2).contains("trailing"));
+        // A task count far beyond the bytes is refused, not allocated.
+        let mut huge = good.clone();
+        huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(err(huge, 2).contains("ends early"));
+        // Two accesses of one element in a set: not a normalised log.
+        let mut twice = 1u64.to_le_bytes().to_vec();
+        twice.extend_from_slice(&2u32.to_le_bytes());
+        for write in [false, true] {
+            twice.extend_from_slice(&Access::new(0, 3, write).0.to_le_bytes());
+        }
+        assert!(err(twice, 1).contains("not sorted"));
     }
 
     #[test]
