@@ -15,6 +15,25 @@ const EPOCHS: usize = 6;
 /// Per-epoch training error, user factors, bias.
 type Outcome = (Vec<f64>, Vec<Vec<f32>>, Vec<f32>);
 
+type Factors = DVector<Vec<f32>>;
+
+/// User and item factors of the small problems below.
+fn factors() -> strads_ap::Result<(Factors, Factors)> {
+    let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
+    let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
+    Ok((w, h))
+}
+
+/// 2,000 ratings of 97 users and 41 items, and their factors.
+fn small_problem() -> strads_ap::Result<(DVector<(u32, u32, f32)>, Factors, Factors)> {
+    let ratings: Vec<(u32, u32, f32)> = (0..2000u32)
+        .map(|k| ((k * 7919) % 97, (k * 104_729) % 41, ((k % 5) + 1) as f32))
+        .collect();
+    let data = DVector::from_vec(ratings)?;
+    let (w, h) = factors()?;
+    Ok((data, w, h))
+}
+
 /// A small matrix factorisation (async_for!) with a sync_for! bias update, checkpointed
 /// per `config`; stops after `stop_after` epochs. Returns the per-epoch training error
 /// (computed by driver code from the DDSs) and the final parameters.
@@ -27,12 +46,7 @@ fn train(
     poison_until: usize,
 ) -> strads_ap::Result<Outcome> {
     configure(Some(config));
-    let ratings: Vec<(u32, u32, f32)> = (0..2000u32)
-        .map(|k| ((k * 7919) % 97, (k * 104_729) % 41, ((k % 5) + 1) as f32))
-        .collect();
-    let data = DVector::from_vec(ratings)?;
-    let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
-    let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
+    let (data, w, h) = small_problem()?;
     let bias = DVector::from_fn(1, |_| 0.0f32)?.aggregate_with(Aggregation::Sum);
     let mut errors = Vec::new();
     for epoch in 0..stop_after.min(EPOCHS) {
@@ -203,8 +217,7 @@ fn fit_file(
                 _ => Err(format!("{} fields", f.len())),
             }
         })?;
-    let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
-    let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
+    let (w, h) = factors()?;
     for epoch in 0..stop_after {
         let lr = if epoch < poison_until { 1e3 } else { 0.02 };
         mf_epoch(&data, &w, &h, lr, 1)?;
@@ -373,12 +386,7 @@ fn fit_derived(
     poison_until: usize,
 ) -> strads_ap::Result<Derived> {
     configure(Some(config));
-    let ratings: Vec<(u32, u32, f32)> = (0..2000u32)
-        .map(|k| ((k * 7919) % 97, (k * 104_729) % 41, ((k % 5) + 1) as f32))
-        .collect();
-    let data = DVector::from_vec(ratings)?;
-    let w = DVector::from_fn(97, |u| vec![0.1 + (u % 7) as f32 * 0.01; 4])?;
-    let h = DVector::from_fn(41, |i| vec![0.1 + (i % 5) as f32 * 0.01; 4])?;
+    let (data, w, h) = small_problem()?;
     let total = DVector::from_fn(1, |_| 0.0f64)?;
     let weights = DMap::from_pairs((0..5u32).map(|k| (k, f64::from(k))).collect())?;
     let (mut derived, mut scaled) = (None, None);
