@@ -16,6 +16,7 @@ const EPOCHS: usize = 6;
 type Outcome = (Vec<f64>, Vec<Vec<f32>>, Vec<f32>);
 
 type Factors = DVector<Vec<f32>>;
+type Ratings = DVector<(u32, u32, f32)>;
 
 /// User and item factors of the small problems below.
 fn factors() -> strads_ap::Result<(Factors, Factors)> {
@@ -25,7 +26,7 @@ fn factors() -> strads_ap::Result<(Factors, Factors)> {
 }
 
 /// 2,000 ratings of 97 users and 41 items, and their factors.
-fn small_problem() -> strads_ap::Result<(DVector<(u32, u32, f32)>, Factors, Factors)> {
+fn small_problem() -> strads_ap::Result<(Ratings, Factors, Factors)> {
     let ratings: Vec<(u32, u32, f32)> = (0..2000u32)
         .map(|k| ((k * 7919) % 97, (k * 104_729) % 41, ((k % 5) + 1) as f32))
         .collect();
