@@ -248,8 +248,8 @@ impl AccessLog {
             if bytes.len() >= 8 {
                 let tasks = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
                 tasks_all = tasks_all.saturating_add(tasks);
-                entries_all =
-                    entries_all.saturating_add(bytes.len().saturating_sub(8 + 4 * tasks) / 8);
+                let counts = tasks.saturating_mul(4).saturating_add(8);
+                entries_all = entries_all.saturating_add(bytes.len().saturating_sub(counts) / 8);
             }
         }
         // Capacity from the parts' sizes, bounded so that a lying header cannot make us
@@ -279,8 +279,9 @@ impl AccessLog {
             let mut at = 0usize;
             for c in counts.chunks_exact(4) {
                 let n = u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize;
-                let end = at
-                    .checked_add(n * 8)
+                let end = n
+                    .checked_mul(8)
+                    .and_then(|len| at.checked_add(len))
                     .filter(|&end| end <= entries.len())
                     .ok_or_else(|| bad("it ends early"))?;
                 // Sets arrive normalised (sorted, one entry per element): checked, not
