@@ -26,6 +26,17 @@
 //!   `"strads_words_per_sec"` instead of `"rmse_ratio"`.
 //!
 //! Every figure is a median over the repetitions; ratios are of medians.
+//!
+//! With `--checkpoint` the runner measures checkpointing instead: it runs the strads-ap
+//! twin alternately without checkpoints and with a checkpoint after every loop call (in a
+//! fresh temporary directory each run, removed afterwards), and prints
+//! `{"bench":"checkpoint","app":..,"reps":R,"ranks":N,"threads":T,"plain_secs_per_epoch":..,
+//! "checkpointed_secs_per_epoch":..,"overhead":..}` (`overhead`: the checkpointed median
+//! over the plain one, minus 1):
+//!
+//! ```text
+//! target/release/bench --app sgdmf --checkpoint --reps 10 --threads 2 -- --epochs 20
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,6 +97,11 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     ranks: usize,
 
+    /// Measure checkpointing: the strads-ap twin without and with a checkpoint after every
+    /// loop call, alternately (the serial twin does not run).
+    #[arg(long)]
+    checkpoint: bool,
+
     /// Further arguments, passed to both twins (after `--`).
     #[arg(last = true)]
     extra: Vec<String>,
@@ -136,10 +152,29 @@ fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The summary line of `--checkpoint`.
+#[derive(Serialize)]
+struct CheckpointSummary {
+    bench: &'static str,
+    app: &'static str,
+    reps: usize,
+    ranks: usize,
+    threads: usize,
+    plain_secs_per_epoch: f64,
+    checkpointed_secs_per_epoch: f64,
+    overhead: f64,
+}
+
 /// Runs one twin and returns its JSON result line (the last line of its stdout).
 fn run(binary: &Path, args: &[String]) -> Result<Value> {
+    run_env(binary, args, &[])
+}
+
+/// [`run`] with `env` added to the twin's environment.
+fn run_env(binary: &Path, args: &[String], env: &[(&str, &Path)]) -> Result<Value> {
     let output = Command::new(binary)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -207,12 +242,13 @@ fn main() -> Result<()> {
     }
     twin_args.extend(args.extra.iter().cloned());
 
-    let (mut serial_runs, mut strads_runs) = (Vec::new(), Vec::new());
-    for rep in 1..=args.reps {
-        eprintln!("bench {app}: repetition {rep} of {}", args.reps);
-        serial_runs.push(run(&serial, &twin_args)?);
-        strads_runs.push(match &launcher {
-            None => run(&strads, &twin_args)?,
+    // The strads-ap twin, checkpointing into `ckpt` if given.
+    let run_strads = |ckpt: Option<&Path>| -> Result<Value> {
+        match &launcher {
+            None => match ckpt {
+                None => run(&strads, &twin_args),
+                Some(dir) => run_env(&strads, &twin_args, &[("STRADS_CHECKPOINT_DIR", dir)]),
+            },
             Some(launcher) => {
                 let mut launch = vec![
                     "run".to_string(),
@@ -224,12 +260,54 @@ fn main() -> Result<()> {
                 if let Some(t) = args.threads {
                     launch.extend(["--threads".to_string(), t.to_string()]);
                 }
+                if let Some(dir) = ckpt {
+                    launch.extend(["--checkpoint-dir".to_string(), dir.display().to_string()]);
+                }
                 launch.push("--".to_string());
                 launch.push(strads.display().to_string());
                 launch.extend(twin_args.iter().cloned());
-                run(launcher, &launch)?
+                run(launcher, &launch)
             }
+        }
+    };
+
+    if args.checkpoint {
+        let ckpt = std::env::temp_dir().join(format!("strads-bench-ckpt-{}", std::process::id()));
+        let (mut plain, mut checkpointed) = (Vec::new(), Vec::new());
+        for rep in 1..=args.reps {
+            eprintln!(
+                "bench {app} --checkpoint: repetition {rep} of {}",
+                args.reps
+            );
+            plain.push(run_strads(None)?);
+            let _ = std::fs::remove_dir_all(&ckpt);
+            let outcome = run_strads(Some(&ckpt));
+            let _ = std::fs::remove_dir_all(&ckpt);
+            checkpointed.push(outcome?);
+        }
+        let _ = std::fs::remove_dir_all(&logs);
+        let (p, c) = (
+            median(&field(&plain, "secs_per_epoch")?),
+            median(&field(&checkpointed, "secs_per_epoch")?),
+        );
+        print_json_line(&CheckpointSummary {
+            bench: "checkpoint",
+            app,
+            reps: args.reps,
+            ranks: args.ranks,
+            threads: plain[0].get("threads").and_then(Value::as_u64).unwrap_or(0) as usize,
+            plain_secs_per_epoch: p,
+            checkpointed_secs_per_epoch: c,
+            overhead: if p > 0.0 { c / p - 1.0 } else { f64::NAN },
         });
+        return Ok(());
+    }
+
+    let (mut serial_runs, mut strads_runs) = (Vec::new(), Vec::new());
+    for rep in 1..=args.reps {
+        eprintln!("bench {app}: repetition {rep} of {}", args.reps);
+        serial_runs.push(run(&serial, &twin_args)?);
+        strads_runs.push(run_strads(None)?);
     }
     let _ = std::fs::remove_dir_all(&logs);
 

@@ -1,0 +1,89 @@
+//! The bench runner: its summary lines, in both modes, on a small synthetic problem. The
+//! figures themselves are not judged here (tests must not depend on the machine's load);
+//! only that they are there, positive, and of runs that trained the same model.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{num, run_raw};
+use serde_json::Value;
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+const SMALL: [&str; 8] = [
+    "--epochs",
+    "2",
+    "--ratings",
+    "20000",
+    "--users",
+    "300",
+    "--items",
+    "100",
+];
+
+/// The bench's last stdout line (its summary), after checking it succeeded.
+fn summary(args: &[&str]) -> Value {
+    let out = run_raw(env!("CARGO_BIN_EXE_bench"), args, TIMEOUT);
+    assert!(out.success, "bench {args:?} failed:\n{}", out.stderr);
+    let last = out.stdout.lines().last().expect("a summary line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("bad summary {last}: {e}"))
+}
+
+#[test]
+fn twins_are_compared_on_speed_and_progress() {
+    let mut args = vec!["--app", "sgdmf", "--reps", "1", "--threads", "2", "--"];
+    args.extend(SMALL);
+    let s = summary(&args);
+    assert_eq!(s["bench"], "sgdmf");
+    assert_eq!(
+        (s["reps"].as_u64(), s["threads"].as_u64()),
+        (Some(1), Some(2))
+    );
+    for key in ["serial_secs_per_epoch", "strads_secs_per_epoch", "speedup"] {
+        assert!(num(&s, key) > 0.0, "{key} in {s}");
+    }
+    // Two epochs of the same SGD in another order, on a tiny problem: the same model
+    // roughly (the twins' 1% agreement after 3 epochs is tested in `accuracy.rs`), not NaN.
+    let rmse = num(&s, "rmse_ratio");
+    assert!((rmse - 1.0).abs() < 0.1, "rmse ratio {rmse}");
+}
+
+#[test]
+fn checkpointing_is_measured_against_the_same_twin_without() {
+    let mut args = vec![
+        "--app",
+        "sgdmf",
+        "--checkpoint",
+        "--reps",
+        "1",
+        "--threads",
+        "1",
+        "--",
+    ];
+    args.extend(SMALL);
+    let s = summary(&args);
+    assert_eq!(
+        (s["bench"].as_str(), s["app"].as_str()),
+        (Some("checkpoint"), Some("sgdmf"))
+    );
+    let (plain, ckpt) = (
+        num(&s, "plain_secs_per_epoch"),
+        num(&s, "checkpointed_secs_per_epoch"),
+    );
+    assert!(plain > 0.0 && ckpt > 0.0, "{s}");
+    assert!(
+        (num(&s, "overhead") - (ckpt / plain - 1.0)).abs() < 1e-9,
+        "{s}"
+    );
+    // The checkpoints went to a temporary directory that is gone again.
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("strads-bench-ckpt-")
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
