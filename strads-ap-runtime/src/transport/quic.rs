@@ -14,8 +14,7 @@
 //! holds at most a few tens of MiB of what it sent and no peer acknowledged (a `send`
 //! beyond that waits for the network). Messages arrive as the stream's chunks and are
 //! joined into one buffer by the thread that receives them, not by the network thread.
-//! MTU discovery searches up to 6,500 bytes (loopback and jumbo-frame paths move bulk
-//! data about twice as fast as at Ethernet's 1,472).
+//! Packets stay within Ethernet's 1,472 bytes (see [`MTU_CEILING`]).
 //!
 //! A connection refused (wrong secret, another job, another protocol version, garbage) is
 //! logged with its reason and does not disturb the job. A peer of the job that breaks the
@@ -1024,15 +1023,18 @@ fn make_endpoint(bind: SocketAddr, opts: &QuicOptions) -> Result<Endpoint> {
     Ok(endpoint)
 }
 
-/// The largest UDP payload MTU discovery searches for. Quinn sends up to 10 datagrams in
-/// one segmentation-offload (GSO) batch, which the kernel takes only if it fits 64 KiB: a
-/// larger MTU would break batching (sends fail and read as loss). Ethernet paths stop at
-/// their own MTU (1,472 bytes, or the jumbo frames' 8,972 cut to this); loopback, whose MTU
-/// is 64 KiB, reaches it, and moves bulk data about twice as fast as at 1,472 bytes.
-const MTU_CEILING: u16 = 6_500;
+/// The largest UDP payload MTU discovery searches for, and the largest the endpoint
+/// accepts: Ethernet's 1,472 bytes (quinn's default).
+///
+/// Larger packets move bulk data about 1.5x as fast on loopback (6,500 bytes, the most a
+/// segmentation-offload batch of 10 datagrams can carry within 64 KiB), but with them a
+/// connection close was sometimes lost (the test
+/// `an_oversized_frame_disconnects_the_peer_and_fails_the_job_cleanly` then sees the
+/// peer's idle timeout instead of its close, 3 runs in 10), for a reason not found yet.
+/// Until it is, ranks stay at 1,472.
+const MTU_CEILING: u16 = 1_472;
 
-/// The endpoint accepts datagrams up to [`MTU_CEILING`] (quinn's default, 1,472, would cap
-/// every path's MTU there, whatever discovery finds).
+/// The endpoint accepts datagrams up to [`MTU_CEILING`].
 fn endpoint_config() -> Result<quinn::EndpointConfig> {
     let mut e = quinn::EndpointConfig::default();
     e.max_udp_payload_size(MTU_CEILING)
