@@ -14,7 +14,7 @@
 //! holds at most a few tens of MiB of what it sent and no peer acknowledged (a `send`
 //! beyond that waits for the network). Messages arrive as the stream's chunks and are
 //! joined into one buffer by the thread that receives them, not by the network thread.
-//! Packets stay within Ethernet's 1,472 bytes (see [`MTU_CEILING`]).
+//! Packets stay within Ethernet's 1,472 bytes (see `MTU_CEILING` in the source).
 //!
 //! A connection refused (wrong secret, another job, another protocol version, garbage) is
 //! logged with its reason and does not disturb the job. A peer of the job that breaks the
