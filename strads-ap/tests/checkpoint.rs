@@ -35,6 +35,18 @@ fn small_problem() -> strads_ap::Result<(Ratings, Factors, Factors)> {
     Ok((data, w, h))
 }
 
+/// `ratings` ratings of 31 users and 17 items, and flat factors: for tests of which
+/// checkpoints exist, not of what they hold.
+fn tiny_problem(ratings: usize) -> strads_ap::Result<(Ratings, Factors, Factors)> {
+    let data = DVector::from_fn(ratings, |k| {
+        let k = k as u32;
+        ((k * 7919) % 31, (k * 104_729) % 17, (k % 5 + 1) as f32)
+    })?;
+    let w = DVector::from_fn(31, |_| vec![0.1f32; 4])?;
+    let h = DVector::from_fn(17, |_| vec![0.1f32; 4])?;
+    Ok((data, w, h))
+}
+
 /// A small matrix factorisation (async_for!) with a sync_for! bias update, checkpointed
 /// per `config`; stops after `stop_after` epochs. Returns the per-epoch training error
 /// (computed by driver code from the DDSs) and the final parameters.
@@ -323,12 +335,7 @@ fn the_newest_synced_checkpoint_is_kept_beside_the_newest() {
         let config = CheckpointConfig::new(&dir).sync_every(sync);
         let results = on_ranks(2, || {
             configure(Some(config.clone()));
-            let data = DVector::from_fn(500, |k| {
-                let k = k as u32;
-                ((k * 7919) % 31, (k * 104_729) % 17, (k % 5 + 1) as f32)
-            })?;
-            let w = DVector::from_fn(31, |_| vec![0.1f32; 4])?;
-            let h = DVector::from_fn(17, |_| vec![0.1f32; 4])?;
+            let (data, w, h) = tiny_problem(500)?;
             for _ in 0..6 {
                 mf_epoch(&data, &w, &h, 0.02, 1)?;
             }
@@ -349,12 +356,7 @@ fn replayed_calls_are_reported() {
         let config = CheckpointConfig::new(&dir).recover(recover);
         on_ranks(2, move || {
             configure(Some(config.clone()));
-            let data = DVector::from_fn(300, |k| {
-                let k = k as u32;
-                ((k * 7919) % 31, (k * 104_729) % 17, (k % 5 + 1) as f32)
-            })?;
-            let w = DVector::from_fn(31, |_| vec![0.1f32; 4])?;
-            let h = DVector::from_fn(17, |_| vec![0.1f32; 4])?;
+            let (data, w, h) = tiny_problem(300)?;
             let mut replayed = Vec::new();
             for _ in 0..epochs {
                 mf_epoch(&data, &w, &h, 0.02, 1)?;

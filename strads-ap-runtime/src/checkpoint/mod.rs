@@ -1199,8 +1199,10 @@ pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result
 /// A driver operator (`transform`, `set`, `insert`, `remove`) is changing `table` outside
 /// the loops: the next checkpoint writes its state, so that a replay resuming after the
 /// change loads it rather than depending on the replayed driver code to redo it.
-pub(crate) fn modified(table: Arc<dyn TableHandle>) {
-    with(|c| c.note_modified(&table));
+pub(crate) fn modified<T: TableHandle + 'static>(table: &Arc<T>) {
+    // The handle is cloned only when checkpoints are on: driver loops of `insert`s pay
+    // nothing more otherwise.
+    with(|c| c.note_modified(&(table.clone() as Arc<dyn TableHandle>)));
 }
 
 /// Where an input operator was called, as its key in the checkpoints.

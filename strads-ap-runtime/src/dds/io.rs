@@ -137,7 +137,7 @@ impl ReadOptions {
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
         let path = path.as_ref();
-        DVector::made_by_input("read_from_file", || self.read_all(path, parser))
+        DVector::made_by_operator("read_from_file", || self.read_all(path, parser))
     }
 
     fn read_all<T, E, F>(&self, path: &Path, parser: F) -> Result<(DVector<T>, ReadReport)>

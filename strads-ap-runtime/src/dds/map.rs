@@ -413,7 +413,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// a key needs no communication, replacing one returns the owner's value.
     pub fn insert(&self, key: K, value: V) -> Result<Option<V>> {
         let owner = self.table.owner(&key);
-        crate::checkpoint::modified(self.table.clone());
+        crate::checkpoint::modified(&self.table);
         let old = self.table.write("DMap::insert")?.insert(key, value);
         if old.is_none() {
             self.table.changed_keys();
@@ -429,7 +429,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// Removes `key`; returns its value (the owner's).
     pub fn remove(&self, key: &K) -> Result<Option<V>> {
         let owner = self.table.owner(key);
-        crate::checkpoint::modified(self.table.clone());
+        crate::checkpoint::modified(&self.table);
         let old = self.table.write("DMap::remove")?.remove(key);
         if old.is_some() {
             self.table.changed_keys();
@@ -762,7 +762,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
 
     /// Adds `value` under `key`, after the values already there.
     pub fn insert(&self, key: K, value: V) -> Result<()> {
-        crate::checkpoint::modified(self.table.clone());
+        crate::checkpoint::modified(&self.table);
         let mut entries = self.table.write("DMultiMap::insert")?;
         match entries.get_mut(&key) {
             Some(list) => list.push(value),

@@ -95,11 +95,12 @@ impl<T: Element> DVector<T> {
         }
     }
 
-    /// Makes a DVector by `make` (an input operator `op`, with an extra outcome `M`), or,
-    /// when recovery replays the operator, loads the DVector it made the first time (see
-    /// [`crate::checkpoint`]). With checkpoints on, a DVector made is checkpointed.
+    /// Makes a DVector by `make` (a data operator `op`, input or derived, with an extra
+    /// outcome `M`), or, when recovery replays the operator, loads the DVector it made the
+    /// first time (see [`crate::checkpoint`]). With checkpoints on, a DVector made is
+    /// checkpointed. The maps' counterpart is `MapTable::made_by_operator`.
     #[track_caller]
-    pub(crate) fn made_by_input<M>(
+    pub(crate) fn made_by_operator<M>(
         op: &'static str,
         make: impl FnOnce() -> Result<(Self, M)>,
     ) -> Result<(Self, M)>
@@ -179,7 +180,7 @@ impl<T: Element> DVector<T> {
     where
         F: Fn(usize) -> T + Send + Sync,
     {
-        Ok(Self::made_by_input("DVector::from_fn", || Ok((Self::compute_fn(len, f)?, ())))?.0)
+        Ok(Self::made_by_operator("DVector::from_fn", || Ok((Self::compute_fn(len, f)?, ())))?.0)
     }
 
     fn compute_fn<F>(len: usize, f: F) -> Result<Self>
@@ -214,7 +215,7 @@ impl<T: Element> DVector<T> {
     #[track_caller]
     pub fn from_vec(v: Vec<T>) -> Result<Self> {
         let op = "DVector::from_vec";
-        Ok(Self::made_by_input(op, || {
+        Ok(Self::made_by_operator(op, || {
             let ctx = crate::cluster::here();
             if ctx.is_distributed() {
                 ctx.comm_for(op)?
@@ -278,7 +279,7 @@ impl<T: Element> DVector<T> {
     /// Replaces element `i` (its owner does; every rank calls it with the same value).
     pub fn set(&self, i: usize, value: T) -> Result<()> {
         self.check_index("DVector::set", i)?;
-        crate::checkpoint::modified(self.table.clone());
+        crate::checkpoint::modified(&self.table);
         let mut data = self.table.write("DVector::set")?;
         if let Some(slot) = i
             .checked_sub(self.table.offset)
@@ -331,15 +332,15 @@ impl<T: Element> DVector<T> {
         U: Element,
         F: Fn(&T) -> U + Send + Sync,
     {
-        let made = DVector::made_by_input("DVector::map", || {
+        Ok(DVector::made_by_operator("DVector::map", || {
             let data = self.table.read("DVector::map")?;
             let out = self.install(|| data.par_iter().map(&f).collect());
             Ok((
                 DVector::from_local(self.table.ctx.clone(), self.table.len, out),
                 (),
             ))
-        });
-        Ok(made?.0)
+        })?
+        .0)
     }
 
     /// Combines all elements with `f` (associative and commutative), in parallel.
@@ -394,7 +395,7 @@ impl<T: Element> DVector<T> {
         F: Fn(usize, &mut T) + Send + Sync,
     {
         let offset = self.table.offset;
-        crate::checkpoint::modified(self.table.clone());
+        crate::checkpoint::modified(&self.table);
         let mut guard = self.table.write("DVector::transform")?;
         let data: &mut Vec<T> = &mut guard;
         self.install(|| {
@@ -413,7 +414,7 @@ impl<T: Element> DVector<T> {
     where
         F: Fn(&T) -> bool + Send + Sync,
     {
-        let made = DVector::made_by_input("DVector::filter", || {
+        Ok(DVector::made_by_operator("DVector::filter", || {
             let kept: Vec<T> = {
                 let data = self.table.read("DVector::filter")?;
                 self.install(|| data.par_iter().filter(|x| keep(x)).cloned().collect())
@@ -423,8 +424,8 @@ impl<T: Element> DVector<T> {
                 Some(comm) => DVector::from_rank_parts(comm, kept)?,
             };
             Ok((v, ()))
-        });
-        Ok(made?.0)
+        })?
+        .0)
     }
 
     /// Inner join with a map: each element whose key (by `key`) is in `map` is paired with
@@ -442,7 +443,7 @@ impl<T: Element> DVector<T> {
         F: Fn(&T) -> K + Send + Sync,
     {
         let op = "DVector::join";
-        let made = DVector::made_by_input(op, || {
+        Ok(DVector::made_by_operator(op, || {
             // Every rank joins its own range against current values of the whole map.
             map.refresh(op)?;
             let kept: Vec<(T, V)> = {
@@ -460,8 +461,8 @@ impl<T: Element> DVector<T> {
                 Some(comm) => DVector::from_rank_parts(comm, kept)?,
             };
             Ok((v, ()))
-        });
-        Ok(made?.0)
+        })?
+        .0)
     }
 
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).
@@ -489,7 +490,7 @@ impl<T: Element> DVector<T> {
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DVector::load";
-        Ok(Self::made_by_input(op, || {
+        Ok(Self::made_by_operator(op, || {
             let ctx = crate::cluster::here();
             let comm = match ctx.is_distributed() {
                 true => Some(ctx.comm_for(op)?),

@@ -215,11 +215,19 @@ enum Outgoing {
 /// than [`QUEUE_BYTES`] are (a message larger than that goes alone): a rank that produces
 /// faster than the network carries keeps its memory bounded, and reuses it, instead of
 /// queuing without limit. Waiting cannot deadlock: queues drain into the peer's reader
-/// task, which runs whatever the peer's program does.
+/// task, which runs whatever the peer's program does, and a writer that stops (its
+/// connection failed) ends every wait.
 #[derive(Default)]
 struct Queued {
-    bytes: Mutex<usize>,
-    drained: std::sync::Condvar,
+    state: Mutex<QueueState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    bytes: usize,
+    /// The writer stopped: nothing queued will drain.
+    stopped: bool,
 }
 
 /// See [`Queued`]. Together with QUIC's own send buffer ([`SEND_WINDOW`]) this bounds
@@ -231,28 +239,50 @@ const QUEUE_BYTES: usize = 16 << 20;
 const SEND_WINDOW: u64 = 16 << 20;
 
 impl Queued {
-    /// Waits until `n` more bytes fit (or the job lost a rank).
-    fn add(&self, n: usize, mailbox: &Mailbox) -> Result<()> {
-        let mut q = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
-        while *q > 0 && *q + n > QUEUE_BYTES {
-            if let Some((rank, reason)) = mailbox.lost() {
-                return Err(Error::PeerLost { rank, reason });
-            }
-            q = self
-                .drained
-                .wait_timeout(q, Duration::from_millis(50))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `n` more bytes fit; fails if the writer to `peer` stopped.
+    fn add(&self, n: usize, peer: Rank, mailbox: &Mailbox) -> Result<()> {
+        let mut q = self.lock();
+        while !q.stopped && q.bytes > 0 && q.bytes + n > QUEUE_BYTES {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
-        *q += n;
+        if q.stopped {
+            return Err(match mailbox.lost() {
+                Some((rank, reason)) => Error::PeerLost { rank, reason },
+                None => Error::PeerLost {
+                    rank: peer,
+                    reason: "its connection closed".to_string(),
+                },
+            });
+        }
+        q.bytes += n;
         Ok(())
     }
 
+    /// QUIC took `n` bytes.
     fn remove(&self, n: usize) {
-        let mut q = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
-        *q = q.saturating_sub(n);
+        let mut q = self.lock();
+        q.bytes = q.bytes.saturating_sub(n);
         drop(q);
-        self.drained.notify_all();
+        self.changed.notify_all();
+    }
+
+    /// The writer stopped: wakes every waiting sender.
+    fn stop(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Stops a [`Queued`] when the writer that drains it ends, however it ends.
+struct StopOnDrop(Arc<Queued>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
@@ -523,7 +553,7 @@ impl Transport for QuicTransport {
             .ok_or_else(|| {
                 Error::Transport(format!("rank {to} is not connected to rank {}", self.rank))
             })?;
-        peer.queued.add(payload.len(), &self.mailbox)?;
+        peer.queued.add(payload.len(), to, &self.mailbox)?;
         peer.tx
             .send(Outgoing::Msg(tag, payload))
             .map_err(|_| Error::PeerLost {
@@ -615,6 +645,7 @@ async fn writer(
     closed: Arc<AtomicBool>,
 ) {
     const BATCH_BYTES: usize = 1 << 20;
+    let _stop = StopOnDrop(queued.clone());
     let mut seq = 0u64;
     let mut last: Option<SendStream> = None;
     while let Some(first) = rx.recv().await {
@@ -1163,31 +1194,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_send_queue_waits_for_the_writer_and_fails_when_a_rank_is_lost() {
+    fn a_full_send_queue_waits_for_the_writer_and_fails_when_it_stops() {
         let mailbox = Arc::new(Mailbox::new(2));
         let queued = Arc::new(Queued::default());
         // A message larger than the bound goes alone: nothing else is queued.
-        queued.add(QUEUE_BYTES * 2, &mailbox).unwrap();
+        queued.add(QUEUE_BYTES * 2, 1, &mailbox).unwrap();
         let (q, m) = (queued.clone(), mailbox.clone());
         let waiter = std::thread::spawn(move || {
             let start = Instant::now();
-            q.add(1, &m).map(|()| start.elapsed())
+            q.add(1, 1, &m).map(|()| start.elapsed())
         });
         std::thread::sleep(Duration::from_millis(100));
         assert!(!waiter.is_finished(), "a full queue makes the sender wait");
         queued.remove(QUEUE_BYTES * 2);
         let waited = waiter.join().unwrap().unwrap();
         assert!(waited >= Duration::from_millis(100));
-        assert_eq!(*queued.bytes.lock().unwrap(), 1);
+        assert_eq!(queued.lock().bytes, 1);
 
-        // Full again: a lost rank ends the wait with its reason.
-        queued.add(QUEUE_BYTES - 1, &mailbox).unwrap();
+        // Full again: the writer stopping (its connection failed, the rank lost) ends the
+        // wait with the loss's reason, as the writer's drop guard does.
+        queued.add(QUEUE_BYTES - 1, 1, &mailbox).unwrap();
         let (q, m) = (queued.clone(), mailbox.clone());
-        let waiter = std::thread::spawn(move || q.add(QUEUE_BYTES, &m));
+        let waiter = std::thread::spawn(move || q.add(QUEUE_BYTES, 1, &m));
         mailbox.lose(1, "killed");
+        drop(StopOnDrop(queued.clone()));
         match waiter.join().unwrap() {
             Err(Error::PeerLost { rank: 1, reason }) => assert_eq!(reason, "killed"),
             other => panic!("expected the lost rank, got {other:?}"),
+        }
+        // Later sends to the stopped writer fail at once, even small ones.
+        match queued.add(1, 1, &Mailbox::new(2)) {
+            Err(Error::PeerLost { rank: 1, reason }) => {
+                assert_eq!(reason, "its connection closed")
+            }
+            other => panic!("expected the closed connection, got {other:?}"),
         }
     }
 }
