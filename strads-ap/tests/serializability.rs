@@ -8,7 +8,13 @@
 
 mod common;
 
-use common::{acyclic, check_serializable, random_patterns, run_order_sensitive, Pattern};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{
+    acyclic, check_serializable, random_patterns, run_order_sensitive, run_order_sensitive_with,
+    Pattern,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strads_ap::prelude::*;
@@ -42,6 +48,118 @@ fn skewed_access_patterns_are_serializable() {
             run_and_check(patterns, 200, threads);
         }
     }
+}
+
+/// The figures of the loop call site on line `line` of this file.
+fn stats_at(line: u32) -> strads_ap::LoopStats {
+    let here = format!("serializability.rs:{line}:");
+    strads_ap::loop_stats()
+        .into_iter()
+        .find(|s| s.site.contains(&here))
+        .expect("the loop ran")
+}
+
+#[test]
+fn locking_runs_are_serializable_on_2_to_4_threads() {
+    // A re-checked loop runs with element locks (no plan); hot keys make conflicts, so
+    // tasks are undone and retried. Each pattern set runs twice: the second call reuses
+    // the first call's table modes.
+    for seed in 20..24 {
+        for threads in [2, 3, 4] {
+            for hot in [false, true] {
+                let patterns = random_patterns(seed, 2000, 200, hot);
+                for _ in 0..2 {
+                    let opts = Opts::new().threads(threads).recheck(true);
+                    let (log, seen, ran) = run_order_sensitive_with(&patterns, 200, opts).unwrap();
+                    check_serializable(&patterns, &log, &seen, &ran);
+                }
+            }
+        }
+    }
+    let stats = strads_ap::loop_stats();
+    assert!(
+        stats.iter().any(|s| s.strategy == "locks"),
+        "no locking run: {stats:?}"
+    );
+}
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static B_HOLDS: AtomicBool = AtomicBool::new(false);
+static A_TRIED: AtomicBool = AtomicBool::new(false);
+
+/// Waits (bounded) until another worker sets `flag`, once the test is armed.
+fn wait_for(flag: &AtomicBool, what: &str) {
+    let t0 = Instant::now();
+    while ARMED.load(Ordering::SeqCst) && !flag.load(Ordering::SeqCst) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "timed out waiting: {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Sets `A_TRIED` when dropped, i.e. also when its task is abandoned mid-way.
+struct Tried;
+
+impl Drop for Tried {
+    fn drop(&mut self) {
+        A_TRIED.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_task_that_meets_a_held_element_is_undone_and_retried() {
+    // Two workers take chunks of 64 tasks: task 64 (second chunk) locks element 0 and
+    // holds it until task 0 (first chunk), which has already written element 5, has tried
+    // element 0. Task 0 must be undone (element 5 put back), retried once the others are
+    // done, and appear exactly once everywhere. The first call (reconnaissance, which runs
+    // the body too, and a run) is not armed; the second is.
+    let n = 128;
+    let log = DVector::from_fn(16, |_| Vec::<u32>::new()).unwrap();
+    let mut before = Vec::new();
+    let mut line = 0;
+    for armed in [false, true] {
+        before = log.to_vec().unwrap();
+        ARMED.store(armed, Ordering::SeqCst);
+        line = line!() + 1;
+        async_for!(
+            0..n,
+            |k| {
+                if k == 64 {
+                    log[0].push(k as u32);
+                    B_HOLDS.store(true, Ordering::SeqCst);
+                    wait_for(&A_TRIED, "task 0 to try element 0");
+                } else if k == 0 {
+                    log[5].push(k as u32);
+                    wait_for(&B_HOLDS, "task 64 to hold element 0");
+                    let _tried = Tried;
+                    log[0].push(k as u32);
+                } else {
+                    log[8 + k % 8].push(k as u32);
+                }
+            },
+            Opts::new().threads(2).recheck(true)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    assert_eq!(stats.strategy, "locks");
+    assert!(stats.retried >= 1, "task 0 was not retried: {stats:?}");
+    // What the armed call appended.
+    let after = log.to_vec().unwrap();
+    let added: Vec<Vec<u32>> = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a[b.len()..].to_vec())
+        .collect();
+    // Task 0 ran after task 64 on element 0, and once on element 5.
+    assert_eq!(added[0], vec![64, 0]);
+    assert_eq!(added[5], vec![0]);
+    let mut all: Vec<u32> = added[8..].iter().flatten().copied().collect();
+    all.sort_unstable();
+    let others: Vec<u32> = (1..n as u32).filter(|&k| k != 64).collect();
+    assert_eq!(all, others);
 }
 
 #[test]

@@ -618,7 +618,7 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
             // SAFETY: the engine holds this map's lock for the whole operator and stored
             // a pointer to its key index in the binding; nothing changes keys meanwhile.
             index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
-            values: VectorView::bind(b, name),
+            values: VectorView::bind(ctx, b, name),
             name,
         }
     }

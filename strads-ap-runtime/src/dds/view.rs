@@ -5,19 +5,24 @@
 //! DDS the inherent methods win and yield a view; for a plain value the fallback traits
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
+use std::sync::atomic::Ordering;
 
 use super::vector::VectorRef;
-use crate::engine::ctx::{raise, Binding, Dirty, ExecCtx, Fault, SHARED};
+use crate::engine::ctx::{raise, Binding, Conflict, Dirty, ExecCtx, Fault, LockWord, FREE, SHARED};
 use crate::recon::Recorder;
 
 /// A DVector as a loop body sees it: indexable like a `Vec`.
 ///
 /// Every access is bounds-checked; in `async_for!` it is also checked against the
 /// conflict-free plan (one load and compare), so a body can never race with another group
-/// even if its accesses differ from what reconnaissance recorded.
+/// even if its accesses differ from what reconnaissance recorded. In a locking run (a loop
+/// whose accesses change between calls, see [`Opts::recheck`](crate::Opts::recheck)) the
+/// first access of a task to an element locks it and saves a copy, so that a task that
+/// meets an element another worker holds can be undone and retried.
 pub struct VectorView<'a, T> {
     ptr: *mut T,
     len: usize,
@@ -28,15 +33,22 @@ pub struct VectorView<'a, T> {
     name: &'static str,
     /// The worker's note of written keys (a Hybrid replica), or null.
     dirty: *mut Dirty,
+    /// Locking runs: the worker's per-key stamps (see [`Binding::stamps`]), or null.
+    stamps: *mut u32,
+    /// Locking runs: the shared lock words, or null.
+    locks: *const LockWord,
+    ctx: &'a ExecCtx,
+    /// Locking runs: the elements as the running task found them.
+    undo: UnsafeCell<Undo<T>>,
     _life: PhantomData<&'a mut [T]>,
 }
 
-impl<T> VectorRef<T> {
+impl<T: Clone> VectorRef<T> {
     /// Binds the captured DVector for the running group.
     #[doc(hidden)]
     #[inline]
     pub fn __strads_enter<'a>(&'a self, ctx: &'a ExecCtx, name: &'static str) -> VectorView<'a, T> {
-        VectorView::bind(ctx.binding(self.table.id), name)
+        VectorView::bind(ctx, ctx.binding(self.table.id), name)
     }
 
     /// Binds the captured DVector for reconnaissance.
@@ -50,10 +62,10 @@ impl<T> VectorRef<T> {
     }
 }
 
-impl<'a, T> VectorView<'a, T> {
+impl<'a, T: Clone> VectorView<'a, T> {
     /// A view of the elements a binding points to (a vector's, or a map's values).
     #[inline]
-    pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
+    pub(crate) fn bind(ctx: &'a ExecCtx, b: &Binding, name: &'static str) -> Self {
         VectorView {
             ptr: b.ptr as *mut T,
             len: b.len,
@@ -63,6 +75,10 @@ impl<'a, T> VectorView<'a, T> {
             read_only_reason: b.read_only_reason,
             name,
             dirty: b.dirty,
+            stamps: b.stamps,
+            locks: b.locks,
+            ctx,
+            undo: UnsafeCell::new(Undo::default()),
             _life: PhantomData,
         }
     }
@@ -96,7 +112,9 @@ impl<'a, T> VectorView<'a, T> {
     pub fn __strads_bind(&mut self) -> &mut Self {
         self
     }
+}
 
+impl<'a, T: Clone> VectorView<'a, T> {
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
         if i >= self.len {
@@ -122,6 +140,44 @@ impl<'a, T> VectorView<'a, T> {
                 self.outside(i, write, tag);
             }
         }
+        if !self.stamps.is_null() {
+            // SAFETY: `stamps` has one entry per element (`i < len`), owned by this worker.
+            let stamp = unsafe { *self.stamps.add(i) };
+            if stamp != self.ctx.epoch.get() {
+                self.first_touch(i);
+            }
+        }
+    }
+
+    /// The running task's first access to element `i` in a locking run: takes the
+    /// element's lock (or abandons the task if another worker holds it) and saves the
+    /// element as it was, for an abandoned task to put back.
+    #[inline(never)]
+    fn first_touch(&self, i: usize) {
+        let epoch = self.ctx.epoch.get();
+        if !self.locks.is_null() {
+            // SAFETY: the lock words are one per element (`i < len`) and outlive the call.
+            let lock = unsafe { &*self.locks.add(i) };
+            // Acquire: the previous holder's writes to the element (released with its
+            // lock) happen before ours.
+            if lock
+                .0
+                .compare_exchange(FREE, self.ctx.tag, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                self.ctx.aborting.set(true);
+                std::panic::resume_unwind(Box::new(Conflict));
+            }
+            self.ctx.held.borrow_mut().push(lock);
+        }
+        // SAFETY: as in `check`; the stamps are this worker's alone.
+        unsafe { *self.stamps.add(i) = epoch };
+        // SAFETY: `undo` is used by this view's own methods only, on one thread, and no
+        // reference to it outlives this call.
+        let undo = unsafe { &mut *self.undo.get() };
+        // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica
+        // only this worker uses), so nothing writes it meanwhile.
+        undo.save(epoch, i, unsafe { &*self.ptr.add(i) });
     }
 
     #[cold]
@@ -141,7 +197,19 @@ impl<'a, T> VectorView<'a, T> {
     }
 }
 
-impl<T> Index<usize> for VectorView<'_, T> {
+impl<T> Drop for VectorView<'_, T> {
+    fn drop(&mut self) {
+        if !self.stamps.is_null() && self.ctx.aborting.get() {
+            let epoch = self.ctx.epoch.get();
+            // SAFETY: the saved keys are below `len`, and the abandoned task still holds
+            // their locks (the engine releases them after the unwind); no reference from
+            // the body is alive once the view drops.
+            unsafe { self.undo.get_mut().restore(epoch, self.ptr) };
+        }
+    }
+}
+
+impl<T: Clone> Index<usize> for VectorView<'_, T> {
     type Output = T;
 
     #[inline(always)]
@@ -151,12 +219,13 @@ impl<T> Index<usize> for VectorView<'_, T> {
         // that the engine keeps alive and locked for the operator. No other thread writes
         // element `i` now: the plan gives each written element to one group at a time and
         // `check` refused the access unless this group holds the element or it is shared
-        // read-only (tag SHARED, which no group may write).
+        // read-only (tag SHARED, which no group may write); in a locking run, `check`
+        // took the element's lock.
         unsafe { &*self.ptr.add(i) }
     }
 }
 
-impl<T> IndexMut<usize> for VectorView<'_, T> {
+impl<T: Clone> IndexMut<usize> for VectorView<'_, T> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.check(i, true);
@@ -257,6 +326,61 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
         self.rec.log(self.slot, i as u64, true);
         let epoch = self.rec.task_epoch();
         self.scratch.get_or_copy(i, epoch, &self.data[i])
+    }
+}
+
+/// The elements a task of a locking run touched, as it found them. Slots are kept from
+/// task to task and refilled with `clone_from`.
+struct Undo<T> {
+    items: Vec<(usize, T)>,
+    live: usize,
+    epoch: u32,
+}
+
+impl<T> Default for Undo<T> {
+    fn default() -> Self {
+        Undo {
+            items: Vec::new(),
+            live: 0,
+            epoch: 0,
+        }
+    }
+}
+
+impl<T: Clone> Undo<T> {
+    /// Saves element `key` as task `epoch` first touched it.
+    #[inline]
+    fn save(&mut self, epoch: u32, key: usize, src: &T) {
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.live = 0;
+        }
+        match self.items.get_mut(self.live) {
+            Some(slot) => {
+                slot.0 = key;
+                slot.1.clone_from(src);
+            }
+            None => self.items.push((key, src.clone())),
+        }
+        self.live += 1;
+    }
+}
+
+impl<T> Undo<T> {
+    /// Puts back the elements task `epoch` saved.
+    ///
+    /// # Safety
+    /// `base` points to initialised elements beyond every saved key, which no one else
+    /// reads or writes during the call.
+    unsafe fn restore(&mut self, epoch: u32, base: *mut T) {
+        if self.epoch != epoch {
+            return;
+        }
+        for (key, saved) in self.items[..self.live].iter_mut().rev() {
+            // SAFETY: guaranteed by the caller.
+            std::mem::swap(unsafe { &mut *base.add(*key) }, saved);
+        }
+        self.live = 0;
     }
 }
 

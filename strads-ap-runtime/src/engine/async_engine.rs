@@ -82,6 +82,45 @@ fn cache_put(key: PlanKey, cached: Cached) {
         .insert(key, cached);
 }
 
+/// Table modes of locking runs (see [`super::locks`]), per loop call.
+fn modes_cache() -> &'static Mutex<HashMap<PlanKey, Vec<SlotMode>>> {
+    static CACHE: OnceLock<Mutex<HashMap<PlanKey, Vec<SlotMode>>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+fn modes_take(key: &PlanKey) -> Option<Vec<SlotMode>> {
+    modes_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key)
+}
+
+fn modes_put(key: PlanKey, modes: Vec<SlotMode>) {
+    modes_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, modes);
+}
+
+/// A locking run's table modes from reconnaissance: tables no task wrote are read-only,
+/// written relaxed tables are replicas, other written tables are locked.
+fn locking_modes(log: &AccessLog, registry: &Registry) -> Vec<SlotMode> {
+    registry
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(slot, e)| {
+            if !log.writes(slot) {
+                SlotMode::ReadOnly
+            } else if e.table.is_relaxed() && e.merger.is_some() {
+                SlotMode::Relaxed
+            } else {
+                SlotMode::Checked
+            }
+        })
+        .collect()
+}
+
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
 ///
 /// Called by generated code; see the `async_for!` macro for the user-facing contract.
@@ -176,7 +215,41 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     }
 
     let key = PlanKey::new(&here, site, start..end, threads, &opts, &registry);
-    let cached = if opts.recheck { None } else { cache_take(&key) };
+    if opts.recheck {
+        // Accesses change between calls: locks rather than a plan per call.
+        let modes = match modes_take(&key) {
+            Some(modes) => modes,
+            None => {
+                let t0 = Instant::now();
+                let log = reconnoitre(site, start, n, task, record, &bases, threads)?;
+                let modes = locking_modes(&log, &registry);
+                record_stats(site, |s| s.recon += t0.elapsed());
+                modes
+            }
+        };
+        let t0 = Instant::now();
+        let outcome = super::locks::run_locked(
+            site, start, n, task, run, &registry, &bases, &modes, threads,
+        );
+        record_stats(site, |s| {
+            s.calls += 1;
+            s.running += t0.elapsed();
+            s.strategy = "locks";
+            if let Ok(o) = &outcome {
+                s.groups = o.chunks;
+                s.retried += o.retried as u64;
+            }
+        });
+        drop(locks);
+        let written = written_slots(&modes);
+        // A body that wrote a table reconnaissance saw only read: learn again next call.
+        if !matches!(outcome, Err(Error::AccessOutsidePlan { .. })) {
+            modes_put(key, modes);
+        }
+        outcome?;
+        return leave(written);
+    }
+    let cached = cache_take(&key);
     let mut plan = match cached {
         Some(c) => c.plan,
         None => {

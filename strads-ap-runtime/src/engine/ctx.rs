@@ -1,7 +1,8 @@
 //! What a loop body sees while it runs: the bindings of its captured DDSs.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Tag of a key that any group may read and none may write.
 pub(crate) const SHARED: u32 = u32::MAX;
@@ -25,7 +26,24 @@ pub(crate) struct Binding {
     pub read_only_reason: &'static str,
     /// Where a worker's replica notes the keys it writes (Hybrid `sync_for!`), or null.
     pub dirty: *mut Dirty,
+    /// Locking runs (see [`crate::engine::locks`]): per key, the task epoch in which this
+    /// worker last touched it (first touches lock and save the element), or null.
+    pub stamps: *mut u32,
+    /// Locking runs: per-key lock words shared by the workers (0 free, else the holder's
+    /// tag), or null for a table no other worker writes (a replica).
+    pub locks: *const LockWord,
 }
+
+/// The lock of one element in a locking run. (Padding each to its own cache line, against
+/// false sharing, made no measurable difference to TransE.)
+pub(crate) struct LockWord(pub AtomicU32);
+
+/// A lock word no worker holds.
+pub(crate) const FREE: u32 = 0;
+
+/// Payload of the unwind that abandons a task whose element another worker holds (a
+/// locking run retries the task later).
+pub(crate) struct Conflict;
 
 /// The keys a worker wrote in its replica since its last push, each once.
 #[derive(Debug, Default)]
@@ -102,6 +120,16 @@ pub struct ExecCtx {
     pub(crate) current: Cell<usize>,
     /// (address of element 0, element size) of tables to prefetch at the loop index.
     pub(crate) prefetch: Vec<(usize, usize)>,
+    /// Locking runs: this worker's lock tag (non-zero), or 0 when not locking.
+    pub(crate) tag: u32,
+    /// Locking runs: the running task's number (from 1), which views compare with their
+    /// stamps.
+    pub(crate) epoch: Cell<u32>,
+    /// Locking runs: the lock words the running task holds.
+    pub(crate) held: RefCell<Vec<*const LockWord>>,
+    /// Locking runs: set while a conflicting task unwinds, so that views put back the
+    /// elements it changed.
+    pub(crate) aborting: Cell<bool>,
     /// Views borrow raw pointers from the bindings; the context is tied to one thread.
     _not_send: PhantomData<*const ()>,
 }
@@ -112,8 +140,32 @@ impl ExecCtx {
             bindings,
             current: Cell::new(0),
             prefetch: Vec::new(),
+            tag: 0,
+            epoch: Cell::new(0),
+            held: RefCell::new(Vec::new()),
+            aborting: Cell::new(false),
             _not_send: PhantomData,
         }
+    }
+
+    /// Ends the running task of a locking run: releases its locks.
+    #[inline]
+    pub(crate) fn end_task(&self) {
+        let mut held = self.held.borrow_mut();
+        for &lock in held.iter() {
+            // SAFETY: `held` holds pointers into the lock words of the running call, which
+            // outlive every worker context of that call.
+            unsafe { (*lock).0.store(FREE, Ordering::Release) };
+        }
+        held.clear();
+        self.aborting.set(false);
+    }
+
+    /// Starts the next task of a locking run.
+    #[inline]
+    fn next_task(&self) {
+        self.end_task();
+        self.epoch.set(self.epoch.get().wrapping_add(1).max(1));
     }
 
     #[inline]
@@ -195,7 +247,7 @@ enum Kind<'a> {
 /// index (`ratings[k]`), the elements a few tasks ahead in the plan's order.
 pub struct Indices<'a, I> {
     kind: Kind<'a>,
-    current: &'a Cell<usize>,
+    ctx: &'a ExecCtx,
     prefetch: &'a [(usize, usize)],
     _index: PhantomData<I>,
 }
@@ -205,7 +257,7 @@ impl<'a, I> Indices<'a, I> {
     pub(crate) fn list(base: usize, list: &'a [u32], ctx: &'a ExecCtx) -> Self {
         Indices {
             kind: Kind::List { base, list, pos: 0 },
-            current: &ctx.current,
+            ctx,
             prefetch: &ctx.prefetch,
             _index: PhantomData,
         }
@@ -215,7 +267,7 @@ impl<'a, I> Indices<'a, I> {
     pub(crate) fn range(range: std::ops::Range<usize>, ctx: &'a ExecCtx) -> Self {
         Indices {
             kind: Kind::Range(range),
-            current: &ctx.current,
+            ctx,
             prefetch: &[],
             _index: PhantomData,
         }
@@ -227,6 +279,9 @@ impl<I: LoopIndex> Iterator for Indices<'_, I> {
 
     #[inline(always)]
     fn next(&mut self) -> Option<I> {
+        if self.ctx.tag != 0 {
+            self.ctx.next_task();
+        }
         let i = match &mut self.kind {
             Kind::Range(r) => r.next()?,
             Kind::List { base, list, pos } => {
@@ -241,7 +296,7 @@ impl<I: LoopIndex> Iterator for Indices<'_, I> {
                 *base + t as usize
             }
         };
-        self.current.set(i);
+        self.ctx.current.set(i);
         Some(I::from_usize(i))
     }
 }

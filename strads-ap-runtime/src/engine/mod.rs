@@ -10,6 +10,7 @@
 mod async_engine;
 pub(crate) mod ctx;
 mod dist_async;
+mod locks;
 mod sync_engine;
 
 use std::any::Any;
@@ -61,8 +62,15 @@ impl Opts {
         self.threads
     }
 
-    /// Re-run reconnaissance (and, for `async_for!`, re-plan) on every call, for bodies
-    /// whose accesses depend on values that change between calls.
+    /// For bodies whose accesses change between calls (values they depend on change, or
+    /// they draw random keys).
+    ///
+    /// `async_for!` in a world of one then runs with per-element locks instead of a plan:
+    /// reconnaissance once, to learn which tables are written, then every call locks each
+    /// element a task touches, undoes and retries a task that meets an element another
+    /// worker holds (the run stays serializable; [`LoopStats::retried`] counts them).
+    /// Across ranks, and for `sync_for!`, reconnaissance (and planning) is redone on every
+    /// call.
     pub fn recheck(mut self, recheck: bool) -> Self {
         self.recheck = recheck;
         self
@@ -290,8 +298,10 @@ pub struct LoopStats {
     pub running: Duration,
     /// The plan's strategy (`rotation`, `components`, `bsp`, `hybrid`).
     pub strategy: &'static str,
-    /// Task groups in the plan.
+    /// Task groups in the plan (chunks of tasks, for a locking run).
     pub groups: usize,
+    /// Tasks a locking run abandoned on a conflict and ran again.
+    pub retried: u64,
 }
 
 fn stats_table() -> &'static Mutex<HashMap<String, LoopStats>> {
@@ -398,6 +408,8 @@ impl Base {
             writable: true,
             read_only_reason: "",
             dirty: std::ptr::null_mut(),
+            stamps: std::ptr::null_mut(),
+            locks: std::ptr::null(),
         }
     }
 

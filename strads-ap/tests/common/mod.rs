@@ -38,6 +38,11 @@ pub type Trace = (Vec<Vec<u32>>, Vec<Vec<(u32, u32)>>, Vec<u32>);
 /// workers (per rank): each task appends its index to every element it writes and notes,
 /// for every element it reads, how many appends it saw.
 pub fn run_order_sensitive(patterns: &[Pattern], keys: usize, threads: usize) -> Result<Trace> {
+    run_order_sensitive_with(patterns, keys, Opts::new().threads(threads))
+}
+
+/// [`run_order_sensitive`] with the loop's options given.
+pub fn run_order_sensitive_with(patterns: &[Pattern], keys: usize, opts: Opts) -> Result<Trace> {
     let n = patterns.len();
     let pattern = DVector::from_vec(patterns.to_vec())?;
     let log = DVector::from_fn(keys, |_| Vec::<u32>::new())?;
@@ -57,7 +62,7 @@ pub fn run_order_sensitive(patterns: &[Pattern], keys: usize, threads: usize) ->
             }
             ran[k] += 1;
         },
-        Opts::new().threads(threads)
+        opts
     )?;
     Ok((log.to_vec()?, seen.to_vec()?, ran.to_vec()?))
 }

@@ -1,0 +1,214 @@
+//! Locking runs of `async_for!`, for loops whose accesses change between calls.
+//!
+//! A plan is made from one reconnaissance and reused by every later call. A loop whose
+//! tasks touch different elements at every call (TransE draws new corrupted triples every
+//! epoch) would need reconnaissance and planning at every call, which together cost about
+//! as much as the loop itself. In a world of one, such a loop ([`Opts::recheck`]) runs
+//! with per-element locks instead:
+//!
+//! - workers take chunks of consecutive tasks;
+//! - a task's first access to an element of a written table takes the element's lock (one
+//!   compare-and-swap) and saves a copy of the element; the task releases its locks when it
+//!   ends. This is strict two-phase locking, so the run is serializable;
+//! - a task that meets an element another worker holds is abandoned: its views put back the
+//!   elements it changed, it releases its locks, and it runs again once the other tasks are
+//!   done, on one worker, where nothing can conflict.
+//!
+//! Reconnaissance runs on the first call only, to learn which tables are written: tables no
+//! task writes are read without locks (a write to one is refused, as with a plan), and a
+//! relaxed table is a per-worker replica (its elements are saved too, so that an abandoned
+//! task leaves no half of its update in the replica).
+//!
+//! [`Opts::recheck`]: crate::Opts::recheck
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::ctx::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
+use super::{body_error, on_workers, Base, CallSite, FirstError, Registry};
+use crate::cluster::context;
+use crate::dds::table::Replica;
+use crate::error::Result;
+use crate::plan::SlotMode;
+
+/// What a locking run did.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Chunks of tasks the workers took.
+    pub chunks: usize,
+    /// Tasks abandoned on a conflict and run again.
+    pub retried: usize,
+}
+
+/// Chunk size: small enough to balance the workers and to merge relaxed replicas often
+/// (their staleness is one chunk), large enough to amortise taking a chunk.
+fn chunk_size(n: usize, threads: usize) -> usize {
+    (n / (threads * 32)).clamp(64, 1024)
+}
+
+/// A worker of a locking run: its context, the stamps its views compare, and its replicas
+/// of relaxed tables.
+struct Worker {
+    ctx: ExecCtx,
+    replicas: Vec<(usize, Replica)>,
+    /// Owned here because the context's bindings point into them.
+    _stamps: Vec<Vec<u32>>,
+}
+
+/// Runs tasks `start..start + n` of a loop with per-element locks (see the module docs);
+/// `modes` says, per slot, whether the table is read-only, written (locked) or relaxed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
+    site: &CallSite,
+    start: usize,
+    n: usize,
+    task: &Task,
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    registry: &Registry,
+    bases: &[Base],
+    modes: &[SlotMode],
+    threads: usize,
+) -> Result<Outcome> {
+    let locks: Vec<Vec<LockWord>> = modes
+        .iter()
+        .zip(bases)
+        .map(|(mode, base)| match mode {
+            SlotMode::Checked => (0..base.len)
+                .map(|_| LockWord(AtomicU32::new(FREE)))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let merge_lock = Mutex::new(());
+    let errors = FirstError::new();
+    let next_tag = AtomicU32::new(1);
+
+    let new_worker = || -> Worker {
+        let mut stamps: Vec<Vec<u32>> = modes
+            .iter()
+            .zip(bases)
+            .map(|(mode, base)| match mode {
+                SlotMode::ReadOnly => Vec::new(),
+                _ => vec![0; base.len],
+            })
+            .collect();
+        let mut replicas = Vec::new();
+        let bindings = bases
+            .iter()
+            .enumerate()
+            .map(|(slot, base)| {
+                let mut b = base.binding();
+                match modes[slot] {
+                    SlotMode::ReadOnly => {
+                        b.writable = false;
+                        b.read_only_reason = "reconnaissance saw no task write this table";
+                    }
+                    SlotMode::Checked => {
+                        b.locks = locks[slot].as_ptr();
+                        b.stamps = stamps[slot].as_mut_ptr();
+                    }
+                    SlotMode::Relaxed => {
+                        let merger = registry.entries[slot]
+                            .merger
+                            .as_ref()
+                            .expect("relaxed tables have a merger");
+                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                        // SAFETY: the master holds `len` elements, locked by this engine;
+                        // masters of relaxed tables are only touched under `merge_lock`.
+                        let r = unsafe { merger.replica(base.ptr, base.len) };
+                        b.ptr = r.ptr();
+                        b.stamps = stamps[slot].as_mut_ptr();
+                        replicas.push((slot, r));
+                    }
+                }
+                b
+            })
+            .collect();
+        let mut ctx = ExecCtx::new(bindings);
+        ctx.tag = next_tag.fetch_add(1, Ordering::Relaxed);
+        Worker {
+            ctx,
+            replicas,
+            _stamps: stamps,
+        }
+    };
+    let push_replicas = |w: &mut Worker| {
+        if w.replicas.is_empty() {
+            return;
+        }
+        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+        for (slot, r) in &mut w.replicas {
+            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+            // SAFETY: the master is locked by this engine and only touched under
+            // `merge_lock`, which we hold.
+            unsafe { merger.push(bases[*slot].ptr, r) };
+        }
+    };
+    // Runs the tasks of `range` (loop indices), noting in `abandoned` those that met an
+    // element another worker held.
+    let run_range = |ctx: &ExecCtx, range: Range<usize>, abandoned: &mut Vec<usize>| {
+        let mut from = range.start;
+        while from < range.end {
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                run(task, ctx, Indices::range(from..range.end, ctx));
+            }));
+            let Err(payload) = outcome else { break };
+            let i = ctx.current();
+            // The views have put back what the task changed; now its locks go.
+            let conflict = ctx.aborting.get() && payload.is::<Conflict>();
+            ctx.end_task();
+            if !conflict {
+                errors.set(body_error(site, i, payload));
+                break;
+            }
+            abandoned.push(i);
+            from = i + 1;
+        }
+    };
+
+    let chunk = chunk_size(n, threads);
+    let chunks = n.div_ceil(chunk);
+    let next = AtomicUsize::new(0);
+    let abandoned = Mutex::new(Vec::new());
+    let work = || {
+        let mut w = new_worker();
+        let mut mine = Vec::new();
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks || errors.failed() {
+                break;
+            }
+            let first = start + c * chunk;
+            run_range(&w.ctx, first..(first + chunk).min(start + n), &mut mine);
+            push_replicas(&mut w);
+        }
+        abandoned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(mine);
+    };
+    let pool = context().pool(threads);
+    on_workers(&pool, threads.min(chunks), &work);
+
+    let mut retry = abandoned.into_inner().unwrap_or_else(|p| p.into_inner());
+    let retried = retry.len();
+    if !retry.is_empty() && !errors.failed() {
+        // Alone, a worker meets no lock held by another.
+        retry.sort_unstable();
+        let mut w = new_worker();
+        let mut again = Vec::new();
+        for &i in &retry {
+            run_range(&w.ctx, i..i + 1, &mut again);
+        }
+        push_replicas(&mut w);
+        assert!(
+            again.is_empty(),
+            "strads-ap internal error: {site}: task {} retried alone met a locked element",
+            again[0]
+        );
+    }
+    errors.into_result()?;
+    Ok(Outcome { chunks, retried })
+}
