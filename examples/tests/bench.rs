@@ -87,3 +87,43 @@ fn checkpointing_is_measured_against_the_same_twin_without() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn the_ceiling_runs_copies_of_the_serial_twin_side_by_side() {
+    let mut args = vec![
+        "--app",
+        "sgdmf",
+        "--ceiling",
+        "--reps",
+        "1",
+        "--threads",
+        "2",
+        "--",
+    ];
+    args.extend(SMALL);
+    let s = summary(&args);
+    assert_eq!(
+        (s["bench"].as_str(), s["app"].as_str(), s["copies"].as_u64()),
+        (Some("ceiling"), Some("sgdmf"), Some(2))
+    );
+    let (alone, together) = (
+        num(&s, "alone_secs_per_epoch"),
+        num(&s, "concurrent_secs_per_epoch"),
+    );
+    assert!(alone > 0.0 && together > 0.0, "{s}");
+    assert!(
+        (num(&s, "ceiling") - 2.0 * alone / together).abs() < 1e-9,
+        "{s}"
+    );
+    // The ceiling is not measured against a launcher run.
+    let out = run_raw(
+        env!("CARGO_BIN_EXE_bench"),
+        &["--app", "sgdmf", "--ceiling", "--ranks", "2"],
+        TIMEOUT,
+    );
+    assert!(
+        !out.success && out.stderr.contains("--ranks"),
+        "{}",
+        out.stderr
+    );
+}

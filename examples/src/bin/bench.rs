@@ -37,6 +37,19 @@
 //! ```text
 //! target/release/bench --app sgdmf --checkpoint --reps 10 --threads 2 -- --epochs 20
 //! ```
+//!
+//! With `--ceiling` the runner measures what the machine itself allows: it runs the serial
+//! twin alone, then `--threads` copies of it at once (default 2), alternately, and prints `{"bench":"ceiling","app":..,"reps":R,"copies":N,
+//! "alone_secs_per_epoch":..,"concurrent_secs_per_epoch":..,"ceiling":..}`, where
+//! `ceiling` = N × alone / concurrent is the aggregate throughput of N cores on this
+//! workload (N if the cores do not slow each other down). A parallel program that splits
+//! the serial work perfectly but whose threads touch memory as the serial loop does cannot
+//! beat it; one whose threads keep to their own part of the model (rotation) can, as its
+//! working set per core is smaller than a copy's:
+//!
+//! ```text
+//! target/release/bench --app transe --ceiling --reps 3 -- --epochs 5
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -102,6 +115,11 @@ struct Args {
     #[arg(long)]
     checkpoint: bool,
 
+    /// Measure the machine's ceiling for the app: the serial twin alone, then `--threads`
+    /// copies of it at once (default 2), alternately (the strads-ap twin does not run).
+    #[arg(long, conflicts_with_all = ["checkpoint", "ranks"])]
+    ceiling: bool,
+
     /// Further arguments, passed to both twins (after `--`).
     #[arg(last = true)]
     extra: Vec<String>,
@@ -165,6 +183,18 @@ struct CheckpointSummary {
     overhead: f64,
 }
 
+/// The summary line of `--ceiling`.
+#[derive(Serialize)]
+struct CeilingSummary {
+    bench: &'static str,
+    app: &'static str,
+    reps: usize,
+    copies: usize,
+    alone_secs_per_epoch: f64,
+    concurrent_secs_per_epoch: f64,
+    ceiling: f64,
+}
+
 /// Runs one twin and returns its JSON result line (the last line of its stdout).
 fn run(binary: &Path, args: &[String]) -> Result<Value> {
     run_env(binary, args, &[])
@@ -172,13 +202,27 @@ fn run(binary: &Path, args: &[String]) -> Result<Value> {
 
 /// [`run`] with `env` added to the twin's environment.
 fn run_env(binary: &Path, args: &[String], env: &[(&str, &Path)]) -> Result<Value> {
-    let output = Command::new(binary)
+    let child = spawn(binary, args, env)?;
+    result_line(binary, args, child)
+}
+
+/// Starts a twin with its stdout captured.
+fn spawn(binary: &Path, args: &[String], env: &[(&str, &Path)]) -> Result<std::process::Child> {
+    Command::new(binary)
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot run {}", binary.display()))?;
+        .spawn()
+        .with_context(|| format!("cannot run {}", binary.display()))
+}
+
+/// Waits for a twin started by [`spawn`] and returns its JSON result line.
+fn result_line(binary: &Path, args: &[String], child: std::process::Child) -> Result<Value> {
+    let output = child
+        .wait_with_output()
+        .with_context(|| format!("cannot wait for {}", binary.display()))?;
     if !output.status.success() {
         bail!(
             "{} {} failed: {}",
@@ -270,6 +314,40 @@ fn main() -> Result<()> {
             }
         }
     };
+
+    if args.ceiling {
+        let copies = args.threads.unwrap_or(2).max(1);
+        let (mut alone, mut together) = (Vec::new(), Vec::new());
+        for rep in 1..=args.reps {
+            eprintln!("bench {app} --ceiling: repetition {rep} of {}", args.reps);
+            alone.push(run(&serial, &args.extra)?);
+            // Processes share no memory, so the copies run the same arguments.
+            let runs: Vec<std::process::Child> = (0..copies)
+                .map(|_| spawn(&serial, &args.extra, &[]))
+                .collect::<Result<_>>()?;
+            for child in runs {
+                together.push(result_line(&serial, &args.extra, child)?);
+            }
+        }
+        let (one, many) = (
+            median(&field(&alone, "secs_per_epoch")?),
+            median(&field(&together, "secs_per_epoch")?),
+        );
+        print_json_line(&CeilingSummary {
+            bench: "ceiling",
+            app,
+            reps: args.reps,
+            copies,
+            alone_secs_per_epoch: one,
+            concurrent_secs_per_epoch: many,
+            ceiling: if many > 0.0 {
+                copies as f64 * one / many
+            } else {
+                f64::NAN
+            },
+        });
+        return Ok(());
+    }
 
     if args.checkpoint {
         let ckpt = std::env::temp_dir().join(format!("strads-bench-ckpt-{}", std::process::id()));
