@@ -73,22 +73,28 @@ impl Segment {
     }
 
     fn push_task(&mut self, set: &mut Vec<Access>) {
+        for a in set.iter() {
+            self.note(*a);
+        }
         self.entries.extend_from_slice(set);
         set.clear();
         self.close_task();
     }
 
-    /// Closes the task whose accesses were pushed after the last offset: sorts and
-    /// deduplicates them in place.
+    /// Notes in `written` whether `a` writes its table.
+    #[inline(always)]
+    fn note(&mut self, a: Access) {
+        let s = a.slot();
+        self.written[s >> 6] |= (a.write() as u64) << (s & 63);
+    }
+
+    /// Closes the task whose accesses were pushed (and noted) after the last offset: sorts
+    /// and deduplicates them in place.
     #[inline]
     fn close_task(&mut self) {
         let start = *self.offsets.last().expect("offsets start at 0");
         let kept = normalize(&mut self.entries[start..]);
         self.entries.truncate(start + kept);
-        for a in &self.entries[start..] {
-            let s = a.slot();
-            self.written[s >> 6] |= (a.write() as u64) << (s & 63);
-        }
         self.offsets.push(self.entries.len());
     }
 
@@ -296,8 +302,7 @@ impl AccessLog {
                         return Err(bad("a task's accesses are not sorted and distinct"));
                     }
                     prev = Some(a.0 >> 1);
-                    let s = a.slot();
-                    segment.written[s >> 6] |= (a.write() as u64) << (s & 63);
+                    segment.note(a);
                     segment.entries.push(a);
                 }
                 segment.offsets.push(segment.entries.len());
@@ -398,10 +403,10 @@ impl Recorder {
 
     #[inline]
     pub(crate) fn log(&self, slot: usize, key: u64, write: bool) {
-        self.log
-            .borrow_mut()
-            .entries
-            .push(Access::new(slot, key, write));
+        let a = Access::new(slot, key, write);
+        let mut log = self.log.borrow_mut();
+        log.note(a);
+        log.entries.push(a);
     }
 
     /// The current task's number, for views' scratch.
