@@ -184,6 +184,13 @@ pub(crate) struct Shadow<T> {
     all_valid: bool,
     /// Plans whose reads are current.
     valid_for: Vec<u64>,
+    /// `full`'s elements in this rank's range equal the table's.
+    own_current: bool,
+    /// A buffer of this rank's range length, reused between loops so that expanding and
+    /// shrinking move elements instead of allocating and cloning them.
+    spare: Vec<T>,
+    /// `spare` holds the table's own elements (taken when the table was expanded).
+    spare_current: bool,
 }
 
 impl<T> Default for Shadow<T> {
@@ -193,6 +200,9 @@ impl<T> Default for Shadow<T> {
             version: 0,
             all_valid: false,
             valid_for: Vec::new(),
+            own_current: false,
+            spare: Vec::new(),
+            spare_current: false,
         }
     }
 }
@@ -338,7 +348,8 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     }
     fn expand_from_shadow(&self, op: &'static str) -> Result<()> {
         let mut shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
-        if shadow.version != self.version.load(Ordering::Acquire) {
+        let clean = shadow.version == self.version.load(Ordering::Acquire);
+        if !clean {
             // Written since: other ranks' elements may have changed.
             shadow.all_valid = false;
             shadow.valid_for.clear();
@@ -348,8 +359,15 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
             .range(self.ctx.rank());
         match shadow.full.take() {
             Some(mut full) if full.len() == self.len && data.len() == range.len() => {
-                full[range].clone_from_slice(&data);
-                *data = full;
+                // The own elements go into the shadow (moved, unless it holds them
+                // already); what they displace is kept as the spare buffer.
+                let current = clean && shadow.own_current;
+                if !current {
+                    full[range].swap_with_slice(&mut data);
+                }
+                shadow.spare = std::mem::replace(&mut *data, full);
+                shadow.spare_current = current;
+                shadow.own_current = false;
                 Ok(())
             }
             _ => Err(Error::invalid(
@@ -369,9 +387,23 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         }
         let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
             .range(self.ctx.rank());
-        let own = data[range].to_vec();
-        let full = std::mem::replace(&mut *data, own);
         let mut shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        // The own elements leave the full-length copy by the cheapest way: the spare
+        // buffer already holds them if the loop did not write the table; otherwise they
+        // are swapped into it; without a spare of the right length they are cloned.
+        let unwritten = matches!(valid, ShadowValidity::Unchanged | ShadowValidity::Plan(_));
+        let mut own = std::mem::take(&mut shadow.spare);
+        if own.len() == range.len() && unwritten && shadow.spare_current {
+            shadow.own_current = true;
+        } else if own.len() == range.len() {
+            own.swap_with_slice(&mut data[range]);
+            shadow.own_current = false;
+        } else {
+            own = data[range].to_vec();
+            shadow.own_current = true;
+        }
+        shadow.spare_current = false;
+        let full = std::mem::replace(&mut *data, own);
         match valid {
             ShadowValidity::Stale => {
                 shadow.all_valid = false;
