@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::ctx::{ExecCtx, Indices, LoopIndex};
+use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
 use super::dist_async::{DistPlan, Exchanger, Work, MAX_RANKS};
 use super::{body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry};
 use crate::cluster::context;
@@ -740,34 +740,11 @@ fn execute<Task: Sync, I: LoopIndex>(
     } = plan;
     let modes: &[SlotMode] = modes;
     let new_worker = |tags: &[Vec<u32>]| -> Worker {
-        let mut replicas = Vec::new();
-        let bindings = bases
-            .iter()
-            .enumerate()
-            .map(|(slot, base)| {
-                let mut b = base.binding();
-                match modes[slot] {
-                    SlotMode::ReadOnly => {
-                        b.writable = false;
-                        b.read_only_reason = "reconnaissance saw no task write this table";
-                    }
-                    SlotMode::Checked => b.tags = tags[slot].as_ptr(),
-                    SlotMode::Relaxed => {
-                        let merger = registry.entries[slot]
-                            .merger
-                            .as_ref()
-                            .expect("relaxed tables have a merger");
-                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                        // SAFETY: the master holds `len` elements, locked by this engine;
-                        // masters of relaxed tables are only touched under `merge_lock`.
-                        let r = unsafe { merger.replica(base.ptr, base.len) };
-                        b.ptr = r.ptr();
-                        replicas.push((slot, r));
-                    }
-                }
-                b
-            })
-            .collect();
+        let (bindings, replicas) = bind_worker(registry, bases, modes, &merge_lock, |slot, b| {
+            if modes[slot] == SlotMode::Checked {
+                b.tags = tags[slot].as_ptr();
+            }
+        });
         let mut ctx = ExecCtx::new(bindings);
         ctx.prefetch = indexed_by_task
             .iter()
@@ -792,15 +769,7 @@ fn execute<Task: Sync, I: LoopIndex>(
         if let Err(payload) = outcome {
             errors.set(body_error(site, w.ctx.current(), payload));
         }
-        if !w.replicas.is_empty() {
-            let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-            for (slot, r) in &mut w.replicas {
-                let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-                // SAFETY: the master is locked by this engine and only touched under
-                // `merge_lock`, which we hold.
-                unsafe { merger.push(bases[*slot].ptr, r) };
-            }
-        }
+        push_replicas(registry, bases, &merge_lock, &mut w.replicas);
     };
 
     let pool = context().pool(threads);
@@ -862,6 +831,67 @@ fn execute<Task: Sync, I: LoopIndex>(
         between(steps.len(), &errors)?;
     }
     errors.into_result()
+}
+
+/// A worker's bindings of the captured tables by their modes: read-only tables refuse
+/// writes, relaxed tables get a replica of the table (returned with its slot); then
+/// `adjust` completes each binding (a checked table's tags or locks).
+pub(super) fn bind_worker(
+    registry: &Registry,
+    bases: &[Base],
+    modes: &[SlotMode],
+    merge_lock: &Mutex<()>,
+    mut adjust: impl FnMut(usize, &mut Binding),
+) -> (Vec<Binding>, Vec<(usize, Replica)>) {
+    let mut replicas = Vec::new();
+    let bindings = bases
+        .iter()
+        .enumerate()
+        .map(|(slot, base)| {
+            let mut b = base.binding();
+            match modes[slot] {
+                SlotMode::ReadOnly => {
+                    b.writable = false;
+                    b.read_only_reason = "reconnaissance saw no task write this table";
+                }
+                SlotMode::Checked => {}
+                SlotMode::Relaxed => {
+                    let merger = registry.entries[slot]
+                        .merger
+                        .as_ref()
+                        .expect("relaxed tables have a merger");
+                    let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+                    // SAFETY: the master holds `len` elements, locked by this engine;
+                    // masters of relaxed tables are only touched under `merge_lock`.
+                    let r = unsafe { merger.replica(base.ptr, base.len) };
+                    b.ptr = r.ptr();
+                    replicas.push((slot, r));
+                }
+            }
+            adjust(slot, &mut b);
+            b
+        })
+        .collect();
+    (bindings, replicas)
+}
+
+/// Adds a worker's relaxed replicas' deltas to their tables and refreshes them.
+pub(super) fn push_replicas(
+    registry: &Registry,
+    bases: &[Base],
+    merge_lock: &Mutex<()>,
+    replicas: &mut [(usize, Replica)],
+) {
+    if replicas.is_empty() {
+        return;
+    }
+    let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
+    for (slot, r) in replicas {
+        let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+        // SAFETY: the master is locked by this engine and only touched under
+        // `merge_lock`, which we hold.
+        unsafe { merger.push(bases[*slot].ptr, r) };
+    }
 }
 
 /// Tasks per unit of work the rotation scheduler aims for: small enough that every block

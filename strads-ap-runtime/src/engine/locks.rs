@@ -26,6 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::async_engine::{bind_worker, push_replicas};
 use super::ctx::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
 use super::{body_error, on_workers, Base, CallSite, FirstError, Registry};
 use crate::cluster::context;
@@ -94,38 +95,16 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
                 _ => vec![0; base.len],
             })
             .collect();
-        let mut replicas = Vec::new();
-        let bindings = bases
-            .iter()
-            .enumerate()
-            .map(|(slot, base)| {
-                let mut b = base.binding();
-                match modes[slot] {
-                    SlotMode::ReadOnly => {
-                        b.writable = false;
-                        b.read_only_reason = "reconnaissance saw no task write this table";
-                    }
-                    SlotMode::Checked => {
-                        b.locks = locks[slot].as_ptr();
-                        b.stamps = stamps[slot].as_mut_ptr();
-                    }
-                    SlotMode::Relaxed => {
-                        let merger = registry.entries[slot]
-                            .merger
-                            .as_ref()
-                            .expect("relaxed tables have a merger");
-                        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                        // SAFETY: the master holds `len` elements, locked by this engine;
-                        // masters of relaxed tables are only touched under `merge_lock`.
-                        let r = unsafe { merger.replica(base.ptr, base.len) };
-                        b.ptr = r.ptr();
-                        b.stamps = stamps[slot].as_mut_ptr();
-                        replicas.push((slot, r));
-                    }
+        let (bindings, replicas) = bind_worker(registry, bases, modes, &merge_lock, |slot, b| {
+            match modes[slot] {
+                SlotMode::ReadOnly => {}
+                SlotMode::Checked => {
+                    b.locks = locks[slot].as_ptr();
+                    b.stamps = stamps[slot].as_mut_ptr();
                 }
-                b
-            })
-            .collect();
+                SlotMode::Relaxed => b.stamps = stamps[slot].as_mut_ptr(),
+            }
+        });
         let mut ctx = ExecCtx::new(bindings);
         ctx.tag = next_tag.fetch_add(1, Ordering::Relaxed);
         Worker {
@@ -134,18 +113,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             _stamps: stamps,
         }
     };
-    let push_replicas = |w: &mut Worker| {
-        if w.replicas.is_empty() {
-            return;
-        }
-        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-        for (slot, r) in &mut w.replicas {
-            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-            // SAFETY: the master is locked by this engine and only touched under
-            // `merge_lock`, which we hold.
-            unsafe { merger.push(bases[*slot].ptr, r) };
-        }
-    };
+    let push = |w: &mut Worker| push_replicas(registry, bases, &merge_lock, &mut w.replicas);
     // Runs the tasks of `range` (loop indices), noting in `abandoned` those that met an
     // element another worker held.
     let run_range = |ctx: &ExecCtx, range: Range<usize>, abandoned: &mut Vec<usize>| {
@@ -182,7 +150,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             }
             let first = start + c * chunk;
             run_range(&w.ctx, first..(first + chunk).min(start + n), &mut mine);
-            push_replicas(&mut w);
+            push(&mut w);
         }
         abandoned
             .lock()
@@ -202,7 +170,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
         for &i in &retry {
             run_range(&w.ctx, i..i + 1, &mut again);
         }
-        push_replicas(&mut w);
+        push(&mut w);
         assert!(
             again.is_empty(),
             "strads-ap internal error: {site}: task {} retried alone met a locked element",
