@@ -127,3 +127,52 @@ fn the_ceiling_runs_copies_of_the_serial_twin_side_by_side() {
         out.stderr
     );
 }
+
+#[test]
+fn a_peer_is_compared_with_the_strads_ap_twin() {
+    // Any program printing the examples' JSON line can be the peer: here the serial twin.
+    let peer = format!("{} {}", env!("CARGO_BIN_EXE_sgdmf-serial"), SMALL.join(" "));
+    let mut args = vec![
+        "--app",
+        "sgdmf",
+        "--reps",
+        "1",
+        "--threads",
+        "2",
+        "--peer",
+        &peer,
+        "--",
+    ];
+    args.extend(SMALL);
+    let s = summary(&args);
+    assert_eq!(
+        (s["bench"].as_str(), s["app"].as_str(), s["peer"].as_str()),
+        (Some("peer"), Some("sgdmf"), Some("serial"))
+    );
+    let (p, t) = (
+        num(&s, "peer_secs_per_epoch"),
+        num(&s, "strads_secs_per_epoch"),
+    );
+    assert!(p > 0.0 && t > 0.0, "{s}");
+    assert!((num(&s, "speedup") - p / t).abs() < 1e-9, "{s}");
+    // Metrics both lines carry, side by side.
+    for key in ["train_rmse", "test_rmse"] {
+        let (a, b) = (
+            num(&s, &format!("peer_{key}")),
+            num(&s, &format!("strads_{key}")),
+        );
+        assert!((a / b - 1.0).abs() < 0.1, "{key}: {s}");
+    }
+    assert!(s.get("peer_mrr").is_none(), "{s}");
+    // A peer that cannot start is named.
+    let out = run_raw(
+        env!("CARGO_BIN_EXE_bench"),
+        &["--app", "sgdmf", "--peer", "/no/such/peer --x"],
+        TIMEOUT,
+    );
+    assert!(
+        !out.success && out.stderr.contains("/no/such/peer"),
+        "{}",
+        out.stderr
+    );
+}

@@ -50,6 +50,21 @@
 //! ```text
 //! target/release/bench --app transe --ceiling --reps 3 -- --epochs 5
 //! ```
+//!
+//! With `--peer COMMAND` the runner compares the strads-ap twin with a peer (see
+//! `examples/peers/`) instead of the serial twin: `COMMAND`, split at whitespace, runs the
+//! peer, which prints the examples' JSON line; the arguments after `--` go to the twin
+//! only, so give both the same data and epochs. The summary is `{"bench":"peer","app":..,
+//! "peer":<the peer's "impl">,"reps":R,"threads":T,"peer_secs_per_epoch":..,
+//! "strads_secs_per_epoch":..,"speedup":..}` plus `peer_M` and `strads_M` for every metric
+//! `M` both lines carry (throughput and quality: `words_per_sec`, `wordsim_rho`,
+//! `tokens_per_sec`, `loglik_per_token`, `test_rmse`, `test_accuracy`, ...):
+//!
+//! ```text
+//! target/release/bench --app word2vec --reps 3 --threads 2 \
+//!     --peer "python3 examples/peers/peers.py word2vec --data ../shared/data/brown/sentences.txt --workers 2 --epochs 3" \
+//!     -- --data ../shared/data/brown/sentences.txt --epochs 3
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -119,6 +134,12 @@ struct Args {
     /// copies of it at once (default 2), alternately (the strads-ap twin does not run).
     #[arg(long, conflicts_with_all = ["checkpoint", "ranks"])]
     ceiling: bool,
+
+    /// Compare the strads-ap twin with a peer instead of the serial twin: the peer's
+    /// command line (split at whitespace), which must print the examples' JSON line. The
+    /// arguments after `--` go to the twin only.
+    #[arg(long, value_name = "COMMAND", conflicts_with_all = ["checkpoint", "ceiling"])]
+    peer: Option<String>,
 
     /// Further arguments, passed to both twins (after `--`).
     #[arg(last = true)]
@@ -243,6 +264,57 @@ fn result_line(binary: &Path, args: &[String], child: std::process::Child) -> Re
     Ok(value)
 }
 
+/// Metrics a peer's line and the twin's are compared on when both carry them.
+const PEER_METRICS: [&str; 12] = [
+    "words_per_sec",
+    "tokens_per_sec",
+    "triples_per_sec",
+    "wordsim_rho",
+    "analogy_acc",
+    "loglik_per_token",
+    "train_rmse",
+    "test_rmse",
+    "train_loss",
+    "test_accuracy",
+    "mrr",
+    "hits10",
+];
+
+/// The summary line of `--peer`: speed, then the medians of every metric both carry.
+fn peer_summary(app: &str, peer: &[Value], strads: &[Value]) -> Result<Value> {
+    let (p, s) = (
+        median(&field(peer, "secs_per_epoch")?),
+        median(&field(strads, "secs_per_epoch")?),
+    );
+    let name = peer[0]
+        .get("impl")
+        .and_then(Value::as_str)
+        .unwrap_or("peer");
+    let threads = strads[0]
+        .get("threads")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let mut line = serde_json::json!({
+        "bench": "peer",
+        "app": app,
+        "peer": name,
+        "reps": peer.len(),
+        "threads": threads,
+        "peer_secs_per_epoch": p,
+        "strads_secs_per_epoch": s,
+        "speedup": if s > 0.0 { p / s } else { f64::NAN },
+    });
+    let has =
+        |runs: &[Value], key: &str| runs.iter().all(|r| r.get(key).is_some_and(Value::is_f64));
+    for key in PEER_METRICS {
+        if has(peer, key) && has(strads, key) {
+            line[format!("peer_{key}")] = median(&field(peer, key)?).into();
+            line[format!("strads_{key}")] = median(&field(strads, key)?).into();
+        }
+    }
+    Ok(line)
+}
+
 /// The numeric field `key` of every result.
 fn field(results: &[Value], key: &str) -> Result<Vec<f64>> {
     results
@@ -346,6 +418,21 @@ fn main() -> Result<()> {
                 f64::NAN
             },
         });
+        return Ok(());
+    }
+
+    if let Some(command) = &args.peer {
+        let mut words = command.split_whitespace().map(str::to_string);
+        let program = PathBuf::from(words.next().context("--peer needs a command")?);
+        let peer_args: Vec<String> = words.collect();
+        let (mut peer_runs, mut strads_runs) = (Vec::new(), Vec::new());
+        for rep in 1..=args.reps {
+            eprintln!("bench {app} --peer: repetition {rep} of {}", args.reps);
+            peer_runs.push(run(&program, &peer_args)?);
+            strads_runs.push(run_strads(None)?);
+        }
+        let _ = std::fs::remove_dir_all(&logs);
+        print_json_line(&peer_summary(app, &peer_runs, &strads_runs)?);
         return Ok(());
     }
 
