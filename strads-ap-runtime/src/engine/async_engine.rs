@@ -215,7 +215,8 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     }
 
     let key = PlanKey::new(&here, site, start..end, threads, &opts, &registry);
-    if opts.recheck {
+    // Locking runs number a worker's tasks (and chunks) in 32 bits.
+    if opts.recheck && n < (u32::MAX / 2) as usize {
         // Accesses change between calls: locks rather than a plan per call.
         let modes = match modes_take(&key) {
             Some(modes) => modes,
