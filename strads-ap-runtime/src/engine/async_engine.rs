@@ -250,7 +250,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         outcome?;
         return leave(written);
     }
-    let cached = cache_take(&key);
+    let cached = if opts.recheck { None } else { cache_take(&key) };
     let mut plan = match cached {
         Some(c) => c.plan,
         None => {
