@@ -77,8 +77,13 @@ pub fn strads_setup_secs() -> f64 {
 /// Prints a summary of every loop call site ([`strads_ap::loop_stats`]) to stderr.
 pub fn print_loop_stats() {
     for s in strads_ap::loop_stats() {
+        // A locking run undoes and retries the tasks that met a locked element.
+        let retried = match s.strategy {
+            "locks" => format!(", {} tasks retried", s.retried),
+            _ => String::new(),
+        };
         eprintln!(
-            "{}: {} calls, strategy {}, {} groups, recon {:.3} s, planning {:.3} s, running {:.3} s",
+            "{}: {} calls, strategy {}, {} groups, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}",
             s.site,
             s.calls,
             s.strategy,
