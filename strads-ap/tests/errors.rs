@@ -236,6 +236,55 @@ fn writing_a_table_reconnaissance_saw_only_read_is_detected() {
 }
 
 #[test]
+fn a_rechecked_loop_learns_again_which_tables_it_writes() {
+    // A re-checked loop runs with element locks; which tables it writes was learned on
+    // its first call. Writing another one is refused clearly, and the next call learns.
+    let flag = DVector::from_fn(1, |_| false).unwrap();
+    let side = DVector::from_fn(10, |_| 0u32).unwrap();
+    let counts = DVector::from_fn(10, |_| 0u32).unwrap();
+    let run = || {
+        async_for!(
+            0..counts.len(),
+            |k| {
+                if flag[0] {
+                    side[k] += 1;
+                }
+                counts[k] += 1;
+            },
+            Opts::new().threads(2).recheck(true)
+        )
+    };
+    run().unwrap();
+    flag.set(0, true).unwrap();
+    let err = run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::AccessOutsidePlan {
+                table: "side",
+                access: "wrote",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("learns it again"), "{err}");
+    assert_eq!(
+        side.to_vec().unwrap(),
+        vec![0; 10],
+        "refused writes changed nothing"
+    );
+    run().unwrap();
+    assert_eq!(side.to_vec().unwrap(), vec![1; 10]);
+    let stats = strads_ap::loop_stats();
+    let site = stats
+        .iter()
+        .find(|s| s.site.contains("errors.rs") && s.strategy == "locks")
+        .expect("a locking run");
+    assert!(site.calls >= 2, "{site:?}");
+}
+
+#[test]
 fn sync_for_rejects_a_zero_minibatch_and_unmergeable_writes() {
     let data = DVector::from_fn(10, |i| i as u32).unwrap();
     let total = DVector::from_fn(1, |_| 0.0f64).unwrap();

@@ -97,7 +97,10 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             .collect();
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merge_lock, |slot, b| {
             match modes[slot] {
-                SlotMode::ReadOnly => {}
+                SlotMode::ReadOnly => {
+                    b.read_only_reason = "the first call's reconnaissance saw no task write \
+                                          this table; the next call learns it again"
+                }
                 SlotMode::Checked => {
                     b.locks = locks[slot].as_ptr();
                     b.stamps = stamps[slot].as_mut_ptr();
