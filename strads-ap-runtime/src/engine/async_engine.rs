@@ -215,8 +215,9 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     }
 
     let key = PlanKey::new(&here, site, start..end, threads, &opts, &registry);
-    // Locking runs number a worker's tasks (and chunks) in 32 bits.
-    if opts.recheck && n < (u32::MAX / 2) as usize {
+    // Locking runs number a worker's tasks (and chunks) in 32 bits, and undo a task by
+    // unwinding out of its body (with `panic = "abort"`, re-checked loops re-plan).
+    if opts.recheck && cfg!(panic = "unwind") && n < (u32::MAX / 2) as usize {
         // Accesses change between calls: locks rather than a plan per call.
         let modes = match modes_take(&key) {
             Some(modes) => modes,
