@@ -14,6 +14,10 @@
 //!   elements it changed, it releases its locks, and it runs again once the other tasks are
 //!   done, on one worker, where nothing can conflict.
 //!
+//! Abandoning a task unwinds out of its body (with a payload that runs no panic hook), so a
+//! binary built with `panic = "abort"` re-plans re-checked loops at every call instead; so
+//! does a call of 2^31 indices or more (tasks are numbered in 32 bits).
+//!
 //! Reconnaissance runs on the first call only, to learn which tables are written: tables no
 //! task writes are read without locks (a write to one is refused, as with a plan), and a
 //! relaxed table is a per-worker replica (its elements are saved too, so that an abandoned
