@@ -282,10 +282,7 @@ const PEER_METRICS: [&str; 12] = [
 
 /// The summary line of `--peer`: speed, then the medians of every metric both carry.
 fn peer_summary(app: &str, peer: &[Value], strads: &[Value]) -> Result<Value> {
-    let (p, s) = (
-        median(&field(peer, "secs_per_epoch")?),
-        median(&field(strads, "secs_per_epoch")?),
-    );
+    let (p, s) = (epoch_median(peer)?, epoch_median(strads)?);
     let name = peer[0]
         .get("impl")
         .and_then(Value::as_str)
@@ -302,10 +299,12 @@ fn peer_summary(app: &str, peer: &[Value], strads: &[Value]) -> Result<Value> {
         "threads": threads,
         "peer_secs_per_epoch": p,
         "strads_secs_per_epoch": s,
-        "speedup": if s > 0.0 { p / s } else { f64::NAN },
+        "speedup": ratio(p, s),
     });
-    let has =
-        |runs: &[Value], key: &str| runs.iter().all(|r| r.get(key).is_some_and(Value::is_f64));
+    let has = |runs: &[Value], key: &str| {
+        runs.iter()
+            .all(|r| r.get(key).is_some_and(Value::is_number))
+    };
     for key in PEER_METRICS {
         if has(peer, key) && has(strads, key) {
             line[format!("peer_{key}")] = median(&field(peer, key)?).into();
@@ -313,6 +312,37 @@ fn peer_summary(app: &str, peer: &[Value], strads: &[Value]) -> Result<Value> {
         }
     }
     Ok(line)
+}
+
+/// `a / b`, or NaN when `b` is not positive (a run that measured nothing).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
+/// The median time per epoch of `runs`.
+fn epoch_median(runs: &[Value]) -> Result<f64> {
+    Ok(median(&field(runs, "secs_per_epoch")?))
+}
+
+/// Runs `first` and `second` alternately `reps` times (each yields one or more result
+/// lines), announcing each repetition of `what`; returns their results.
+fn alternate(
+    what: &str,
+    reps: usize,
+    mut first: impl FnMut() -> Result<Vec<Value>>,
+    mut second: impl FnMut() -> Result<Vec<Value>>,
+) -> Result<(Vec<Value>, Vec<Value>)> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for rep in 1..=reps {
+        eprintln!("bench {what}: repetition {rep} of {reps}");
+        a.extend(first()?);
+        b.extend(second()?);
+    }
+    Ok((a, b))
 }
 
 /// The numeric field `key` of every result.
@@ -389,22 +419,21 @@ fn main() -> Result<()> {
 
     if args.ceiling {
         let copies = args.threads.unwrap_or(2).max(1);
-        let (mut alone, mut together) = (Vec::new(), Vec::new());
-        for rep in 1..=args.reps {
-            eprintln!("bench {app} --ceiling: repetition {rep} of {}", args.reps);
-            alone.push(run(&serial, &args.extra)?);
-            // Processes share no memory, so the copies run the same arguments.
-            let runs: Vec<std::process::Child> = (0..copies)
-                .map(|_| spawn(&serial, &args.extra, &[]))
-                .collect::<Result<_>>()?;
-            for child in runs {
-                together.push(result_line(&serial, &args.extra, child)?);
-            }
-        }
-        let (one, many) = (
-            median(&field(&alone, "secs_per_epoch")?),
-            median(&field(&together, "secs_per_epoch")?),
-        );
+        let (alone, together) = alternate(
+            &format!("{app} --ceiling"),
+            args.reps,
+            || Ok(vec![run(&serial, &args.extra)?]),
+            || {
+                // Processes share no memory, so the copies run the same arguments.
+                let runs: Vec<std::process::Child> = (0..copies)
+                    .map(|_| spawn(&serial, &args.extra, &[]))
+                    .collect::<Result<_>>()?;
+                runs.into_iter()
+                    .map(|child| result_line(&serial, &args.extra, child))
+                    .collect()
+            },
+        )?;
+        let (one, many) = (epoch_median(&alone)?, epoch_median(&together)?);
         print_json_line(&CeilingSummary {
             bench: "ceiling",
             app,
@@ -412,11 +441,7 @@ fn main() -> Result<()> {
             copies,
             alone_secs_per_epoch: one,
             concurrent_secs_per_epoch: many,
-            ceiling: if many > 0.0 {
-                copies as f64 * one / many
-            } else {
-                f64::NAN
-            },
+            ceiling: ratio(copies as f64 * one, many),
         });
         return Ok(());
     }
@@ -425,12 +450,12 @@ fn main() -> Result<()> {
         let mut words = command.split_whitespace().map(str::to_string);
         let program = PathBuf::from(words.next().context("--peer needs a command")?);
         let peer_args: Vec<String> = words.collect();
-        let (mut peer_runs, mut strads_runs) = (Vec::new(), Vec::new());
-        for rep in 1..=args.reps {
-            eprintln!("bench {app} --peer: repetition {rep} of {}", args.reps);
-            peer_runs.push(run(&program, &peer_args)?);
-            strads_runs.push(run_strads(None)?);
-        }
+        let (peer_runs, strads_runs) = alternate(
+            &format!("{app} --peer"),
+            args.reps,
+            || Ok(vec![run(&program, &peer_args)?]),
+            || Ok(vec![run_strads(None)?]),
+        )?;
         let _ = std::fs::remove_dir_all(&logs);
         print_json_line(&peer_summary(app, &peer_runs, &strads_runs)?);
         return Ok(());
@@ -438,23 +463,19 @@ fn main() -> Result<()> {
 
     if args.checkpoint {
         let ckpt = std::env::temp_dir().join(format!("strads-bench-ckpt-{}", std::process::id()));
-        let (mut plain, mut checkpointed) = (Vec::new(), Vec::new());
-        for rep in 1..=args.reps {
-            eprintln!(
-                "bench {app} --checkpoint: repetition {rep} of {}",
-                args.reps
-            );
-            plain.push(run_strads(None)?);
-            let _ = std::fs::remove_dir_all(&ckpt);
-            let outcome = run_strads(Some(&ckpt));
-            let _ = std::fs::remove_dir_all(&ckpt);
-            checkpointed.push(outcome?);
-        }
+        let (plain, checkpointed) = alternate(
+            &format!("{app} --checkpoint"),
+            args.reps,
+            || Ok(vec![run_strads(None)?]),
+            || {
+                let _ = std::fs::remove_dir_all(&ckpt);
+                let outcome = run_strads(Some(&ckpt));
+                let _ = std::fs::remove_dir_all(&ckpt);
+                Ok(vec![outcome?])
+            },
+        )?;
         let _ = std::fs::remove_dir_all(&logs);
-        let (p, c) = (
-            median(&field(&plain, "secs_per_epoch")?),
-            median(&field(&checkpointed, "secs_per_epoch")?),
-        );
+        let (p, c) = (epoch_median(&plain)?, epoch_median(&checkpointed)?);
         print_json_line(&CheckpointSummary {
             bench: "checkpoint",
             app,
@@ -463,27 +484,26 @@ fn main() -> Result<()> {
             threads: plain[0].get("threads").and_then(Value::as_u64).unwrap_or(0) as usize,
             plain_secs_per_epoch: p,
             checkpointed_secs_per_epoch: c,
-            overhead: if p > 0.0 { c / p - 1.0 } else { f64::NAN },
+            overhead: ratio(c, p) - 1.0,
         });
         return Ok(());
     }
 
-    let (mut serial_runs, mut strads_runs) = (Vec::new(), Vec::new());
-    for rep in 1..=args.reps {
-        eprintln!("bench {app}: repetition {rep} of {}", args.reps);
-        serial_runs.push(run(&serial, &twin_args)?);
-        strads_runs.push(run_strads(None)?);
-    }
+    let (serial_runs, strads_runs) = alternate(
+        app,
+        args.reps,
+        || Ok(vec![run(&serial, &twin_args)?]),
+        || Ok(vec![run_strads(None)?]),
+    )?;
     let _ = std::fs::remove_dir_all(&logs);
 
-    let serial_epoch = median(&field(&serial_runs, "secs_per_epoch")?);
-    let strads_epoch = median(&field(&strads_runs, "secs_per_epoch")?);
+    let serial_epoch = epoch_median(&serial_runs)?;
+    let strads_epoch = epoch_median(&strads_runs)?;
     let setup = median(&field(&strads_runs, "setup_secs")?);
     let threads = strads_runs[0]
         .get("threads")
         .and_then(Value::as_u64)
         .unwrap_or(0) as usize;
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let mut summary = Summary {
         bench: app,
         reps: args.reps,

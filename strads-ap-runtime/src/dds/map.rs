@@ -138,12 +138,13 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
     /// Makes a table by `make` (a data operator `op`, called at `at`), or, when recovery
     /// replays the operator, loads the table it made the first time (see
     /// [`crate::checkpoint`]). With checkpoints on, a table made is checkpointed.
+    #[track_caller]
     fn made_by_operator(
         op: &'static str,
-        at: &'static std::panic::Location<'static>,
         make: impl FnOnce() -> Result<Arc<Self>>,
     ) -> Result<Arc<Self>> {
         use crate::checkpoint::{self, Input};
+        let at = std::panic::Location::caller();
         match checkpoint::begin_input(op, at)? {
             Input::Off => make(),
             Input::Load { id, state, .. } => {
@@ -384,7 +385,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     #[track_caller]
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
         let op = "DMap::from_pairs";
-        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+        let table = MapTable::made_by_operator(op, || {
             let table = MapTable::create(Entries::from_pairs(pairs));
             table.check_same(op)?;
             Ok(table)
@@ -483,7 +484,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     #[track_caller]
     pub fn map_values<U: Element, F: Fn(&K, &V) -> U>(&self, f: F) -> Result<DMap<K, U>> {
         let op = "DMap::map_values";
-        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+        let table = MapTable::made_by_operator(op, || {
             let data = self.table.read(op)?;
             Ok(MapTable::create(Entries::from_pairs(
                 data.iter().map(|(k, v)| (k.clone(), f(k, v))),
@@ -500,7 +501,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         (V, W): Element,
     {
         let op = "DMap::join";
-        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+        let table = MapTable::made_by_operator(op, || {
             let left = self.table.read(op)?;
             let out: Vec<(K, (V, W))> = other.with_read(op, |lookup| {
                 left.iter()
@@ -527,7 +528,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DMap::load";
-        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+        let table = MapTable::made_by_operator(op, || {
             let ctx = crate::cluster::here();
             let comm = match ctx.is_distributed() {
                 true => Some(ctx.comm_for(op)?),
@@ -743,7 +744,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     #[track_caller]
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
         let op = "DMultiMap::from_pairs";
-        let table = MapTable::made_by_operator(op, std::panic::Location::caller(), || {
+        let table = MapTable::made_by_operator(op, || {
             let mut entries: Entries<K, Vec<V>> = Entries::new();
             for (k, v) in pairs {
                 match entries.get_mut(&k) {

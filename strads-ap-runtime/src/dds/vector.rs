@@ -129,6 +129,12 @@ impl<T: Element> DVector<T> {
         }
     }
 
+    /// [`DVector::made_by_operator`] for an operator with no extra outcome.
+    #[track_caller]
+    pub(crate) fn made(op: &'static str, make: impl FnOnce() -> Result<Self>) -> Result<Self> {
+        Ok(Self::made_by_operator(op, || Ok((make()?, ())))?.0)
+    }
+
     /// A DVector made from a checkpoint of this rank's range
     /// ([`super::table::TableHandle::snapshot_into`]).
     fn from_snapshot(op: &'static str, bytes: &[u8]) -> Result<Self> {
@@ -180,7 +186,7 @@ impl<T: Element> DVector<T> {
     where
         F: Fn(usize) -> T + Send + Sync,
     {
-        Ok(Self::made_by_operator("DVector::from_fn", || Ok((Self::compute_fn(len, f)?, ())))?.0)
+        Self::made("DVector::from_fn", || Self::compute_fn(len, f))
     }
 
     fn compute_fn<F>(len: usize, f: F) -> Result<Self>
@@ -215,15 +221,14 @@ impl<T: Element> DVector<T> {
     #[track_caller]
     pub fn from_vec(v: Vec<T>) -> Result<Self> {
         let op = "DVector::from_vec";
-        Ok(Self::made_by_operator(op, || {
+        Self::made(op, || {
             let ctx = crate::cluster::here();
             if ctx.is_distributed() {
                 ctx.comm_for(op)?
                     .enter_operator(op, &format!("len {}", v.len()), Vec::new())?;
             }
-            Ok((Self::from_data(v), ()))
-        })?
-        .0)
+            Ok(Self::from_data(v))
+        })
     }
 
     /// Number of elements.
@@ -332,15 +337,15 @@ impl<T: Element> DVector<T> {
         U: Element,
         F: Fn(&T) -> U + Send + Sync,
     {
-        Ok(DVector::made_by_operator("DVector::map", || {
+        DVector::made("DVector::map", || {
             let data = self.table.read("DVector::map")?;
             let out = self.install(|| data.par_iter().map(&f).collect());
-            Ok((
-                DVector::from_local(self.table.ctx.clone(), self.table.len, out),
-                (),
+            Ok(DVector::from_local(
+                self.table.ctx.clone(),
+                self.table.len,
+                out,
             ))
-        })?
-        .0)
+        })
     }
 
     /// Combines all elements with `f` (associative and commutative), in parallel.
@@ -414,18 +419,20 @@ impl<T: Element> DVector<T> {
     where
         F: Fn(&T) -> bool + Send + Sync,
     {
-        Ok(DVector::made_by_operator("DVector::filter", || {
+        DVector::made("DVector::filter", || {
             let kept: Vec<T> = {
                 let data = self.table.read("DVector::filter")?;
                 self.install(|| data.par_iter().filter(|x| keep(x)).cloned().collect())
             };
-            let v = match self.dist("DVector::filter")? {
-                None => DVector::from_local(self.table.ctx.clone(), kept.len(), kept),
-                Some(comm) => DVector::from_rank_parts(comm, kept)?,
-            };
-            Ok((v, ()))
-        })?
-        .0)
+            match self.dist("DVector::filter")? {
+                None => Ok(DVector::from_local(
+                    self.table.ctx.clone(),
+                    kept.len(),
+                    kept,
+                )),
+                Some(comm) => DVector::from_rank_parts(comm, kept),
+            }
+        })
     }
 
     /// Inner join with a map: each element whose key (by `key`) is in `map` is paired with
@@ -443,7 +450,7 @@ impl<T: Element> DVector<T> {
         F: Fn(&T) -> K + Send + Sync,
     {
         let op = "DVector::join";
-        Ok(DVector::made_by_operator(op, || {
+        DVector::made(op, || {
             // Every rank joins its own range against current values of the whole map.
             map.refresh(op)?;
             let kept: Vec<(T, V)> = {
@@ -456,13 +463,11 @@ impl<T: Element> DVector<T> {
                     })
                 })?
             };
-            let v = match self.dist(op)? {
-                None => DVector::from_data(kept),
-                Some(comm) => DVector::from_rank_parts(comm, kept)?,
-            };
-            Ok((v, ()))
-        })?
-        .0)
+            match self.dist(op)? {
+                None => Ok(DVector::from_data(kept)),
+                Some(comm) => DVector::from_rank_parts(comm, kept),
+            }
+        })
     }
 
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).
@@ -490,7 +495,7 @@ impl<T: Element> DVector<T> {
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DVector::load";
-        Ok(Self::made_by_operator(op, || {
+        Self::made(op, || {
             let ctx = crate::cluster::here();
             let comm = match ctx.is_distributed() {
                 true => Some(ctx.comm_for(op)?),
@@ -499,9 +504,8 @@ impl<T: Element> DVector<T> {
             let data: Vec<T> = super::io::on_driver(comm, op, || {
                 super::io::load_snapshot(path.as_ref(), "DVector")
             })?;
-            Ok((Self::from_data(data), ()))
-        })?
-        .0)
+            Ok(Self::from_data(data))
+        })
     }
 
     /// Declares the table relaxed: `async_for!` ignores its conflicts and merges workers'

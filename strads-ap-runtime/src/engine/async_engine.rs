@@ -63,60 +63,43 @@ struct Cached {
     dist: Option<DistPlan>,
 }
 
-fn plan_cache() -> &'static Mutex<HashMap<PlanKey, Cached>> {
-    static CACHE: OnceLock<Mutex<HashMap<PlanKey, Cached>>> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
+/// Values kept per loop call between calls: plans, and locking runs' table modes.
+struct Cache<V>(OnceLock<Mutex<HashMap<PlanKey, V>>>);
+
+impl<V> Cache<V> {
+    const fn new() -> Self {
+        Cache(OnceLock::new())
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PlanKey, V>> {
+        self.0
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, key: &PlanKey) -> Option<V> {
+        self.map().remove(key)
+    }
+
+    fn put(&self, key: PlanKey, value: V) {
+        self.map().insert(key, value);
+    }
 }
 
-fn cache_take(key: &PlanKey) -> Option<Cached> {
-    plan_cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(key)
-}
+static PLANS: Cache<Cached> = Cache::new();
+/// Table modes of locking runs (see [`super::locks`]).
+static MODES: Cache<Vec<SlotMode>> = Cache::new();
 
-fn cache_put(key: PlanKey, cached: Cached) {
-    plan_cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, cached);
-}
-
-/// Table modes of locking runs (see [`super::locks`]), per loop call.
-fn modes_cache() -> &'static Mutex<HashMap<PlanKey, Vec<SlotMode>>> {
-    static CACHE: OnceLock<Mutex<HashMap<PlanKey, Vec<SlotMode>>>> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
-
-fn modes_take(key: &PlanKey) -> Option<Vec<SlotMode>> {
-    modes_cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(key)
-}
-
-fn modes_put(key: PlanKey, modes: Vec<SlotMode>) {
-    modes_cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, modes);
-}
-
-/// A locking run's table modes from reconnaissance: tables no task wrote are read-only,
-/// written relaxed tables are replicas, other written tables are locked.
-fn locking_modes(log: &AccessLog, registry: &Registry) -> Vec<SlotMode> {
+/// What the planner needs to know of each captured table.
+fn table_infos(registry: &Registry, bases: &[Base]) -> Vec<TableInfo> {
     registry
         .entries
         .iter()
-        .enumerate()
-        .map(|(slot, e)| {
-            if !log.writes(slot) {
-                SlotMode::ReadOnly
-            } else if e.table.is_relaxed() && e.merger.is_some() {
-                SlotMode::Relaxed
-            } else {
-                SlotMode::Checked
-            }
+        .zip(bases)
+        .map(|(e, base)| TableInfo {
+            key_space: base.len,
+            relaxed: e.table.is_relaxed() && e.merger.is_some(),
         })
         .collect()
 }
@@ -219,12 +202,12 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     // unwinding out of its body (with `panic = "abort"`, re-checked loops re-plan).
     if opts.recheck && cfg!(panic = "unwind") && n < (u32::MAX / 2) as usize {
         // Accesses change between calls: locks rather than a plan per call.
-        let modes = match modes_take(&key) {
+        let modes = match MODES.take(&key) {
             Some(modes) => modes,
             None => {
                 let t0 = Instant::now();
                 let log = reconnoitre(site, start, n, task, record, &bases, threads)?;
-                let modes = locking_modes(&log, &registry);
+                let modes = plan::slot_modes(&log, &table_infos(&registry, &bases));
                 record_stats(site, |s| s.recon += t0.elapsed());
                 modes
             }
@@ -246,12 +229,12 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         let written = written_slots(&modes);
         // A body that wrote a table reconnaissance saw only read: learn again next call.
         if !matches!(outcome, Err(Error::AccessOutsidePlan { .. })) {
-            modes_put(key, modes);
+            MODES.put(key, modes);
         }
         outcome?;
         return leave(written);
     }
-    let cached = if opts.recheck { None } else { cache_take(&key) };
+    let cached = if opts.recheck { None } else { PLANS.take(&key) };
     let mut plan = match cached {
         Some(c) => c.plan,
         None => {
@@ -283,7 +266,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     let written = written_slots(&plan.modes);
     match &outcome {
         Err(Error::AccessOutsidePlan { .. }) => {}
-        _ => cache_put(key, Cached { plan, dist: None }),
+        _ => PLANS.put(key, Cached { plan, dist: None }),
     }
     outcome?;
     leave(written)
@@ -345,15 +328,7 @@ fn make_plan(
 ) -> Plan {
     let ctx = context();
     let t1 = Instant::now();
-    let tables: Vec<TableInfo> = registry
-        .entries
-        .iter()
-        .zip(bases)
-        .map(|(e, base)| TableInfo {
-            key_space: base.len,
-            relaxed: e.table.is_relaxed() && e.merger.is_some(),
-        })
-        .collect();
+    let tables = table_infos(registry, bases);
     let config = PlanConfig {
         threads,
         blocks: opts.blocks,
@@ -438,7 +413,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
     }
     let slots = registry.entries.len();
     let key = PlanKey::new(here, site, start..end, threads, opts, registry);
-    let cached = if opts.recheck { None } else { cache_take(&key) };
+    let cached = if opts.recheck { None } else { PLANS.take(&key) };
     let fingerprint = cached
         .as_ref()
         .and_then(|c| c.dist.as_ref())
@@ -611,7 +586,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
                 SlotMode::ReadOnly => ShadowValidity::Plan(dist.fingerprint),
             };
         }
-        cache_put(
+        PLANS.put(
             key,
             Cached {
                 plan,

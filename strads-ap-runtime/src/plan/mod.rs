@@ -154,6 +154,25 @@ pub struct PlanConfig {
 /// and 1.88x with 2 per thread, at the same RMSE and log-likelihood (within 0.3%).
 pub const BLOCKS_PER_THREAD: usize = 4;
 
+/// How each table is used by a loop, from its reconnaissance: relaxed tables are relaxed;
+/// other tables some task writes (the recorder noted it per segment) are checked; the rest
+/// are read-only.
+pub fn slot_modes(log: &AccessLog, tables: &[TableInfo]) -> Vec<SlotMode> {
+    tables
+        .iter()
+        .enumerate()
+        .map(|(s, t)| {
+            if t.relaxed {
+                SlotMode::Relaxed
+            } else if t.key_space > 0 && log.writes(s) {
+                SlotMode::Checked
+            } else {
+                SlotMode::ReadOnly
+            }
+        })
+        .collect()
+}
+
 /// Makes a conflict-free plan.
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     let slots = tables.len();
@@ -162,20 +181,11 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
         .unwrap_or(BLOCKS_PER_THREAD * config.threads)
         .max(1);
 
-    // Tables some task writes (the recorder noted it per segment) that can conflict.
+    let modes = slot_modes(&log, tables);
+    // Tables some task writes that can conflict.
     let candidates: Vec<usize> = (0..slots)
-        .filter(|&s| !tables[s].relaxed && tables[s].key_space > 0 && log.writes(s))
+        .filter(|&s| modes[s] == SlotMode::Checked)
         .collect();
-    let mode_of = |s: usize| {
-        if tables[s].relaxed {
-            SlotMode::Relaxed
-        } else if candidates.contains(&s) {
-            SlotMode::Checked
-        } else {
-            SlotMode::ReadOnly
-        }
-    };
-    let modes: Vec<SlotMode> = (0..slots).map(mode_of).collect();
 
     // Fast path (SGDMF and its kind): one or two written tables, each task touching one
     // key of each. One pass gathers those keys, counts tasks per key and finds the tables
