@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -144,11 +145,13 @@ impl Comm {
     fn broadcast_bytes(&self, root: Rank, tag: u64, mine: Option<Vec<u8>>) -> Result<Vec<u8>> {
         let t = &self.transport;
         if t.rank() == root {
-            let bytes = mine.expect("the root has the value");
+            // One buffer shared by every send; the root's own copy is taken back at the end
+            // (a copy only if a send still holds it).
+            let bytes = Bytes::from(mine.expect("the root has the value"));
             for r in (0..t.world_size()).filter(|&r| r != root) {
-                t.send(r, tag, bytes.clone())?;
+                t.send_shared(r, tag, bytes.clone())?;
             }
-            Ok(bytes)
+            Ok(Vec::from(bytes))
         } else {
             t.recv(root, tag, deadline_in(self.timeout))
         }
@@ -206,13 +209,13 @@ impl Comm {
     /// Each rank sends its value straight to every other rank (one hop, no root).
     pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: T) -> Result<Vec<T>> {
         let (me, world) = (self.rank(), self.world_size());
-        let bytes = Self::encode(&value, "a gathered value")?;
+        let bytes = Bytes::from(Self::encode(&value, "a gathered value")?);
         let out = (0..world)
-            .map(|r| if r == me { Vec::new() } else { bytes.clone() })
+            .map(|r| if r == me { Bytes::new() } else { bytes.clone() })
             .collect();
         drop(bytes);
         let mut mine = Some(value);
-        self.exchange(out)?
+        self.exchange_shared(out)?
             .into_iter()
             .enumerate()
             .map(|(r, b)| match r == me {
@@ -276,6 +279,11 @@ impl Comm {
     /// }
     /// ```
     pub fn exchange(&self, out: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        self.exchange_shared(out.into_iter().map(Bytes::from).collect())
+    }
+
+    /// [`Comm::exchange`] of shared buffers (one buffer may go to several ranks uncopied).
+    fn exchange_shared(&self, out: Vec<Bytes>) -> Result<Vec<Vec<u8>>> {
         let t = &self.transport;
         let (me, world) = (t.rank(), t.world_size());
         if out.len() != world {
@@ -285,19 +293,20 @@ impl Comm {
             )));
         }
         let tag = self.next_tag();
-        let mut mine = Vec::new();
+        let mut mine = Bytes::new();
         for (r, bytes) in out.into_iter().enumerate() {
             if r == me {
                 mine = bytes;
             } else {
-                t.send(r, tag, bytes)?;
+                t.send_shared(r, tag, bytes)?;
             }
         }
+        let mut mine = Some(mine);
         let deadline = deadline_in(self.timeout);
         let mut all = Vec::with_capacity(world);
         for r in 0..world {
             if r == me {
-                all.push(std::mem::take(&mut mine));
+                all.push(Vec::from(mine.take().expect("one own buffer")));
             } else {
                 all.push(t.recv(r, tag, deadline)?);
             }

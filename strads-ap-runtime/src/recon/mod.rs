@@ -48,7 +48,8 @@ impl Access {
 /// The access sets of consecutive tasks, CSR style.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Segment {
-    offsets: Vec<usize>,
+    /// Where each task's accesses start in `entries` (a segment holds fewer than 2^32).
+    offsets: Vec<u32>,
     entries: Vec<Access>,
     /// Per slot (a bit set): whether some task of the segment writes it.
     written: [u64; 4],
@@ -69,13 +70,10 @@ impl Segment {
 
     #[inline]
     fn task(&self, t: usize) -> &[Access] {
-        &self.entries[self.offsets[t]..self.offsets[t + 1]]
+        &self.entries[self.offsets[t] as usize..self.offsets[t + 1] as usize]
     }
 
     fn push_task(&mut self, set: &mut Vec<Access>) {
-        for a in set.iter() {
-            self.note(*a);
-        }
         self.entries.extend_from_slice(set);
         set.clear();
         self.close_task();
@@ -88,19 +86,37 @@ impl Segment {
         self.written[s >> 6] |= (a.write() as u64) << (s & 63);
     }
 
-    /// Closes the task whose accesses were pushed (and noted) after the last offset: sorts
-    /// and deduplicates them in place.
+    /// Where the open task's accesses start.
+    #[inline(always)]
+    fn open_start(&self) -> usize {
+        *self.offsets.last().expect("offsets start at 0") as usize
+    }
+
+    /// Closes the task whose accesses were pushed after the last offset: sorts and
+    /// deduplicates them in place and notes the tables they write.
     #[inline]
     fn close_task(&mut self) {
-        let start = *self.offsets.last().expect("offsets start at 0");
+        let start = self.open_start();
         let kept = normalize(&mut self.entries[start..]);
         self.entries.truncate(start + kept);
-        self.offsets.push(self.entries.len());
+        for i in start..self.entries.len() {
+            self.note(self.entries[i]);
+        }
+        self.push_offset();
+    }
+
+    /// Ends the open task at the current end of `entries`.
+    #[inline(always)]
+    fn push_offset(&mut self) {
+        match u32::try_from(self.entries.len()) {
+            Ok(end) => self.offsets.push(end),
+            Err(_) => too_many_accesses(),
+        }
     }
 
     /// Drops the accesses pushed since the last closed task.
     fn abort_task(&mut self) {
-        let start = *self.offsets.last().expect("offsets start at 0");
+        let start = self.open_start();
         self.entries.truncate(start);
     }
 }
@@ -223,7 +239,7 @@ impl AccessLog {
             let stop = end.min(base + seg.tasks());
             let offsets = &seg.offsets[t - base..=stop - base];
             for (i, w) in offsets.windows(2).enumerate() {
-                f(t + i, &seg.entries[w[0]..w[1]]);
+                f(t + i, &seg.entries[w[0] as usize..w[1] as usize]);
             }
             t = stop;
         }
@@ -305,7 +321,14 @@ impl AccessLog {
                     segment.note(a);
                     segment.entries.push(a);
                 }
-                segment.offsets.push(segment.entries.len());
+                if segment.entries.len() > u32::MAX as usize {
+                    return Err(format!(
+                        "the access logs hold more than {} accesses; split the loop into \
+                         several calls",
+                        u32::MAX
+                    ));
+                }
+                segment.push_offset();
                 at = end;
             }
             if at != entries.len() {
@@ -327,6 +350,18 @@ impl AccessLog {
         }
         *self = AccessLog::single(segment);
     }
+}
+
+/// A segment's offsets are 32 bits: a loop whose tasks log 2^32 accesses or more between
+/// two chunk boundaries is refused.
+#[cold]
+#[inline(never)]
+fn too_many_accesses() -> ! {
+    panic!(
+        "strads-ap: one chunk of tasks logged more than {} accesses during reconnaissance; \
+         split the loop into several calls",
+        u32::MAX
+    )
 }
 
 /// Sorts by (slot, key) and keeps one entry per key, a write if any access wrote; the
@@ -403,10 +438,10 @@ impl Recorder {
 
     #[inline]
     pub(crate) fn log(&self, slot: usize, key: u64, write: bool) {
-        let a = Access::new(slot, key, write);
-        let mut log = self.log.borrow_mut();
-        log.note(a);
-        log.entries.push(a);
+        self.log
+            .borrow_mut()
+            .entries
+            .push(Access::new(slot, key, write));
     }
 
     /// The current task's number, for views' scratch.

@@ -91,7 +91,7 @@ impl Transport for MemTransport {
         self.boxes.len()
     }
 
-    fn send(&self, to: Rank, tag: u64, payload: Vec<u8>) -> Result<()> {
+    fn send_shared(&self, to: Rank, tag: u64, payload: bytes::Bytes) -> Result<()> {
         self.check_alive()?;
         let target = self.boxes.get(to).ok_or_else(|| {
             Error::Transport(format!(
@@ -99,7 +99,7 @@ impl Transport for MemTransport {
                 self.boxes.len()
             ))
         })?;
-        target.deliver(self.rank, tag, payload);
+        target.deliver_chunks(self.rank, tag, vec![payload]);
         Ok(())
     }
 

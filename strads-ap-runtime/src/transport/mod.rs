@@ -17,6 +17,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+pub use bytes::Bytes;
+
 use crate::error::{Error, Result};
 
 pub mod mem;
@@ -53,7 +55,13 @@ pub trait Transport: Send + Sync {
 
     /// Queues `payload` for rank `to` under `tag` (sending to oneself is allowed). Returns
     /// once the message is queued; messages to one rank arrive in the order sent.
-    fn send(&self, to: Rank, tag: u64, payload: Vec<u8>) -> Result<()>;
+    fn send(&self, to: Rank, tag: u64, payload: Vec<u8>) -> Result<()> {
+        self.send_shared(to, tag, payload.into())
+    }
+
+    /// As [`Transport::send`], for bytes that may be shared: the same payload can go to
+    /// several ranks (a broadcast), or again, without being copied for each send.
+    fn send_shared(&self, to: Rank, tag: u64, payload: Bytes) -> Result<()>;
 
     /// The next message from rank `from` with `tag`, waiting until `deadline`.
     fn recv(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>>;
@@ -81,13 +89,17 @@ pub struct Mailbox {
 #[derive(Debug)]
 enum Payload {
     Whole(Vec<u8>),
-    Chunks(Vec<bytes::Bytes>),
+    Chunks(Vec<Bytes>),
 }
 
 impl Payload {
     fn into_vec(self) -> Vec<u8> {
         match self {
             Payload::Whole(v) => v,
+            // A payload sent whole to this process: no copy when the sender kept no share.
+            Payload::Chunks(mut chunks) if chunks.len() == 1 => {
+                Vec::from(chunks.pop().expect("one chunk"))
+            }
             Payload::Chunks(chunks) => {
                 let mut v = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
                 for c in &chunks {
@@ -135,7 +147,7 @@ impl Mailbox {
     /// over a large message without copying it or allocating its buffer; the allocation
     /// happens where the message is used, whose allocator can reuse the memory of the
     /// messages it freed (fresh pages would be faulted in and zeroed instead).
-    pub fn deliver_chunks(&self, from: Rank, tag: u64, chunks: Vec<bytes::Bytes>) {
+    pub fn deliver_chunks(&self, from: Rank, tag: u64, chunks: Vec<Bytes>) {
         self.put(from, tag, Payload::Chunks(chunks));
     }
 
@@ -287,6 +299,26 @@ mod tests {
             Err(Error::PeerLost { rank: 1, reason }) => assert_eq!(reason, "connection reset"),
             other => panic!("expected PeerLost, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_shared_payload_reaches_every_rank_and_an_unshared_one_is_not_copied() {
+        let ranks = mem::MemCluster::new(3).into_transports();
+        let soon = deadline_in(Duration::from_secs(1));
+        let shared = Bytes::from(vec![5u8; 1000]);
+        for to in 0..3 {
+            ranks[0].send_shared(to, 4, shared.clone()).unwrap();
+        }
+        drop(shared);
+        for (r, rank) in ranks.iter().enumerate() {
+            assert_eq!(rank.recv(0, 4, soon).unwrap(), vec![5u8; 1000], "rank {r}");
+        }
+        // A `Vec` sent whole comes out as the same allocation.
+        let v = vec![1u8; 64];
+        let at = v.as_ptr();
+        ranks[1].send(2, 8, v).unwrap();
+        let got = ranks[2].recv(1, 8, soon).unwrap();
+        assert_eq!((got.as_ptr(), got.len()), (at, 64));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
@@ -206,7 +207,7 @@ pub fn parse_secret(text: &str, source: &str) -> Result<Vec<u8>> {
 }
 
 enum Outgoing {
-    Msg(u64, Vec<u8>),
+    Msg(u64, Bytes),
     /// Reply once everything queued before has been read by the peer.
     Flush(oneshot::Sender<()>),
 }
@@ -437,10 +438,12 @@ impl QuicTransport {
                     .map(|r| conns[r].as_ref().map_or(t.local, |c| c.remote_address()))
                     .collect()
             };
-            let bytes = postcard::to_stdvec(&table)
-                .map_err(|e| Error::Transport(format!("rank table: {e}")))?;
+            let bytes = Bytes::from(
+                postcard::to_stdvec(&table)
+                    .map_err(|e| Error::Transport(format!("rank table: {e}")))?,
+            );
             for r in 1..t.world {
-                t.send(r, tags::RANK_TABLE, bytes.clone())?;
+                t.send_shared(r, tags::RANK_TABLE, bytes.clone())?;
             }
         } else {
             let conn = connect_with_retry(&t, &opts, opts.rendezvous, 0, deadline)?;
@@ -526,7 +529,7 @@ impl Transport for QuicTransport {
         self.world
     }
 
-    fn send(&self, to: Rank, tag: u64, payload: Vec<u8>) -> Result<()> {
+    fn send_shared(&self, to: Rank, tag: u64, payload: Bytes) -> Result<()> {
         if to >= self.world {
             return Err(Error::Transport(format!(
                 "send to rank {to}, but the world has {} ranks",
@@ -542,7 +545,7 @@ impl Transport for QuicTransport {
             )));
         }
         if to == self.rank {
-            self.mailbox.deliver(to, tag, payload);
+            self.mailbox.deliver_chunks(to, tag, vec![payload]);
             return Ok(());
         }
         if let Some((rank, reason)) = self.mailbox.lost() {
@@ -590,7 +593,7 @@ impl Transport for QuicTransport {
             let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
             for &r in &others {
                 if let Some(peer) = &peers[r] {
-                    let _ = peer.tx.send(Outgoing::Msg(tags::GOODBYE, Vec::new()));
+                    let _ = peer.tx.send(Outgoing::Msg(tags::GOODBYE, Bytes::new()));
                     let (done, wait) = oneshot::channel();
                     let _ = peer.tx.send(Outgoing::Flush(done));
                     flushed.push(wait);
@@ -668,8 +671,7 @@ async fn writer(
         }
         if !batch.is_empty() {
             seq += 1;
-            let mut chunks: Vec<bytes::Bytes> =
-                batch.finish().into_iter().map(bytes::Bytes::from).collect();
+            let mut chunks = batch.finish();
             let sent = async {
                 let mut s = conn.open_uni().await?;
                 s.write_all_chunks(&mut chunks).await?;

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -188,7 +189,7 @@ pub fn decode_handshake(body: &[u8]) -> Result<Handshake, String> {
 /// payloads are packed together; a large payload is its own chunk, moved, never copied.
 #[derive(Debug)]
 pub struct BatchWriter {
-    chunks: Vec<Vec<u8>>,
+    chunks: Vec<Bytes>,
     small: Vec<u8>,
     len: usize,
     frames: usize,
@@ -215,12 +216,12 @@ impl BatchWriter {
     /// # Panics
     /// If the payload is longer than `u32::MAX` bytes (the transport refuses such sends
     /// earlier, with an error).
-    pub fn push(&mut self, tag: u64, payload: Vec<u8>) {
+    pub fn push(&mut self, tag: u64, payload: Bytes) {
         let len = u32::try_from(payload.len()).expect("payload length checked by the sender");
         self.small.extend_from_slice(&tag.to_le_bytes());
         self.small.extend_from_slice(&len.to_le_bytes());
         if payload.len() >= Self::LARGE {
-            self.chunks.push(std::mem::take(&mut self.small));
+            self.chunks.push(std::mem::take(&mut self.small).into());
             self.chunks.push(payload);
         } else {
             self.small.extend_from_slice(&payload);
@@ -240,9 +241,9 @@ impl BatchWriter {
     }
 
     /// The stream's bytes, in chunks.
-    pub fn finish(mut self) -> Vec<Vec<u8>> {
+    pub fn finish(mut self) -> Vec<Bytes> {
         if !self.small.is_empty() {
-            self.chunks.push(self.small);
+            self.chunks.push(self.small.into());
         }
         self.chunks
     }
@@ -357,10 +358,10 @@ mod tests {
     fn batches_round_trip() {
         let mut w = BatchWriter::new(7);
         assert!(w.is_empty());
-        w.push(1, b"hello".to_vec());
-        w.push(u64::MAX, Vec::new());
-        w.push(42, vec![9; 100_000]);
-        w.push(43, vec![8; 1000]);
+        w.push(1, Bytes::from_static(b"hello"));
+        w.push(u64::MAX, Bytes::new());
+        w.push(42, vec![9; 100_000].into());
+        w.push(43, vec![8; 1000].into());
         assert_eq!(w.len(), 8 + 4 * 12 + 5 + 100_000 + 1000);
         let chunks = w.finish();
         assert_eq!(chunks.len(), 3, "the large payload travels alone");
@@ -382,7 +383,7 @@ mod tests {
     #[test]
     fn oversized_and_truncated_frames_are_refused() {
         let mut w = BatchWriter::new(0);
-        w.push(3, vec![0; 100]);
+        w.push(3, vec![0; 100].into());
         let bytes = w.finish().concat();
         let err = parse_batch(&bytes, 99).unwrap_err();
         assert!(
