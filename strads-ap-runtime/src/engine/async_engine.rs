@@ -492,7 +492,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
                 &bases,
                 threads,
             );
-            let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes()))?;
+            let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes(start + share.start)))?;
             let log = AccessLog::from_byte_parts(&bytes, slots).map_err(Error::Transport)?;
             drop(bytes);
             if log.tasks() != n {

@@ -245,75 +245,90 @@ impl AccessLog {
         }
     }
 
-    /// The log as bytes, for other ranks: the task count, each task's number of entries
-    /// (u32) and the packed entries (u64), little-endian.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + self.tasks * 4 + self.entries() * 8);
-        out.extend_from_slice(&(self.tasks as u64).to_le_bytes());
-        self.for_each_in(0..self.tasks, |_, set| {
-            out.extend_from_slice(&(set.len() as u32).to_le_bytes());
-        });
-        self.for_each_in(0..self.tasks, |_, set| {
+    /// The log as bytes, for other ranks, its tasks being loop indices `first..`: a header
+    /// (format version, `first` and the task count, little-endian u64s), then per task its
+    /// number of accesses and each access as LEB128 varints. An access is `slot << 2 |
+    /// own << 1 | write`, followed by its key unless `own` says the key is the task's own
+    /// loop index (`ratings[k]`, which most loops read). SGDMF's tasks take 9 bytes each
+    /// this way, against 8 per access and 4 per task as raw integers.
+    pub fn to_bytes(&self, first: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + self.tasks * 2 + self.entries() * 3);
+        for word in [LOG_FORMAT, first as u64, self.tasks as u64] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        self.for_each_in(0..self.tasks, |t, set| {
+            let index = (first + t) as u64;
+            put_varint(&mut out, set.len() as u64);
             for a in set {
-                out.extend_from_slice(&a.0.to_le_bytes());
+                let own = a.key() == index & KEY_MASK;
+                put_varint(
+                    &mut out,
+                    (a.slot() as u64) << 2 | (own as u64) << 1 | a.write() as u64,
+                );
+                if !own {
+                    put_varint(&mut out, a.key());
+                }
             }
         });
         out
     }
 
     /// Joins logs made by [`AccessLog::to_bytes`] (consecutive task ranges, in order) into
-    /// one log (each part's sets are already normalised; they are checked again).
+    /// one log, checking every part: its format, that it continues the previous one, that
+    /// each task's accesses are normalised (sorted, one per element) and name one of
+    /// `slots` tables, and that nothing is missing or left over.
     pub fn from_byte_parts(parts: &[Vec<u8>], slots: usize) -> Result<AccessLog, String> {
         let mut segment = Segment::new();
-        let (mut tasks_all, mut entries_all) = (0usize, 0usize);
-        for bytes in parts {
-            if bytes.len() >= 8 {
-                let tasks = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
-                tasks_all = tasks_all.saturating_add(tasks);
-                let counts = tasks.saturating_mul(4).saturating_add(8);
-                entries_all = entries_all.saturating_add(bytes.len().saturating_sub(counts) / 8);
-            }
-        }
-        // Capacity from the parts' sizes, bounded so that a lying header cannot make us
-        // reserve more than the bytes could hold.
+        // Capacity from the parts' sizes (a task takes a byte at least, an access two),
+        // so that a lying header cannot make us reserve more than the bytes could hold.
         let total_bytes: usize = parts.iter().map(Vec::len).sum();
-        segment.offsets.reserve(tasks_all.min(total_bytes / 4));
-        segment.entries.reserve(entries_all.min(total_bytes / 8));
+        segment.offsets.reserve(total_bytes / 4);
+        segment.entries.reserve(total_bytes / 3);
+        let mut next_index: Option<u64> = None;
         for (p, bytes) in parts.iter().enumerate() {
             let bad = |why: &str| format!("access log part {p} is malformed: {why}");
-            let tasks = u64::from_le_bytes(
+            let word = |i: usize| -> Result<u64, String> {
                 bytes
-                    .get(..8)
-                    .ok_or_else(|| bad("it ends early"))?
-                    .try_into()
-                    .expect("8 bytes"),
-            ) as usize;
-            let counts_end = tasks
-                .checked_mul(4)
-                .and_then(|c| c.checked_add(8))
-                .filter(|&end| end <= bytes.len())
-                .ok_or_else(|| bad("it ends early"))?;
-            let counts = &bytes[8..counts_end];
-            let entries = &bytes[counts_end..];
-            if entries.len() % 8 != 0 {
-                return Err(bad("trailing bytes"));
+                    .get(i * 8..i * 8 + 8)
+                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                    .ok_or_else(|| bad("it ends early"))
+            };
+            let (format, first, tasks) = (word(0)?, word(1)?, word(2)?);
+            if format != LOG_FORMAT {
+                return Err(bad(&format!(
+                    "format {format}, expected {LOG_FORMAT} (ranks built from different \
+                     versions?)"
+                )));
             }
-            let mut at = 0usize;
-            for c in counts.chunks_exact(4) {
-                let n = u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize;
-                let end = n
-                    .checked_mul(8)
-                    .and_then(|len| at.checked_add(len))
-                    .filter(|&end| end <= entries.len())
-                    .ok_or_else(|| bad("it ends early"))?;
-                // Sets arrive normalised (sorted, one entry per element): checked, not
-                // sorted again.
+            if next_index.is_some_and(|n| n != first) {
+                return Err(bad(&format!(
+                    "it starts at loop index {first}, not where the previous part ended"
+                )));
+            }
+            let mut at = 24usize;
+            if tasks > (bytes.len() - at) as u64 {
+                return Err(bad("it ends early"));
+            }
+            let varint = |at: &mut usize| get_varint(bytes, at).ok_or_else(|| bad("it ends early"));
+            for t in 0..tasks {
+                let index = first.wrapping_add(t) & KEY_MASK;
+                let count = varint(&mut at)?;
                 let mut prev: Option<u64> = None;
-                for w in entries[at..end].chunks_exact(8) {
-                    let a = Access(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-                    if a.slot() >= slots {
-                        return Err(bad(&format!("slot {} of {slots}", a.slot())));
+                for _ in 0..count {
+                    let head = varint(&mut at)?;
+                    let slot = head >> 2;
+                    if slot >= slots as u64 {
+                        return Err(bad(&format!("slot {slot} of {slots}")));
                     }
+                    let key = match head >> 1 & 1 {
+                        1 => index,
+                        _ => varint(&mut at)?,
+                    };
+                    if key > KEY_MASK {
+                        return Err(bad(&format!("key {key} out of range")));
+                    }
+                    let a = Access::new(slot as usize, key, head & 1 == 1);
+                    // Sets arrive normalised: checked, not sorted again.
                     if prev.is_some_and(|q| q >= a.0 >> 1) {
                         return Err(bad("a task's accesses are not sorted and distinct"));
                     }
@@ -329,11 +344,11 @@ impl AccessLog {
                     ));
                 }
                 segment.push_offset();
-                at = end;
             }
-            if at != entries.len() {
+            if at != bytes.len() {
                 return Err(bad("trailing bytes"));
             }
+            next_index = Some(first.wrapping_add(tasks));
         }
         Ok(AccessLog::single(segment))
     }
@@ -350,6 +365,39 @@ impl AccessLog {
         }
         *self = AccessLog::single(segment);
     }
+}
+
+/// Version of [`AccessLog::to_bytes`]'s format.
+const LOG_FORMAT: u64 = 2;
+
+/// Appends `v` as an unsigned LEB128 varint.
+#[inline]
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads an unsigned LEB128 varint at `*at`, moving past it; `None` if the bytes end
+/// first or it does not fit in 64 bits.
+#[inline]
+fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        let bits = u64::from(b & 0x7f);
+        if shift == 63 && bits > 1 {
+            return None;
+        }
+        v |= bits << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// A segment's offsets are 32 bits: a loop whose tasks log 2^32 accesses or more between
@@ -576,12 +624,18 @@ mod tests {
 
     #[test]
     fn logs_travel_as_bytes_and_bad_bytes_are_refused() {
+        // Loop indices 10.. : task 10 reads its own index (slot 0, key 10) and writes
+        // element 2 of slot 1; task 11 logs nothing; task 12 (the second part) writes a
+        // key far beyond a byte.
         let a = AccessLog::from_tasks([
-            vec![Access::new(0, 4, false), Access::new(1, 2, true)],
+            vec![Access::new(0, 10, false), Access::new(1, 2, true)],
             vec![],
         ]);
-        let b = AccessLog::from_tasks([vec![Access::new(1, 7, true)]]);
-        let joined = AccessLog::from_byte_parts(&[a.to_bytes(), b.to_bytes()], 2).unwrap();
+        let b = AccessLog::from_tasks([vec![
+            Access::new(0, 11, false),
+            Access::new(1, (1 << 40) + 7, true),
+        ]]);
+        let joined = AccessLog::from_byte_parts(&[a.to_bytes(10), b.to_bytes(12)], 2).unwrap();
         let mut whole = a.clone();
         whole.append(b.clone());
         assert_eq!(joined.tasks(), 3);
@@ -592,25 +646,67 @@ mod tests {
             assert_eq!(joined.writes(slot), whole.writes(slot), "slot {slot}");
         }
         assert!(!joined.writes(0) && joined.writes(1));
+        // The own-index read travels as one byte plus its header byte.
+        let good = a.to_bytes(10);
+        assert_eq!(good.len(), 24 + (1 + 1 + 2) + 1);
 
-        let err = |bytes: Vec<u8>, slots| AccessLog::from_byte_parts(&[bytes], slots).unwrap_err();
-        let good = a.to_bytes();
-        assert!(err(good.clone(), 1).contains("slot 1 of 1"));
-        assert!(err(good[..good.len() - 8].to_vec(), 2).contains("ends early"));
+        let err = |parts: &[Vec<u8>], slots| AccessLog::from_byte_parts(parts, slots).unwrap_err();
+        assert!(err(std::slice::from_ref(&good), 1).contains("slot 1 of 1"));
+        assert!(err(&[good[..good.len() - 1].to_vec()], 2).contains("ends early"));
+        assert!(err(&[good[..20].to_vec()], 2).contains("ends early"));
         let mut trailing = good.clone();
-        trailing.extend_from_slice(&[0; 8]);
-        assert!(err(trailing, 2).contains("trailing"));
+        trailing.push(0);
+        assert!(err(&[trailing], 2).contains("trailing"));
+        // Parts that do not follow each other.
+        assert!(err(&[good.clone(), b.to_bytes(13)], 2).contains("previous part"));
+        // Another format version.
+        let mut old = good.clone();
+        old[..8].copy_from_slice(&1u64.to_le_bytes());
+        assert!(err(&[old], 2).contains("format 1"));
         // A task count far beyond the bytes is refused, not allocated.
         let mut huge = good.clone();
-        huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(err(huge, 2).contains("ends early"));
+        huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(err(&[huge], 2).contains("ends early"));
+        // A varint that never ends.
+        let mut endless = good[..24].to_vec();
+        endless[16..24].copy_from_slice(&1u64.to_le_bytes());
+        endless.extend_from_slice(&[0xff; 12]);
+        assert!(err(&[endless], 2).contains("ends early"));
         // Two accesses of one element in a set: not a normalised log.
-        let mut twice = 1u64.to_le_bytes().to_vec();
-        twice.extend_from_slice(&2u32.to_le_bytes());
-        for write in [false, true] {
-            twice.extend_from_slice(&Access::new(0, 3, write).0.to_le_bytes());
+        let mut twice = Vec::new();
+        for w in [LOG_FORMAT, 0, 1] {
+            twice.extend_from_slice(&w.to_le_bytes());
         }
-        assert!(err(twice, 1).contains("not sorted"));
+        // Two accesses: (slot 0, key 3, read), then (slot 0, key 3, write).
+        twice.extend_from_slice(&[2, 0, 3, 1, 3]);
+        assert!(err(&[twice], 1).contains("not sorted"));
+    }
+
+    #[test]
+    fn varints_round_trip_at_their_edges() {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            u32::MAX as u64,
+            u64::MAX >> 1,
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            let mut at = 0;
+            assert_eq!(get_varint(&out, &mut at), Some(v), "{v}");
+            assert_eq!(at, out.len());
+        }
+        // Eleven bytes, or a tenth byte with more than the 64th bit: refused.
+        let mut at = 0;
+        assert_eq!(get_varint(&[0x80; 11], &mut at), None);
+        let mut at = 0;
+        let mut over = vec![0xff; 9];
+        over.push(0x02);
+        assert_eq!(get_varint(&over, &mut at), None);
     }
 
     #[test]
