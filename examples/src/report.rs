@@ -82,8 +82,15 @@ pub fn print_loop_stats() {
             "locks" => format!(", {} tasks retried", s.retried),
             _ => String::new(),
         };
+        // Workers that mostly merge replicas: the loop's cost is its merges.
+        let merges = match s.merge_share() {
+            Some(share) if share >= 0.01 => {
+                format!(", merges {:.0}% of the workers' time", share * 100.0)
+            }
+            _ => String::new(),
+        };
         eprintln!(
-            "{}: {} calls, strategy {}, {} groups, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}",
+            "{}: {} calls, strategy {}, {} groups, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}{merges}",
             s.site,
             s.calls,
             s.strategy,

@@ -309,3 +309,53 @@ fn hybrid_mini_batches_start_from_the_shared_values() {
         }
     }
 }
+
+/// The figures of a loop whose workers merge replicas count the merges, per worker: a
+/// Hybrid loop with two workers merges after every mini-batch; a loop of one worker writes
+/// the tables directly and merges nothing.
+#[test]
+fn loop_figures_count_the_workers_merges() {
+    let data = DVector::from_fn(4_000, |i| i as f64).unwrap();
+    let table = DVector::from_fn(64, |_| 0.0f64).unwrap();
+    let stats = |line: u32| {
+        strads_ap::loop_stats()
+            .into_iter()
+            .find(|s| s.site.contains(&format!("sync_for.rs:{line}:")))
+            .expect("the call site's figures")
+    };
+    let line = line!() + 1;
+    sync_for!(
+        data,
+        10,
+        SyncMode::Hybrid,
+        |batch| {
+            for x in batch {
+                table[*x as usize % 64] += 1.0;
+            }
+        },
+        Opts::new().threads(2)
+    )
+    .unwrap();
+    let s = stats(line);
+    assert_eq!(s.workers, 2);
+    assert!(!s.merging.is_zero(), "{s:?}");
+    let share = s.merge_share().expect("a share of the workers' time");
+    assert!(share > 0.0 && share <= 1.0, "{share}");
+
+    let line = line!() + 1;
+    sync_for!(
+        data,
+        10,
+        SyncMode::Hybrid,
+        |batch| {
+            for x in batch {
+                table[*x as usize % 64] += 1.0;
+            }
+        },
+        Opts::new().threads(1)
+    )
+    .unwrap();
+    let s = stats(line);
+    assert_eq!((s.workers, s.merging), (1, std::time::Duration::ZERO));
+    assert_eq!(s.merge_share(), None);
+}

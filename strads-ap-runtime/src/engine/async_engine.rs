@@ -11,7 +11,9 @@ use rayon::prelude::*;
 
 use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
 use super::dist_async::{DistPlan, Exchanger, Work, MAX_RANKS};
-use super::{body_error, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry};
+use super::{
+    body_error, on_workers, record_stats, Base, CallSite, FirstError, Merges, Opts, Registry,
+};
 use crate::cluster::context;
 use crate::dds::table::{Replica, ShadowValidity, TableHandle};
 use crate::error::{Error, Result};
@@ -704,7 +706,7 @@ fn execute<Task: Sync, I: LoopIndex>(
     steps: &[Work],
     between: &mut dyn FnMut(usize, &FirstError) -> Result<bool>,
 ) -> Result<()> {
-    let merge_lock = Mutex::new(());
+    let merges = Merges::default();
     let errors = FirstError::new();
     // Disjoint borrows: components re-tag between batches while the schedule is read.
     let Plan {
@@ -717,7 +719,7 @@ fn execute<Task: Sync, I: LoopIndex>(
     } = plan;
     let modes: &[SlotMode] = modes;
     let new_worker = |tags: &[Vec<u32>]| -> Worker {
-        let (bindings, replicas) = bind_worker(registry, bases, modes, &merge_lock, |slot, b| {
+        let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
             if modes[slot] == SlotMode::Checked {
                 b.tags = tags[slot].as_ptr();
             }
@@ -746,7 +748,7 @@ fn execute<Task: Sync, I: LoopIndex>(
         if let Err(payload) = outcome {
             errors.set(body_error(site, w.ctx.current(), payload));
         }
-        push_replicas(registry, bases, &merge_lock, &mut w.replicas);
+        push_replicas(registry, bases, &merges, &mut w.replicas);
     };
 
     let pool = context().pool(threads);
@@ -804,6 +806,10 @@ fn execute<Task: Sync, I: LoopIndex>(
             _ => unreachable!("steps do not match the schedule"),
         }
     }
+    record_stats(site, |s| {
+        s.merging += merges.spent();
+        s.workers = threads;
+    });
     if !stopped {
         between(steps.len(), &errors)?;
     }
@@ -817,7 +823,7 @@ pub(super) fn bind_worker(
     registry: &Registry,
     bases: &[Base],
     modes: &[SlotMode],
-    merge_lock: &Mutex<()>,
+    merges: &Merges,
     mut adjust: impl FnMut(usize, &mut Binding),
 ) -> (Vec<Binding>, Vec<(usize, Replica)>) {
     let mut replicas = Vec::new();
@@ -837,10 +843,9 @@ pub(super) fn bind_worker(
                         .merger
                         .as_ref()
                         .expect("relaxed tables have a merger");
-                    let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
                     // SAFETY: the master holds `len` elements, locked by this engine;
-                    // masters of relaxed tables are only touched under `merge_lock`.
-                    let r = unsafe { merger.replica(base.ptr, base.len) };
+                    // masters of relaxed tables are only touched under `merges`' lock.
+                    let r = merges.merge(|_| unsafe { merger.replica(base.ptr, base.len) });
                     b.ptr = r.ptr();
                     replicas.push((slot, r));
                 }
@@ -856,19 +861,20 @@ pub(super) fn bind_worker(
 pub(super) fn push_replicas(
     registry: &Registry,
     bases: &[Base],
-    merge_lock: &Mutex<()>,
+    merges: &Merges,
     replicas: &mut [(usize, Replica)],
 ) {
     if replicas.is_empty() {
         return;
     }
-    let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-    for (slot, r) in replicas {
-        let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-        // SAFETY: the master is locked by this engine and only touched under
-        // `merge_lock`, which we hold.
-        unsafe { merger.push(bases[*slot].ptr, r) };
-    }
+    merges.merge(|_| {
+        for (slot, r) in replicas {
+            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+            // SAFETY: the master is locked by this engine and only touched under
+            // `merges`' lock, which we hold.
+            unsafe { merger.push(bases[*slot].ptr, r) };
+        }
+    })
 }
 
 /// Tasks per unit of work the rotation scheduler aims for: small enough that every block

@@ -32,7 +32,7 @@ use std::sync::Mutex;
 
 use super::async_engine::{bind_worker, push_replicas};
 use super::ctx::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
-use super::{body_error, on_workers, Base, CallSite, FirstError, Registry};
+use super::{body_error, on_workers, record_stats, Base, CallSite, FirstError, Merges, Registry};
 use crate::cluster::context;
 use crate::dds::table::Replica;
 use crate::error::Result;
@@ -86,7 +86,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             _ => Vec::new(),
         })
         .collect();
-    let merge_lock = Mutex::new(());
+    let merges = Merges::default();
     let errors = FirstError::new();
     let next_tag = AtomicU32::new(1);
 
@@ -99,7 +99,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
                 _ => vec![0; base.len],
             })
             .collect();
-        let (bindings, replicas) = bind_worker(registry, bases, modes, &merge_lock, |slot, b| {
+        let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
             match modes[slot] {
                 SlotMode::ReadOnly => {
                     b.read_only_reason = "the first call's reconnaissance saw no task write \
@@ -120,7 +120,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             _stamps: stamps,
         }
     };
-    let push = |w: &mut Worker| push_replicas(registry, bases, &merge_lock, &mut w.replicas);
+    let push = |w: &mut Worker| push_replicas(registry, bases, &merges, &mut w.replicas);
     // Runs the tasks of `range` (loop indices), noting in `abandoned` those that met an
     // element another worker held.
     let run_range = |ctx: &ExecCtx, range: Range<usize>, abandoned: &mut Vec<usize>| {
@@ -184,6 +184,10 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             again[0]
         );
     }
+    record_stats(site, |s| {
+        s.merging += merges.spent();
+        s.workers = threads;
+    });
     errors.into_result()?;
     Ok(Outcome { chunks, retried })
 }

@@ -15,8 +15,9 @@ mod sync_engine;
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use async_engine::run_async_for;
 pub use ctx::{ExecCtx, Indices, LoopIndex};
@@ -302,6 +303,73 @@ pub struct LoopStats {
     pub groups: usize,
     /// Tasks a locking run abandoned on a conflict and ran again.
     pub retried: u64,
+    /// Time the workers spent merging their replicas into the shared tables, or waiting
+    /// to (`sync_for!`, and relaxed tables of `async_for!`), summed over the workers.
+    pub merging: Duration,
+    /// Workers of the last call.
+    pub workers: usize,
+}
+
+impl LoopStats {
+    /// The share of the workers' time (`running` × `workers`) spent on merges: near 1, the
+    /// loop does little else, and larger mini-batches (fewer merges of the same rows) or an
+    /// `async_for!` (no replicas) will likely be faster. `None` when nothing was merged.
+    ///
+    /// ```
+    /// for s in strads_ap_runtime::loop_stats() {
+    ///     if s.merge_share().is_some_and(|share| share > 0.5) {
+    ///         eprintln!("{}: the workers mostly merge replicas", s.site);
+    ///     }
+    /// }
+    /// ```
+    pub fn merge_share(&self) -> Option<f64> {
+        let worker_secs = self.running.as_secs_f64() * self.workers as f64;
+        (worker_secs > 0.0 && !self.merging.is_zero())
+            .then(|| (self.merging.as_secs_f64() / worker_secs).min(1.0))
+    }
+}
+
+/// The lock under which workers merge replicas into shared tables, and the time they
+/// spent in merges (waiting for the lock included).
+#[derive(Default)]
+pub(crate) struct Merges<T = ()> {
+    lock: Mutex<T>,
+    nanos: AtomicU64,
+}
+
+impl<T> Merges<T> {
+    pub fn new(value: T) -> Self {
+        Merges {
+            lock: Mutex::new(value),
+            nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs `f` under the lock without counting it as merge time (making replicas).
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.lock.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Runs `f` under the lock, counting the time from now (waiting included).
+    pub fn merge<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let t0 = Instant::now();
+        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut guard);
+        drop(guard);
+        self.add(t0.elapsed());
+        out
+    }
+
+    /// Counts `spent` as merge time of the workers.
+    pub fn add(&self, spent: Duration) {
+        let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The merge time counted so far.
+    pub fn spent(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
 }
 
 fn stats_table() -> &'static Mutex<HashMap<String, LoopStats>> {

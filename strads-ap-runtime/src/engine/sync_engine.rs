@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use super::ctx::{Binding, Dirty, ExecCtx, UNTOUCHED};
 use super::{
-    body_error, linger, on_workers, record_stats, Base, CallSite, FirstError, Opts, Registry,
-    SyncMode,
+    body_error, linger, on_workers, record_stats, Base, CallSite, FirstError, Merges, Opts,
+    Registry, SyncMode,
 };
 use crate::cluster::collective::Comm;
 use crate::cluster::context;
@@ -208,21 +208,22 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     let mut cross = comm.map(|comm| CrossRank::new(comm, &registry, &bases, data.id()));
     // Guards the masters; holds, per replicated table, the keys pushed into its master so
     // far in the current Hybrid window (workers refresh just those from the master).
-    let merge_lock: Mutex<Vec<Vec<usize>>> = Mutex::new(Vec::new());
+    let merges: Merges<Vec<Vec<usize>>> = Merges::new(Vec::new());
     let new_worker = || -> (ExecCtx, Vec<(usize, Replica)>) {
         let mut bindings = template.clone();
         let mut replicas = Vec::new();
-        let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-        for (slot, b) in bindings.iter_mut().enumerate() {
-            if replicate[slot] {
-                let merger = registry.entries[slot].merger.as_ref().expect("merger");
-                // SAFETY: the master is locked by this engine; masters are only read or
-                // written under `merge_lock`, which we hold.
-                let r = unsafe { merger.replica(b.ptr, b.len) };
-                b.ptr = r.ptr();
-                replicas.push((slot, r));
+        merges.with(|_| {
+            for (slot, b) in bindings.iter_mut().enumerate() {
+                if replicate[slot] {
+                    let merger = registry.entries[slot].merger.as_ref().expect("merger");
+                    // SAFETY: the master is locked by this engine; masters are only read
+                    // or written under `merges`' lock, which we hold.
+                    let r = unsafe { merger.replica(b.ptr, b.len) };
+                    b.ptr = r.ptr();
+                    replicas.push((slot, r));
+                }
             }
-        }
+        });
         (ExecCtx::new(bindings), replicas)
     };
     let run_batch = |ctx: &ExecCtx, b: usize| {
@@ -286,8 +287,9 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                 let lo = (w * window).min(batches.len());
                 let hi = ((w + 1) * window).min(batches.len());
                 let next = AtomicUsize::new(lo);
-                *merge_lock.lock().unwrap_or_else(|p| p.into_inner()) =
-                    vec![Vec::new(); replicate.iter().filter(|&&r| r).count()];
+                merges.with(|pushed| {
+                    *pushed = vec![Vec::new(); replicate.iter().filter(|&&r| r).count()]
+                });
                 let work = || {
                     let (mut ctx, mut replicas) = new_worker();
                     let mut tracked: Vec<Tracked> = match track {
@@ -318,66 +320,74 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                             break;
                         }
                         if track {
-                            let pushed = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                            for ((t, (slot, r)), log) in
-                                tracked.iter_mut().zip(&mut replicas).zip(pushed.iter())
-                            {
-                                let merger =
-                                    registry.entries[*slot].merger.as_ref().expect("merger");
-                                // SAFETY: the master is only touched under `merge_lock`,
-                                // which we hold.
-                                unsafe { t.catch_up(log, &**merger, bases[*slot].ptr, r, b) };
-                            }
+                            merges.merge(|pushed| {
+                                for ((t, (slot, r)), log) in
+                                    tracked.iter_mut().zip(&mut replicas).zip(pushed.iter())
+                                {
+                                    let merger =
+                                        registry.entries[*slot].merger.as_ref().expect("merger");
+                                    let master = bases[*slot].ptr;
+                                    // SAFETY: the master is only touched under `merges`'
+                                    // lock, which we hold.
+                                    unsafe { t.catch_up(log, &**merger, master, r, b) };
+                                }
+                            });
                         }
                         if let Some(log) = sparse {
                             let touched = log.task(b);
-                            let _guard = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                            for ((slot, r), t) in replicas.iter_mut().zip(&mut tags) {
-                                let keys = || {
-                                    touched
-                                        .iter()
-                                        .filter(|a| a.slot() == *slot)
-                                        .map(|a| a.key() as usize)
-                                };
-                                for k in keys() {
-                                    t[k] = b as u32;
+                            merges.merge(|_| {
+                                for ((slot, r), t) in replicas.iter_mut().zip(&mut tags) {
+                                    let keys = || {
+                                        touched
+                                            .iter()
+                                            .filter(|a| a.slot() == *slot)
+                                            .map(|a| a.key() as usize)
+                                    };
+                                    for k in keys() {
+                                        t[k] = b as u32;
+                                    }
+                                    ctx.bindings[*slot].allowed = b as u32;
+                                    let merger =
+                                        registry.entries[*slot].merger.as_ref().expect("merger");
+                                    let master = bases[*slot].ptr;
+                                    // SAFETY: the master is locked by this engine and only
+                                    // touched under `merges`' lock, which we hold;
+                                    // reconnaissance keys are below the table's length.
+                                    unsafe { merger.refresh_keys(master, r, &mut keys()) };
                                 }
-                                ctx.bindings[*slot].allowed = b as u32;
-                                let merger =
-                                    registry.entries[*slot].merger.as_ref().expect("merger");
-                                // SAFETY: the master is locked by this engine and only
-                                // touched under `merge_lock`, which we hold; reconnaissance
-                                // keys are below the table's length.
-                                unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut keys()) };
-                            }
+                            });
                         }
                         run_batch(&ctx, b);
-                        let mut pushed = merge_lock.lock().unwrap_or_else(|p| p.into_inner());
-                        for (k, (slot, r)) in replicas.iter_mut().enumerate() {
-                            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-                            let master = bases[*slot].ptr;
-                            if track {
-                                // SAFETY: the master is only touched under `merge_lock`,
-                                // which we hold, and the body has returned (no view holds
-                                // the worker's note of written keys).
-                                unsafe { tracked[k].push(&mut pushed[k], &**merger, master, r) };
-                                continue;
-                            }
-                            match sparse {
-                                Some(log) => {
-                                    let mut written = log
-                                        .task(b)
-                                        .iter()
-                                        .filter(|a| a.slot() == *slot && a.write())
-                                        .map(|a| a.key() as usize);
-                                    // SAFETY: as above.
-                                    unsafe { merger.push_keys(master, r, &mut written) };
+                        merges.merge(|pushed| {
+                            for (k, (slot, r)) in replicas.iter_mut().enumerate() {
+                                let merger =
+                                    registry.entries[*slot].merger.as_ref().expect("merger");
+                                let master = bases[*slot].ptr;
+                                if track {
+                                    // SAFETY: the master is only touched under `merges`'
+                                    // lock, which we hold, and the body has returned (no
+                                    // view holds the worker's note of written keys).
+                                    unsafe {
+                                        tracked[k].push(&mut pushed[k], &**merger, master, r)
+                                    };
+                                    continue;
                                 }
-                                // SAFETY: the master is locked by this engine and only
-                                // touched under `merge_lock`, which we hold.
-                                None => unsafe { merger.push(master, r) },
+                                match sparse {
+                                    Some(log) => {
+                                        let mut written = log
+                                            .task(b)
+                                            .iter()
+                                            .filter(|a| a.slot() == *slot && a.write())
+                                            .map(|a| a.key() as usize);
+                                        // SAFETY: as above.
+                                        unsafe { merger.push_keys(master, r, &mut written) };
+                                    }
+                                    // SAFETY: the master is locked by this engine and only
+                                    // touched under `merges`' lock, which we hold.
+                                    None => unsafe { merger.push(master, r) },
+                                }
                             }
-                        }
+                        });
                     }
                 };
                 if hi > lo && !errors.failed() {
@@ -429,7 +439,9 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                 });
                 // Rounds follow each other closely: keep the pool threads awake.
                 linger(&pool, count - 1);
-                // Aggregate the round: every worker started from the same values.
+                // Aggregate the round: every worker started from the same values. Every
+                // worker waits meanwhile: the merge counts once per worker.
+                let t_merge = Instant::now();
                 for (k, &slot) in slots.iter().enumerate() {
                     let merger = registry.entries[slot].merger.as_ref().expect("merger");
                     let master = bases[slot].ptr;
@@ -449,6 +461,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                         unsafe { merger.push(master, &mut w.0 .1[k].1) };
                     }
                 }
+                merges.add(t_merge.elapsed() * threads as u32);
                 if let Some(c) = &mut cross {
                     // SAFETY: the round's workers have finished and merged.
                     if unsafe { c.sync(&registry, &bases, count, &errors)? } {
@@ -476,6 +489,8 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     record_stats(site, |s| {
         s.calls += 1;
         s.running += t0.elapsed();
+        s.merging += merges.spent();
+        s.workers = threads;
         s.strategy = match mode {
             SyncMode::Bsp => "bsp",
             SyncMode::Hybrid => "hybrid",
