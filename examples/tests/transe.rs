@@ -10,7 +10,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use common::{num, run_json};
@@ -383,10 +383,20 @@ fn serial_baseline(umls: &Path) -> (f64, f64) {
     *BASELINE.get_or_init(|| mean_metrics(env!("CARGO_BIN_EXE_transe-serial"), umls, &[]))
 }
 
+/// A turn for the two-thread runs whose results are compared with the serial twin's: one
+/// at a time. Hybrid's result depends on how its workers interleave, and several such runs
+/// at once on a small machine starve each other's workers (a worker that stalls merges its
+/// update onto values that moved on meanwhile): Hits@10 then drifts by up to 2%.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Asserts that the strads-ap twin with two threads and `variant` reaches, averaged over
 /// [`SEEDS`], a Hits@10 within 2% of the serial twin's.
 fn matches_serial(variant: &[&str]) {
     let Some(umls) = umls() else { return };
+    let _turn = one_at_a_time();
     let (serial_hits, serial_mrr) = serial_baseline(&umls);
     let mut extra = vec!["--threads", "2"];
     extra.extend_from_slice(variant);
@@ -426,6 +436,7 @@ fn umls_hybrid_matches_serial() {
 #[test]
 fn umls_relaxed_all_learns() {
     let Some(umls) = umls() else { return };
+    let _turn = one_at_a_time();
     let data = umls.to_str().expect("UTF-8 path");
     let args = [
         "--data",
