@@ -371,7 +371,7 @@ impl AccessLog {
 const LOG_FORMAT: u64 = 2;
 
 /// Appends `v` as an unsigned LEB128 varint.
-#[inline]
+#[inline(always)]
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
@@ -382,8 +382,20 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 /// Reads an unsigned LEB128 varint at `*at`, moving past it; `None` if the bytes end
 /// first or it does not fit in 64 bits.
-#[inline]
+#[inline(always)]
 fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    // Most values (counts, headers, own-index reads) take one byte.
+    let first = *bytes.get(*at)?;
+    if first < 0x80 {
+        *at += 1;
+        return Some(u64::from(first));
+    }
+    get_long_varint(bytes, at)
+}
+
+/// [`get_varint`] of a value of two bytes or more.
+#[inline(never)]
+fn get_long_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *bytes.get(*at)?;
