@@ -317,45 +317,38 @@ fn hybrid_mini_batches_start_from_the_shared_values() {
 fn loop_figures_count_the_workers_merges() {
     let data = DVector::from_fn(4_000, |i| i as f64).unwrap();
     let table = DVector::from_fn(64, |_| 0.0f64).unwrap();
-    let stats = |line: u32| {
+    // One call site; each call's share is the difference of the site's figures.
+    let figures = |line: u32| {
+        let at = format!("sync_for.rs:{line}:");
         strads_ap::loop_stats()
             .into_iter()
-            .find(|s| s.site.contains(&format!("sync_for.rs:{line}:")))
-            .expect("the call site's figures")
+            .find(|s| s.site.contains(&at))
     };
-    let line = line!() + 1;
-    sync_for!(
-        data,
-        10,
-        SyncMode::Hybrid,
-        |batch| {
-            for x in batch {
-                table[*x as usize % 64] += 1.0;
-            }
-        },
-        Opts::new().threads(2)
-    )
-    .unwrap();
-    let s = stats(line);
+    let call = |threads: usize| {
+        let line = line!();
+        let before = figures(line + 2).map_or(std::time::Duration::ZERO, |s| s.merging);
+        sync_for!(
+            data,
+            10,
+            SyncMode::Hybrid,
+            |batch| {
+                for x in batch {
+                    table[*x as usize % 64] += 1.0;
+                }
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap();
+        let now = figures(line + 2).expect("the call site's figures");
+        let merged = now.merging - before;
+        (now, merged)
+    };
+    let (s, merged) = call(2);
     assert_eq!(s.workers, 2);
-    assert!(!s.merging.is_zero(), "{s:?}");
+    assert!(!merged.is_zero(), "{s:?}");
     let share = s.merge_share().expect("a share of the workers' time");
     assert!(share > 0.0 && share <= 1.0, "{share}");
 
-    let line = line!() + 1;
-    sync_for!(
-        data,
-        10,
-        SyncMode::Hybrid,
-        |batch| {
-            for x in batch {
-                table[*x as usize % 64] += 1.0;
-            }
-        },
-        Opts::new().threads(1)
-    )
-    .unwrap();
-    let s = stats(line);
-    assert_eq!((s.workers, s.merging), (1, std::time::Duration::ZERO));
-    assert_eq!(s.merge_share(), None);
+    let (s, merged) = call(1);
+    assert_eq!((s.workers, merged), (1, std::time::Duration::ZERO));
 }
