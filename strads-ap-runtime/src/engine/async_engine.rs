@@ -10,7 +10,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
-use super::dist_async::{DistPlan, Exchanger, Work, MAX_RANKS};
+use super::dist_async::{DistPlan, Exchanger, Transfers, Work, MAX_RANKS};
 use super::{
     body_error, on_workers, record_stats, Base, CallSite, FirstError, Merges, Opts, Registry,
 };
@@ -465,10 +465,23 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
             e.table.expand_from_shadow(op)?;
         }
     }
-    // Owners of map entries (by key hash), for cutting a new plan; read before locking.
-    let owners: Vec<Option<Vec<u16>>> = match cached {
-        Some(_) => Vec::new(),
-        None => registry.entries.iter().map(|e| e.table.owners()).collect(),
+    // Read-only tables that some rank holds stale (changed since it last held all of
+    // them), when the cached plan has not worked out their transfers yet (the same on
+    // every rank: `agreed` and the plans are).
+    let stale_read_only = |modes: &[SlotMode]| {
+        (0..slots).any(|s| modes[s] == SlotMode::ReadOnly && !gathered[s] && !agreed.fresh[s])
+    };
+    let cut_read_only = match &cached {
+        Some(Cached {
+            plan,
+            dist: Some(dist),
+        }) => !dist.read_only && stale_read_only(&plan.modes),
+        _ => false,
+    };
+    // Owners of map entries (by key hash), for cutting a plan; read before locking.
+    let owners: Vec<Option<Vec<u16>>> = match cached.is_none() || cut_read_only {
+        true => registry.entries.iter().map(|e| e.table.owners()).collect(),
+        false => Vec::new(),
     };
     let (locks, bases) = registry.lock_all(site)?;
     if cached.is_none() {
@@ -477,7 +490,8 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         record_stats(site, |s| s.recon += t_entry.elapsed());
     }
 
-    let (mut plan, dist) = match cached {
+    let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
+    let (mut plan, mut dist) = match cached {
         Some(Cached {
             plan,
             dist: Some(dist),
@@ -515,8 +529,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
                 n,
             );
             let t_cut = Instant::now();
-            let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-            let dist = DistPlan::new(&plan, &lens, &owners, world, me);
+            let dist = DistPlan::new(&plan, &lens, &owners, world, me, Transfers::Written);
             let prints = comm.allgather(dist.fingerprint)?;
             record_stats(site, |s| s.planning += t_cut.elapsed());
             if let Some(rank) = prints.iter().position(|&f| f != dist.fingerprint) {
@@ -538,6 +551,12 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         }
     };
 
+    if cut_read_only {
+        let t_cut = Instant::now();
+        let read_only = DistPlan::new(&plan, &lens, &owners, world, me, Transfers::ReadOnly);
+        dist.add_read_only(read_only);
+        record_stats(site, |s| s.planning += t_cut.elapsed());
+    }
     // Read-only tables already current here need no transfers.
     let skip: Vec<bool> = (0..slots)
         .map(|s| plan.modes[s] == SlotMode::ReadOnly && (gathered[s] || agreed.fresh[s]))

@@ -73,6 +73,17 @@ struct Exchange {
     recv: Vec<Transfer>,
 }
 
+/// Which tables [`DistPlan::new`] works out the transfers of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transfers {
+    /// The tables the plan's tasks write: every call moves them.
+    Written,
+    /// The tables they only read: needed only by a call that finds such a table stale on
+    /// some rank (changed since the rank last held all of it). A planning call gathers
+    /// every table whole, so these are worked out later, if ever.
+    ReadOnly,
+}
+
 /// A plan cut into steps for the ranks of a job, from this rank's point of view.
 #[derive(Clone, Debug)]
 pub(crate) struct DistPlan {
@@ -84,17 +95,21 @@ pub(crate) struct DistPlan {
     pub fingerprint: u64,
     /// Elements this rank receives per exchange on average (for progress output).
     pub received: usize,
+    /// Whether the exchanges include the transfers of read-only tables.
+    pub read_only: bool,
 }
 
 impl DistPlan {
-    /// Cuts `plan` for `world` ranks, as rank `me`; `lens` are the tables' lengths and
-    /// `owners` their keys' owners where not the balanced ranges (maps).
+    /// Cuts `plan` for `world` ranks, as rank `me`, with the transfers of the tables
+    /// `which` selects; `lens` are the tables' lengths and `owners` their keys' owners
+    /// where not the balanced ranges (maps).
     pub fn new(
         plan: &Plan,
         lens: &[usize],
         owners: &[Option<Vec<u16>>],
         world: usize,
         me: usize,
+        which: Transfers,
     ) -> DistPlan {
         assert!((1..=MAX_RANKS).contains(&world));
         let slots = lens.len();
@@ -157,8 +172,16 @@ impl DistPlan {
         let steps = per_rank[0].len();
 
         // Who holds the latest value of each element, step by step.
+        // (Read-only elements never change holder and written ones never meet them, so
+        // the two kinds are simulated apart.)
         let tracked: Vec<bool> = (0..slots)
-            .map(|s| plan.modes[s] != SlotMode::Relaxed && lens[s] > 0)
+            .map(|s| {
+                lens[s] > 0
+                    && match which {
+                        Transfers::Written => plan.modes[s] == SlotMode::Checked,
+                        Transfers::ReadOnly => plan.modes[s] == SlotMode::ReadOnly,
+                    }
+            })
             .collect();
         // Each element's owner, looked up rather than computed (a division) per access.
         let owner_of: Vec<Vec<u8>> = (0..slots)
@@ -288,7 +311,31 @@ impl DistPlan {
             received: received / steps.max(1),
             exchanges,
             fingerprint: hasher.finish(),
+            read_only: which == Transfers::ReadOnly,
         }
+    }
+
+    /// Adds the read-only tables' transfers, cut from the same plan
+    /// ([`Transfers::ReadOnly`]).
+    pub fn add_read_only(&mut self, other: DistPlan) {
+        assert_eq!(
+            (self.fingerprint, other.read_only),
+            (other.fingerprint, true),
+            "strads-ap internal error: read-only transfers of another plan"
+        );
+        for (mine, theirs) in self.exchanges.iter_mut().zip(other.exchanges) {
+            for (lists, more) in [(&mut mine.send, theirs.send), (&mut mine.recv, theirs.recv)] {
+                for (peer, slots) in more.into_iter().enumerate() {
+                    for (slot, keys) in slots.into_iter().enumerate() {
+                        if !keys.is_empty() {
+                            lists[peer][slot] = keys;
+                        }
+                    }
+                }
+            }
+        }
+        self.received += other.received;
+        self.read_only = true;
     }
 }
 
