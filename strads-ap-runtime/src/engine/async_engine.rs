@@ -862,9 +862,10 @@ pub(super) fn bind_worker(
                         .merger
                         .as_ref()
                         .expect("relaxed tables have a merger");
+                    // Making a replica is no merge: not counted as one.
                     // SAFETY: the master holds `len` elements, locked by this engine;
                     // masters of relaxed tables are only touched under `merges`' lock.
-                    let r = merges.merge(|_| unsafe { merger.replica(base.ptr, base.len) });
+                    let r = merges.with(|_| unsafe { merger.replica(base.ptr, base.len) });
                     b.ptr = r.ptr();
                     replicas.push((slot, r));
                 }
