@@ -559,20 +559,26 @@ pub(crate) trait Merger: Send + Sync {
     /// `master` as for [`Merger::replica`], and no one else reads or writes it during the
     /// call.
     unsafe fn push(&self, master: *mut u8, replica: &mut Replica);
-    /// Copies the master's values at `keys` into the replica (both its copies).
+    /// Copies the master's values at `keys` into the replica (both its copies). Keys are
+    /// taken one at a time: the merger is done with a key's element when it asks `keys`
+    /// for the next, and it touches no other element of the master (so a caller may lock
+    /// each key as `keys` yields it).
     ///
     /// # Safety
-    /// As for [`Merger::replica`], and `keys` are below the table's length.
+    /// `master` points to the table's initialised elements, `keys` are below its length,
+    /// and no one writes a key's element while the merger works on it.
     unsafe fn refresh_keys(
         &self,
         master: *const u8,
         replica: &mut Replica,
         keys: &mut dyn Iterator<Item = usize>,
     );
-    /// Adds the replica's deltas at `keys` to the master, then refreshes those keys.
+    /// Adds the replica's deltas at `keys` to the master, then refreshes those keys; keys
+    /// are taken one at a time, as by [`Merger::refresh_keys`].
     ///
     /// # Safety
-    /// As for [`Merger::push`], and `keys` are below the table's length.
+    /// As for [`Merger::refresh_keys`], and no one reads a key's element either while the
+    /// merger works on it.
     unsafe fn push_keys(
         &self,
         master: *mut u8,
@@ -692,11 +698,17 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         keys: &mut dyn Iterator<Item = usize>,
     ) {
         let buf = replica.buf::<T>();
-        // SAFETY: the caller guarantees `len` initialised `T`s that no one writes now.
-        let master = unsafe { std::slice::from_raw_parts(master as *const T, buf.work.len()) };
+        let master = master as *const T;
         for k in keys {
-            buf.work[k].clone_from(&master[k]);
-            buf.base[k].clone_from(&master[k]);
+            assert!(
+                k < buf.work.len(),
+                "strads-ap internal error: key {k} past the end"
+            );
+            // SAFETY: `k` is below the length, and no one writes element `k` while we work
+            // on it (the caller's guarantee); only this element is referenced.
+            let m = unsafe { &*master.add(k) };
+            buf.work[k].clone_from(m);
+            buf.base[k].clone_from(m);
         }
     }
 
@@ -708,12 +720,18 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
     ) {
         let aggregation = self.aggregation();
         let buf = replica.buf::<T>();
-        // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
-        let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, buf.work.len()) };
+        let master = master as *mut T;
         for k in keys {
-            aggregation.apply_change(&mut master[k], &buf.work[k], &buf.base[k]);
-            buf.work[k].clone_from(&master[k]);
-            buf.base[k].clone_from(&master[k]);
+            assert!(
+                k < buf.work.len(),
+                "strads-ap internal error: key {k} past the end"
+            );
+            // SAFETY: `k` is below the length, and no one else reads or writes element `k`
+            // while we work on it (the caller's guarantee); only this element is referenced.
+            let m = unsafe { &mut *master.add(k) };
+            aggregation.apply_change(m, &buf.work[k], &buf.base[k]);
+            buf.work[k].clone_from(m);
+            buf.base[k].clone_from(m);
         }
     }
 

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 use super::ctx::{Binding, Dirty, ExecCtx, UNTOUCHED};
@@ -206,24 +206,30 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     let t0 = Instant::now();
     let errors = FirstError::new();
     let mut cross = comm.map(|comm| CrossRank::new(comm, &registry, &bases, data.id()));
-    // Guards the masters; holds, per replicated table, the keys pushed into its master so
-    // far in the current Hybrid window (workers refresh just those from the master).
+    // Per replicated table, the keys pushed into its master so far in the current Hybrid
+    // window (workers refresh just those from the master), and the time spent merging.
     let merges: Merges<Vec<Vec<usize>>> = Merges::new(Vec::new());
+    // Hybrid workers merge each element under its own lock (`KeyLocks`) and hold `masters`
+    // shared meanwhile; making a replica reads the whole master and holds it exclusively.
+    let masters = RwLock::new(());
+    let key_locks: Vec<KeyLocks> = (0..bases.len())
+        .filter(|&slot| replicate[slot] && mode == SyncMode::Hybrid)
+        .map(|slot| KeyLocks::new(bases[slot].len))
+        .collect();
     let new_worker = || -> (ExecCtx, Vec<(usize, Replica)>) {
         let mut bindings = template.clone();
         let mut replicas = Vec::new();
-        merges.with(|_| {
-            for (slot, b) in bindings.iter_mut().enumerate() {
-                if replicate[slot] {
-                    let merger = registry.entries[slot].merger.as_ref().expect("merger");
-                    // SAFETY: the master is locked by this engine; masters are only read
-                    // or written under `merges`' lock, which we hold.
-                    let r = unsafe { merger.replica(b.ptr, b.len) };
-                    b.ptr = r.ptr();
-                    replicas.push((slot, r));
-                }
+        let _alone = masters.write().unwrap_or_else(|p| p.into_inner());
+        for (slot, b) in bindings.iter_mut().enumerate() {
+            if replicate[slot] {
+                let merger = registry.entries[slot].merger.as_ref().expect("merger");
+                // SAFETY: the master is locked by this engine; no merge runs while we hold
+                // `masters` exclusively (merges hold it shared).
+                let r = unsafe { merger.replica(b.ptr, b.len) };
+                b.ptr = r.ptr();
+                replicas.push((slot, r));
             }
-        });
+        }
         (ExecCtx::new(bindings), replicas)
     };
     let run_batch = |ctx: &ExecCtx, b: usize| {
@@ -319,75 +325,93 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                         if b >= hi || errors.failed() {
                             break;
                         }
+                        let t_merge = Instant::now();
                         if track {
-                            merges.merge(|pushed| {
-                                for ((t, (slot, r)), log) in
-                                    tracked.iter_mut().zip(&mut replicas).zip(pushed.iter())
-                                {
-                                    let merger =
-                                        registry.entries[*slot].merger.as_ref().expect("merger");
-                                    let master = bases[*slot].ptr;
-                                    // SAFETY: the master is only touched under `merges`'
-                                    // lock, which we hold.
-                                    unsafe { t.catch_up(log, &**merger, master, r, b) };
-                                }
+                            // The keys others pushed since this worker last looked.
+                            let fresh: Vec<Vec<usize>> = merges.with(|pushed| {
+                                tracked
+                                    .iter_mut()
+                                    .zip(pushed.iter())
+                                    .map(|(t, log)| t.news(log))
+                                    .collect()
                             });
+                            let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                            for (((t, (slot, r)), keys), locks) in tracked
+                                .iter_mut()
+                                .zip(&mut replicas)
+                                .zip(&fresh)
+                                .zip(&key_locks)
+                            {
+                                let merger =
+                                    registry.entries[*slot].merger.as_ref().expect("merger");
+                                let master = bases[*slot].ptr;
+                                // SAFETY: every merge of an element holds the element's lock,
+                                // which `catch_up` takes, and replicas are made only while
+                                // no merge runs (`masters`, held shared here).
+                                unsafe { t.catch_up(keys, &**merger, master, r, b, locks) };
+                            }
                         }
                         if let Some(log) = sparse {
                             let touched = log.task(b);
-                            merges.merge(|_| {
-                                for ((slot, r), t) in replicas.iter_mut().zip(&mut tags) {
-                                    let keys = || {
-                                        touched
-                                            .iter()
-                                            .filter(|a| a.slot() == *slot)
-                                            .map(|a| a.key() as usize)
-                                    };
-                                    for k in keys() {
-                                        t[k] = b as u32;
-                                    }
-                                    ctx.bindings[*slot].allowed = b as u32;
-                                    let merger =
-                                        registry.entries[*slot].merger.as_ref().expect("merger");
-                                    let master = bases[*slot].ptr;
-                                    // SAFETY: the master is locked by this engine and only
-                                    // touched under `merges`' lock, which we hold;
-                                    // reconnaissance keys are below the table's length.
-                                    unsafe { merger.refresh_keys(master, r, &mut keys()) };
+                            let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                            for (((slot, r), t), locks) in
+                                replicas.iter_mut().zip(&mut tags).zip(&key_locks)
+                            {
+                                let keys = || {
+                                    touched
+                                        .iter()
+                                        .filter(|a| a.slot() == *slot)
+                                        .map(|a| a.key() as usize)
+                                };
+                                for k in keys() {
+                                    t[k] = b as u32;
                                 }
-                            });
+                                ctx.bindings[*slot].allowed = b as u32;
+                                let merger =
+                                    registry.entries[*slot].merger.as_ref().expect("merger");
+                                let master = bases[*slot].ptr;
+                                // SAFETY: as above, each key locked while it is refreshed;
+                                // reconnaissance keys are below the table's length.
+                                unsafe { merger.refresh_keys(master, r, &mut locks.each(keys())) };
+                            }
                         }
+                        merges.add(t_merge.elapsed());
                         run_batch(&ctx, b);
-                        merges.merge(|pushed| {
+                        let t_merge = Instant::now();
+                        {
+                            let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
                             for (k, (slot, r)) in replicas.iter_mut().enumerate() {
                                 let merger =
                                     registry.entries[*slot].merger.as_ref().expect("merger");
                                 let master = bases[*slot].ptr;
-                                if track {
-                                    // SAFETY: the master is only touched under `merges`'
-                                    // lock, which we hold, and the body has returned (no
-                                    // view holds the worker's note of written keys).
-                                    unsafe {
-                                        tracked[k].push(&mut pushed[k], &**merger, master, r)
-                                    };
-                                    continue;
-                                }
+                                let locks = &key_locks[k];
                                 match sparse {
                                     Some(log) => {
-                                        let mut written = log
+                                        let written = log
                                             .task(b)
                                             .iter()
                                             .filter(|a| a.slot() == *slot && a.write())
                                             .map(|a| a.key() as usize);
-                                        // SAFETY: as above.
-                                        unsafe { merger.push_keys(master, r, &mut written) };
+                                        // SAFETY: as above, each key locked while it is
+                                        // pushed.
+                                        unsafe {
+                                            merger.push_keys(master, r, &mut locks.each(written))
+                                        };
                                     }
-                                    // SAFETY: the master is locked by this engine and only
-                                    // touched under `merges`' lock, which we hold.
-                                    None => unsafe { merger.push(master, r) },
+                                    // SAFETY: as above; the body has returned, so no view
+                                    // holds the worker's note of written keys.
+                                    None => unsafe { tracked[k].push(&**merger, master, r, locks) },
                                 }
                             }
-                        });
+                        }
+                        if track {
+                            merges.with(|pushed| {
+                                for (t, log) in tracked.iter_mut().zip(pushed.iter_mut()) {
+                                    t.announce(log);
+                                }
+                            });
+                        }
+                        merges.add(t_merge.elapsed());
                     }
                 };
                 if hi > lo && !errors.failed() {
@@ -552,54 +576,139 @@ impl Tracked {
         }
     }
 
-    /// Before mini-batch `b`: refreshes in `replica` the keys pushed into `master` since
-    /// this worker last looked at `log`.
+    /// The keys pushed into the master (`log`) since this worker last looked.
+    fn news(&mut self, log: &[usize]) -> Vec<usize> {
+        let new = log[self.seen.min(log.len())..].to_vec();
+        self.seen = log.len();
+        new
+    }
+
+    /// Before mini-batch `b`: refreshes in `replica` the `keys` others pushed into
+    /// `master` (each once), each under its lock.
     ///
     /// # Safety
-    /// As for [`Merger::refresh_keys`]: no one writes `master` during the call.
+    /// As for [`Merger::refresh_keys`], every writer of an element holding its lock in
+    /// `locks`.
     unsafe fn catch_up(
         &mut self,
-        log: &[usize],
+        keys: &[usize],
         merger: &dyn Merger,
         master: *mut u8,
         replica: &mut Replica,
         b: usize,
+        locks: &KeyLocks,
     ) {
         let stamps = &mut self.stamps;
-        let mut once = log[self.seen..].iter().copied().filter(|&key| {
+        let once = keys.iter().copied().filter(|&key| {
             let new = stamps[key] != b as u32;
             stamps[key] = b as u32;
             new
         });
         // SAFETY: the caller's guarantee; logged keys were pushed, so below the length.
-        unsafe { merger.refresh_keys(master, replica, &mut once) };
-        self.seen = log.len();
+        unsafe { merger.refresh_keys(master, replica, &mut locks.each(once)) };
     }
 
-    /// After a mini-batch: pushes the keys the worker wrote into `master` and appends them
-    /// to `log`.
+    /// After a mini-batch: pushes the keys the worker wrote into `master`, each under its
+    /// lock. [`Tracked::announce`] then tells the other workers.
     ///
     /// # Safety
-    /// As for [`Merger::push_keys`], and no view of the worker is alive (it writes the
-    /// note the views write).
+    /// As for [`Merger::push_keys`], every reader and writer of an element holding its lock
+    /// in `locks`; and no view of the worker is alive (it writes the note the views write).
     unsafe fn push(
         &mut self,
-        log: &mut Vec<usize>,
         merger: &dyn Merger,
         master: *mut u8,
         replica: &mut Replica,
+        locks: &KeyLocks,
     ) {
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
-        let dirty = unsafe { &mut *self.dirty };
+        let dirty = unsafe { &*self.dirty };
+        let keys = dirty.keys().iter().copied();
         // SAFETY: the caller's guarantee; noted keys passed the views' bounds checks.
-        unsafe { merger.push_keys(master, replica, &mut dirty.keys().iter().copied()) };
+        unsafe { merger.push_keys(master, replica, &mut locks.each(keys)) };
+    }
+
+    /// Appends the keys pushed by [`Tracked::push`] to the window's `log` and forgets them.
+    fn announce(&mut self, log: &mut Vec<usize>) {
+        // SAFETY: as in `push`: no view is alive between the mini-batches.
+        let dirty = unsafe { &mut *self.dirty };
+        // Nobody pushed since this worker looked: its replica holds what the log says.
         let caught_up = self.seen == log.len();
         log.extend_from_slice(dirty.keys());
         if caught_up {
             self.seen = log.len();
         }
         dirty.clear();
+    }
+}
+
+/// One lock per element of a table that Hybrid workers merge into: workers merging
+/// different elements do not wait for each other.
+struct KeyLocks(Vec<AtomicBool>);
+
+impl KeyLocks {
+    fn new(len: usize) -> Self {
+        KeyLocks((0..len).map(|_| AtomicBool::new(false)).collect())
+    }
+
+    fn lock(&self, k: usize) {
+        let mut spins = 0u32;
+        // Acquire: the previous holder's merge of the element happens before ours.
+        while self.0[k]
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn unlock(&self, k: usize) {
+        self.0[k].store(false, Ordering::Release);
+    }
+
+    /// `keys`, each locked from when it is yielded until the next is asked for (or the
+    /// iterator dropped): what a merger needs (see [`Merger::refresh_keys`]).
+    fn each<I: Iterator<Item = usize>>(&self, keys: I) -> LockedKeys<'_, I> {
+        LockedKeys {
+            keys,
+            locks: self,
+            held: None,
+        }
+    }
+}
+
+/// See [`KeyLocks::each`].
+struct LockedKeys<'a, I> {
+    keys: I,
+    locks: &'a KeyLocks,
+    held: Option<usize>,
+}
+
+impl<I: Iterator<Item = usize>> Iterator for LockedKeys<'_, I> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if let Some(k) = self.held.take() {
+            self.locks.unlock(k);
+        }
+        let k = self.keys.next()?;
+        self.locks.lock(k);
+        self.held = Some(k);
+        Some(k)
+    }
+}
+
+impl<I> Drop for LockedKeys<'_, I> {
+    fn drop(&mut self) {
+        if let Some(k) = self.held.take() {
+            self.locks.unlock(k);
+        }
     }
 }
 
