@@ -1106,6 +1106,11 @@ fn transport_config(opts: &QuicOptions) -> Result<quinn::TransportConfig> {
     let mut cubic = quinn::congestion::CubicConfig::default();
     cubic.initial_window(INITIAL_WINDOW);
     t.congestion_controller_factory(Arc::new(cubic));
+    // Streams in the order they were opened, each sent to its end before the next, rather
+    // than interleaved frame by frame: a peer's batches are delivered in sequence order
+    // anyway (`Reorder`), so interleaving only costs framing and scheduling (bulk transfer
+    // 1,262 -> 1,527 MiB/s on loopback, medians of 6 alternated netbench runs).
+    t.send_fairness(false);
     Ok(t)
 }
 
