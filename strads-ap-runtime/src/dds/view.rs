@@ -355,14 +355,21 @@ impl<T: Clone> Undo<T> {
             self.epoch = epoch;
             self.live = 0;
         }
-        match self.items.get_mut(self.live) {
-            Some(slot) => {
-                slot.0 = key;
-                slot.1.clone_from(src);
-            }
-            None => self.items.push((key, src.clone())),
-        }
+        put_copy(&mut self.items, self.live, key, src);
         self.live += 1;
+    }
+}
+
+/// Stores a copy of `src` for `key` at position `at` of `items` (at most its length):
+/// refilling the slot there with `clone_from`, which reuses its allocations, or adding one.
+#[inline]
+fn put_copy<T: Clone>(items: &mut Vec<(usize, T)>, at: usize, key: usize, src: &T) {
+    match items.get_mut(at) {
+        Some(slot) => {
+            slot.0 = key;
+            slot.1.clone_from(src);
+        }
+        None => items.push((key, src.clone())),
     }
 }
 
@@ -440,12 +447,7 @@ impl<T: Clone> Scratch<T> {
             Some(p) => p,
             None => {
                 let p = self.live;
-                if p < self.items.len() {
-                    self.items[p].0 = key;
-                    self.items[p].1.clone_from(src);
-                } else {
-                    self.items.push((key, src.clone()));
-                }
+                put_copy(&mut self.items, p, key, src);
                 self.live += 1;
                 match &mut self.index {
                     Some(map) => {

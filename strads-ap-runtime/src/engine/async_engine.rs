@@ -465,17 +465,18 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
             e.table.expand_from_shadow(op)?;
         }
     }
-    // Read-only tables that some rank holds stale (changed since it last held all of
-    // them), when the cached plan has not worked out their transfers yet (the same on
-    // every rank: `agreed` and the plans are).
-    let stale_read_only = |modes: &[SlotMode]| {
-        (0..slots).any(|s| modes[s] == SlotMode::ReadOnly && !gathered[s] && !agreed.fresh[s])
+    // Read-only tables some rank holds stale (changed since it last held all of them, and
+    // not gathered now) need transfers; the others skip them. The same on every rank:
+    // `agreed` and the plans are.
+    let stale = |modes: &[SlotMode], s: usize| {
+        modes[s] == SlotMode::ReadOnly && !gathered[s] && !agreed.fresh[s]
     };
+    // A cached plan works those transfers out when first needed.
     let cut_read_only = match &cached {
         Some(Cached {
             plan,
             dist: Some(dist),
-        }) => !dist.read_only && stale_read_only(&plan.modes),
+        }) => !dist.read_only && (0..slots).any(|s| stale(&plan.modes, s)),
         _ => false,
     };
     // Owners of map entries (by key hash), for cutting a plan; read before locking.
@@ -559,7 +560,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
     }
     // Read-only tables already current here need no transfers.
     let skip: Vec<bool> = (0..slots)
-        .map(|s| plan.modes[s] == SlotMode::ReadOnly && (gathered[s] || agreed.fresh[s]))
+        .map(|s| plan.modes[s] == SlotMode::ReadOnly && !stale(&plan.modes, s))
         .collect();
     let t0 = Instant::now();
     // SAFETY: the tables are locked (`bases`) and no worker runs yet.

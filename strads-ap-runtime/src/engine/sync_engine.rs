@@ -326,53 +326,57 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                             break;
                         }
                         let t_merge = Instant::now();
-                        if track {
-                            // The keys others pushed since this worker last looked.
-                            let fresh: Vec<Vec<usize>> = merges.with(|pushed| {
-                                tracked
+                        match sparse {
+                            None => {
+                                // The keys others pushed since this worker last looked.
+                                let fresh: Vec<Vec<usize>> = merges.with(|pushed| {
+                                    tracked
+                                        .iter_mut()
+                                        .zip(pushed.iter())
+                                        .map(|(t, log)| t.news(log))
+                                        .collect()
+                                });
+                                let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                                for (((t, (slot, r)), keys), locks) in tracked
                                     .iter_mut()
-                                    .zip(pushed.iter())
-                                    .map(|(t, log)| t.news(log))
-                                    .collect()
-                            });
-                            let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
-                            for (((t, (slot, r)), keys), locks) in tracked
-                                .iter_mut()
-                                .zip(&mut replicas)
-                                .zip(&fresh)
-                                .zip(&key_locks)
-                            {
-                                let merger =
-                                    registry.entries[*slot].merger.as_ref().expect("merger");
-                                let master = bases[*slot].ptr;
-                                // SAFETY: every merge of an element holds the element's lock,
-                                // which `catch_up` takes, and replicas are made only while
-                                // no merge runs (`masters`, held shared here).
-                                unsafe { t.catch_up(keys, &**merger, master, r, b, locks) };
-                            }
-                        }
-                        if let Some(log) = sparse {
-                            let touched = log.task(b);
-                            let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
-                            for (((slot, r), t), locks) in
-                                replicas.iter_mut().zip(&mut tags).zip(&key_locks)
-                            {
-                                let keys = || {
-                                    touched
-                                        .iter()
-                                        .filter(|a| a.slot() == *slot)
-                                        .map(|a| a.key() as usize)
-                                };
-                                for k in keys() {
-                                    t[k] = b as u32;
+                                    .zip(&mut replicas)
+                                    .zip(&fresh)
+                                    .zip(&key_locks)
+                                {
+                                    let merger =
+                                        registry.entries[*slot].merger.as_ref().expect("merger");
+                                    let master = bases[*slot].ptr;
+                                    // SAFETY: every merge of an element holds the element's lock,
+                                    // which `catch_up` takes, and replicas are made only while
+                                    // no merge runs (`masters`, held shared here).
+                                    unsafe { t.catch_up(keys, &**merger, master, r, b, locks) };
                                 }
-                                ctx.bindings[*slot].allowed = b as u32;
-                                let merger =
-                                    registry.entries[*slot].merger.as_ref().expect("merger");
-                                let master = bases[*slot].ptr;
-                                // SAFETY: as above, each key locked while it is refreshed;
-                                // reconnaissance keys are below the table's length.
-                                unsafe { merger.refresh_keys(master, r, &mut locks.each(keys())) };
+                            }
+                            Some(log) => {
+                                let touched = log.task(b);
+                                let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                                for (((slot, r), t), locks) in
+                                    replicas.iter_mut().zip(&mut tags).zip(&key_locks)
+                                {
+                                    let keys = || {
+                                        touched
+                                            .iter()
+                                            .filter(|a| a.slot() == *slot)
+                                            .map(|a| a.key() as usize)
+                                    };
+                                    for k in keys() {
+                                        t[k] = b as u32;
+                                    }
+                                    ctx.bindings[*slot].allowed = b as u32;
+                                    let merger =
+                                        registry.entries[*slot].merger.as_ref().expect("merger");
+                                    let master = bases[*slot].ptr;
+                                    // SAFETY: as above, each key locked while it is refreshed;
+                                    // reconnaissance keys are below the table's length.
+                                    unsafe {
+                                        merger.refresh_keys(master, r, &mut locks.each(keys()))
+                                    };
+                                }
                             }
                         }
                         merges.add(t_merge.elapsed());
