@@ -1071,7 +1071,9 @@ pub struct LdaResult {
     pub loglik_per_token: f64,
     /// Tokens sampled per second (tokens / `secs_per_epoch`).
     pub tokens_per_sec: f64,
-    /// Seconds of reconnaissance and planning (0 for the serial twin).
+    /// Seconds of one-off set-up: reconnaissance and planning, and a recorded first
+    /// call's time beyond a steady epoch (0 for the serial twin; see
+    /// [`EpochClock`](crate::report::EpochClock)).
     pub setup_secs: f64,
     /// The strads-ap twin only: STRADS's s-error of the relaxed totals table, the mean L1
     /// distance between the totals the draws used and the true totals, divided by the

@@ -65,13 +65,132 @@ pub fn median(xs: &[f64]) -> f64 {
 }
 
 /// Seconds strads-ap has spent so far on reconnaissance and planning, over every loop
-/// call site ([`strads_ap::loop_stats`]): the one-off setup cost of the parallel loops.
-pub fn strads_setup_secs() -> f64 {
+/// call site ([`strads_ap::loop_stats`]).
+fn recon_and_planning_secs() -> f64 {
     strads_ap::loop_stats()
         .iter()
         .map(|s| s.recon + s.planning)
         .sum::<Duration>()
         .as_secs_f64()
+}
+
+/// Loop calls that ran as recorded runs so far, over every call site.
+fn recorded_calls() -> u64 {
+    strads_ap::loop_stats()
+        .iter()
+        .map(|s| s.recorded_calls)
+        .sum()
+}
+
+/// Times the epochs of a strads-ap twin and tells their steady time from the one-off
+/// set-up of its parallel loops.
+///
+/// Set-up is reconnaissance and planning, and what a loop's first call took beyond a
+/// steady epoch when it ran as a recorded run (serially, logging its accesses; see
+/// [`strads_ap::LoopStats::recorded`]). Such an epoch trained like any other, but its time
+/// goes to [`EpochClock::setup_secs`] as its excess over [`EpochClock::secs_per_epoch`],
+/// not into the mean.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::report::EpochClock;
+/// let mut clock = EpochClock::new();
+/// for epoch in 1..=3 {
+///     let start = clock.start();
+///     // ... one epoch's loops ...
+///     let secs = clock.stop(start, epoch);
+///     assert!(secs >= 0.0);
+/// }
+/// assert!(clock.secs_per_epoch() >= 0.0 && clock.setup_secs() >= 0.0);
+/// ```
+#[derive(Debug, Default)]
+pub struct EpochClock {
+    ordinary: Vec<f64>,
+    recorded: Vec<f64>,
+    setup: f64,
+    replanning: bool,
+}
+
+/// Where an epoch started (see [`EpochClock::start`]).
+#[derive(Debug)]
+pub struct EpochStart {
+    at: std::time::Instant,
+    setup: f64,
+    recorded: u64,
+}
+
+impl EpochStart {
+    /// Now, with the set-up done so far.
+    pub fn now() -> Self {
+        EpochStart {
+            setup: recon_and_planning_secs(),
+            recorded: recorded_calls(),
+            at: std::time::Instant::now(),
+        }
+    }
+}
+
+impl EpochClock {
+    /// A clock with no epochs.
+    pub fn new() -> Self {
+        EpochClock::default()
+    }
+
+    /// For loops that re-plan every call (a re-checked loop across ranks): their
+    /// reconnaissance and planning after the first epoch are part of the epochs' time.
+    pub fn replanning(mut self, yes: bool) -> Self {
+        self.replanning = yes;
+        self
+    }
+
+    /// Starts timing an epoch (the same as [`EpochStart::now`]).
+    pub fn start(&self) -> EpochStart {
+        EpochStart::now()
+    }
+
+    /// Ends epoch `epoch` (from 1) and returns its seconds without set-up, for its progress
+    /// line. An epoch a recovery replayed from checkpoints trained nothing and is left out.
+    pub fn stop(&mut self, start: EpochStart, epoch: usize) -> f64 {
+        let elapsed = start.at.elapsed().as_secs_f64();
+        let setup = recon_and_planning_secs() - start.setup;
+        let excluded = if self.replanning && epoch > 1 {
+            0.0
+        } else {
+            setup
+        };
+        self.setup += excluded;
+        let secs = elapsed - excluded;
+        if !strads_ap::checkpoint::last_call_replayed() {
+            if recorded_calls() > start.recorded {
+                self.recorded.push(secs);
+            } else {
+                self.ordinary.push(secs);
+            }
+        }
+        secs
+    }
+
+    /// Mean seconds of a steady epoch: of those without a recorded run, or of all when
+    /// every epoch had one.
+    pub fn secs_per_epoch(&self) -> f64 {
+        if self.ordinary.is_empty() {
+            mean(&self.recorded)
+        } else {
+            mean(&self.ordinary)
+        }
+    }
+
+    /// Seconds of one-off set-up: reconnaissance and planning, and the recorded epochs'
+    /// time beyond a steady epoch.
+    pub fn setup_secs(&self) -> f64 {
+        let steady = self.secs_per_epoch();
+        self.setup
+            + self
+                .recorded
+                .iter()
+                .map(|s| (s - steady).max(0.0))
+                .sum::<f64>()
+    }
 }
 
 /// Prints a summary of every loop call site ([`strads_ap::loop_stats`]) to stderr.
@@ -89,8 +208,14 @@ pub fn print_loop_stats() {
             }
             _ => String::new(),
         };
+        // First calls that ran serially while logging, instead of reconnaissance.
+        let recorded = match s.recorded_calls {
+            0 => String::new(),
+            1 => format!(", first call recorded in {:.3} s", s.recorded.as_secs_f64()),
+            n => format!(", {n} calls recorded in {:.3} s", s.recorded.as_secs_f64()),
+        };
         eprintln!(
-            "{}: {} calls, strategy {}, {} groups, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}{merges}",
+            "{}: {} calls, strategy {}, {} groups{recorded}, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}{merges}",
             s.site,
             s.calls,
             s.strategy,
@@ -123,7 +248,8 @@ pub struct SgdmfResult {
     pub train_rmse: f64,
     /// RMSE on the test set after the last epoch.
     pub test_rmse: f64,
-    /// Seconds of reconnaissance and planning (0 for the serial twin).
+    /// Seconds of one-off set-up: reconnaissance and planning, and a recorded first
+    /// call's time beyond a steady epoch (0 for the serial twin; see [`EpochClock`]).
     pub setup_secs: f64,
 }
 
@@ -148,7 +274,8 @@ pub struct MlrResult {
     pub train_loss: f64,
     /// Accuracy on the test set after the last epoch.
     pub test_accuracy: f64,
-    /// Seconds of reconnaissance and planning (0 for the serial twin).
+    /// Seconds of one-off set-up: reconnaissance and planning, and a recorded first
+    /// call's time beyond a steady epoch (0 for the serial twin; see [`EpochClock`]).
     pub setup_secs: f64,
     /// The strads-ap twin's synchronisation mode (`hybrid` or `bsp`); absent for the
     /// serial twin.

@@ -725,7 +725,8 @@ pub struct Word2vecResult {
     pub analogy_acc: f64,
     /// Analogy questions evaluated.
     pub analogy_questions: usize,
-    /// Seconds of reconnaissance and planning (0 for the serial twin).
+    /// Seconds of one-off set-up: reconnaissance and planning (0 for the serial twin; see
+    /// [`EpochClock`](crate::report::EpochClock)).
     pub setup_secs: f64,
 }
 

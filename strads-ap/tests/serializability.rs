@@ -12,16 +12,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    acyclic, check_serializable, random_patterns, run_order_sensitive, run_order_sensitive_with,
-    Pattern,
+    acyclic, check_serializable, random_patterns, run_order_sensitive_calls,
+    run_order_sensitive_with, Pattern,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strads_ap::prelude::*;
 
+/// Two calls on the same tables: the first (reconnaissance and a run, or on up to two
+/// workers a recorded run) and the second (the cached plan) must both be serializable.
 fn run_and_check(patterns: Vec<Pattern>, keys: usize, threads: usize) {
-    let (log, seen, ran) = run_order_sensitive(&patterns, keys, threads).unwrap();
-    check_serializable(&patterns, &log, &seen, &ran);
+    let opts = Opts::new().threads(threads);
+    for (log, seen, ran) in run_order_sensitive_calls(&patterns, keys, opts, 2).unwrap() {
+        check_serializable(&patterns, &log, &seen, &ran);
+    }
 }
 
 #[test]
@@ -78,21 +82,26 @@ fn locking_runs_are_serializable_on_2_to_4_threads() {
     }
     // The shared helper's call site is also run by other tests at the same time (its
     // statistics name the last call's strategy), so the routing is checked on a call site
-    // of this test: a re-checked loop on 2 threads runs with locks.
+    // of this test: a re-checked loop on 2 threads records its first call, then runs with
+    // locks.
     let log = DVector::from_fn(7, |_| Vec::<u32>::new()).unwrap();
-    let line = line!() + 1;
-    async_for!(
-        0..100usize,
-        |k| {
-            log[k % 7].push(k as u32);
-        },
-        Opts::new().threads(2).recheck(true)
-    )
-    .unwrap();
-    assert_eq!(stats_at(line).strategy, "locks");
-    let mut all: Vec<u32> = log.to_vec().unwrap().concat();
-    all.sort_unstable();
-    assert_eq!(all, (0..100).collect::<Vec<u32>>());
+    for call in 0..2 {
+        log.transform(|_, v| v.clear()).unwrap();
+        let line = line!() + 1;
+        async_for!(
+            0..100usize,
+            |k| {
+                log[k % 7].push(k as u32);
+            },
+            Opts::new().threads(2).recheck(true)
+        )
+        .unwrap();
+        let strategy = if call == 0 { "recorded" } else { "locks" };
+        assert_eq!(stats_at(line).strategy, strategy);
+        let mut all: Vec<u32> = log.to_vec().unwrap().concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<u32>>());
+    }
 }
 
 static ARMED: AtomicBool = AtomicBool::new(false);
@@ -192,34 +201,39 @@ fn rotation_shaped_patterns_are_serializable() {
         let pairs_v = DVector::from_vec(pairs.clone()).unwrap();
         let w = DVector::from_fn(rows, |_| Vec::<u32>::new()).unwrap();
         let h = DVector::from_fn(cols, |_| Vec::<u32>::new()).unwrap();
-        let line = line!() + 1;
-        async_for!(
-            0..pairs_v.len(),
-            |k| {
-                let (i, j) = pairs_v[k];
-                w[i as usize].push(k as u32);
-                h[j as usize].push(k as u32);
-            },
-            Opts::new().threads(threads)
-        )
-        .unwrap();
-        let stats = strads_ap::loop_stats();
-        let expected = if threads == 1 { "serial" } else { "rotation" };
-        let here = format!("serializability.rs:{line}:");
-        let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
-        assert_eq!(site.strategy, expected, "{site:?}");
-        // Build the precedence graph from both tables and check it is acyclic.
-        let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for seq in w.to_vec().unwrap().iter().chain(h.to_vec().unwrap().iter()) {
-            for p in seq.windows(2) {
-                edges[p[0] as usize].push(p[1] as usize);
+        // Two calls: the first (on 2 workers a recorded run) and one with the cached plan.
+        for call in 0..2 {
+            w.transform(|_, v| v.clear()).unwrap();
+            h.transform(|_, v| v.clear()).unwrap();
+            let line = line!() + 1;
+            async_for!(
+                0..pairs_v.len(),
+                |k| {
+                    let (i, j) = pairs_v[k];
+                    w[i as usize].push(k as u32);
+                    h[j as usize].push(k as u32);
+                },
+                Opts::new().threads(threads)
+            )
+            .unwrap();
+            let stats = strads_ap::loop_stats();
+            let expected = if threads == 1 { "serial" } else { "rotation" };
+            let here = format!("serializability.rs:{line}:");
+            let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
+            assert_eq!(site.strategy, expected, "{site:?}");
+            // Build the precedence graph from both tables and check it is acyclic.
+            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+            for seq in w.to_vec().unwrap().iter().chain(h.to_vec().unwrap().iter()) {
+                for p in seq.windows(2) {
+                    edges[p[0] as usize].push(p[1] as usize);
+                }
             }
+            assert!(
+                acyclic(&edges),
+                "rotation run with {threads} threads, call {call}, was not serializable"
+            );
+            let total: usize = w.to_vec().unwrap().iter().map(Vec::len).sum();
+            assert_eq!(total, n);
         }
-        assert!(
-            acyclic(&edges),
-            "rotation run with {threads} threads was not serializable"
-        );
-        let total: usize = w.to_vec().unwrap().iter().map(Vec::len).sum();
-        assert_eq!(total, n);
     }
 }

@@ -29,15 +29,13 @@
 //! merging lost no update: the counts are integers, so summed deltas are exact) and shows
 //! how far the relaxed smoothing mass, a float updated from the replicas, has drifted.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use clap::Parser;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::LdaArgs;
 use strads_ap_examples::lda::{self, LdaResult, Prior};
 use strads_ap_examples::report::{
-    mean, print_json_line, print_loop_stats, progress, strads_setup_secs, STRADS,
+    print_json_line, print_loop_stats, progress, EpochClock, EpochStart, STRADS,
 };
 
 fn main() -> Result<()> {
@@ -97,13 +95,12 @@ fn main() -> Result<()> {
         loglik()?
     );
 
-    // One sweep over the tokens, the serial program's epoch; returns its seconds (the
-    // first call's reconnaissance and planning are reported separately as `setup_secs`).
-    let sweep = |epoch: usize| -> Result<f64> {
+    // One sweep over the tokens, the serial program's epoch; returns when its timed part
+    // started (for `EpochClock::stop`).
+    let sweep = |epoch: usize| -> Result<EpochStart> {
         // The cached smoothing mass, recomputed exactly once per sweep.
         totals.transform(|_, t| t.refresh_smoothing(&prior))?;
-        let setup_before = strads_setup_secs();
-        let start = Instant::now();
+        let start = EpochStart::now();
         async_for!(0..tokens.len(), |k| {
             // strads-ap: body begin
             let token = tokens[k];
@@ -123,17 +120,15 @@ fn main() -> Result<()> {
             z[k] = topic as u32;
             // strads-ap: body end
         })?;
-        Ok(start.elapsed().as_secs_f64() - (strads_setup_secs() - setup_before))
+        Ok(start)
     };
 
     let epochs = args.common.epochs;
-    let mut epoch_secs = Vec::new();
+    // The first call's set-up is reported separately as `setup_secs`.
+    let mut clock = EpochClock::new();
     for epoch in 1..=epochs {
-        let secs = sweep(epoch)?;
-        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
-        if !strads_ap::checkpoint::last_call_replayed() {
-            epoch_secs.push(secs);
-        }
+        let start = sweep(epoch)?;
+        let secs = clock.stop(start, epoch);
         progress("lda", STRADS, epoch, "loglik_per_token", loglik()?, secs);
         let (lost, drift) = relaxed_error()?;
         eprintln!(
@@ -162,7 +157,7 @@ fn main() -> Result<()> {
     };
     print_loop_stats();
 
-    let secs_per_epoch = mean(&epoch_secs);
+    let secs_per_epoch = clock.secs_per_epoch();
     print_json_line(&LdaResult {
         app: "lda".into(),
         implementation: STRADS.into(),
@@ -172,7 +167,7 @@ fn main() -> Result<()> {
         secs_per_epoch,
         loglik_per_token,
         tokens_per_sec: lda::tokens_per_sec(tokens.len(), secs_per_epoch),
-        setup_secs: strads_setup_secs(),
+        setup_secs: clock.setup_secs(),
         s_error,
     });
     Ok(())

@@ -11,8 +11,6 @@
 //! cargo run --release -p strads-ap-examples --bin mlr -- --epochs 5 --sync bsp
 //! ```
 
-use std::time::Instant;
-
 use anyhow::{ensure, Result};
 use clap::Parser;
 use strads_ap::prelude::*;
@@ -20,7 +18,7 @@ use strads_ap_examples::cli::MlrArgs;
 use strads_ap_examples::metrics::{correct, softmax_loss};
 use strads_ap_examples::model::{add_scaled, score, softmax};
 use strads_ap_examples::report::{
-    mean, print_json_line, print_loop_stats, progress, strads_setup_secs, MlrResult, STRADS,
+    print_json_line, print_loop_stats, progress, EpochClock, MlrResult, STRADS,
 };
 use strads_ap_examples::{data, idx};
 
@@ -88,10 +86,9 @@ fn main() -> Result<()> {
         Ok(right as f64 / set.len() as f64)
     };
 
-    let mut epoch_secs = Vec::new();
+    let mut clock = EpochClock::new();
     for epoch in 1..=args.common.epochs {
-        let setup_before = strads_setup_secs();
-        let start = Instant::now();
+        let start = clock.start();
         sync_for!(train, minibatch, mode, |batch| {
             // strads-ap: body begin
             let mut grad = vec![vec![0.0f32; dims]; classes];
@@ -115,11 +112,7 @@ fn main() -> Result<()> {
             }
             // strads-ap: body end
         })?;
-        let secs = start.elapsed().as_secs_f64() - (strads_setup_secs() - setup_before);
-        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
-        if !strads_ap::checkpoint::last_call_replayed() {
-            epoch_secs.push(secs);
-        }
+        let secs = clock.stop(start, epoch);
         progress("mlr", STRADS, epoch, "train_loss", mean_loss(&train)?, secs);
     }
     print_loop_stats();
@@ -130,10 +123,10 @@ fn main() -> Result<()> {
         ranks: strads_ap::world_size(),
         threads,
         epochs: args.common.epochs,
-        secs_per_epoch: mean(&epoch_secs),
+        secs_per_epoch: clock.secs_per_epoch(),
         train_loss: mean_loss(&train)?,
         test_accuracy: accuracy(&test)?,
-        setup_secs: strads_setup_secs(),
+        setup_secs: clock.setup_secs(),
         sync: Some(args.sync.name().into()),
     });
     // Leave the job cleanly (every rank; nothing in a world of one).

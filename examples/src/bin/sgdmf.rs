@@ -8,8 +8,6 @@
 //! cargo run --release -p strads-ap-examples --bin sgdmf -- --epochs 5 --threads 2
 //! ```
 
-use std::time::Instant;
-
 use anyhow::{ensure, Result};
 use clap::Parser;
 use strads_ap::prelude::*;
@@ -18,7 +16,7 @@ use strads_ap_examples::data;
 use strads_ap_examples::metrics::{rmse, squared_error};
 use strads_ap_examples::model::{dot, factor_scale, init_row};
 use strads_ap_examples::report::{
-    mean, print_json_line, print_loop_stats, progress, strads_setup_secs, SgdmfResult, STRADS,
+    print_json_line, print_loop_stats, progress, EpochClock, SgdmfResult, STRADS,
 };
 
 fn main() -> Result<()> {
@@ -77,10 +75,9 @@ fn main() -> Result<()> {
         Ok(sum)
     };
 
-    let mut epoch_secs = Vec::new();
+    let mut clock = EpochClock::new();
     for epoch in 1..=args.common.epochs {
-        let setup_before = strads_setup_secs();
-        let start = Instant::now();
+        let start = clock.start();
         async_for!(0..ratings.len(), |k| {
             // strads-ap: body begin
             let r = &ratings[k];
@@ -94,13 +91,9 @@ fn main() -> Result<()> {
             }
             // strads-ap: body end
         })?;
-        // The training loop alone: the first call's reconnaissance and planning are
-        // reported separately as `setup_secs`.
-        let secs = start.elapsed().as_secs_f64() - (strads_setup_secs() - setup_before);
-        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
-        if !strads_ap::checkpoint::last_call_replayed() {
-            epoch_secs.push(secs);
-        }
+        // The training loop alone: the first call's set-up is reported separately as
+        // `setup_secs`.
+        let secs = clock.stop(start, epoch);
         let train_rmse = rmse(sum_squared(&ratings)?, ratings.len());
         progress("sgdmf", STRADS, epoch, "train_rmse", train_rmse, secs);
     }
@@ -112,10 +105,10 @@ fn main() -> Result<()> {
         ranks: strads_ap::world_size(),
         threads,
         epochs: args.common.epochs,
-        secs_per_epoch: mean(&epoch_secs),
+        secs_per_epoch: clock.secs_per_epoch(),
         train_rmse: rmse(sum_squared(&ratings)?, ratings.len()),
         test_rmse: rmse(sum_squared(&test)?, test.len()),
-        setup_secs: strads_setup_secs(),
+        setup_secs: clock.setup_secs(),
     });
     // Leave the job cleanly (every rank; nothing in a world of one).
     strads_ap::finish()?;

@@ -31,15 +31,11 @@
 //!     --data ../shared/data/kg/umls --epochs 100 --threads 2
 //! ```
 
-use std::time::Instant;
-
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::TranseArgs;
-use strads_ap_examples::report::{
-    mean, print_json_line, print_loop_stats, progress, strads_setup_secs, STRADS,
-};
+use strads_ap_examples::report::{print_json_line, print_loop_stats, progress, EpochClock, STRADS};
 use strads_ap_examples::transe::{
     self, axpy, corrupt, distance, init_embedding, normalize, to_gradient, translation,
     KnownTriples, TranseResult, Triple, ENTITY_TABLE, RELATION_TABLE,
@@ -128,10 +124,11 @@ fn main() -> Result<()> {
         Ok(loss)
     };
 
-    let (mut epoch_secs, mut setup_secs) = (Vec::new(), 0.0);
+    // Reconnaissance redone in later epochs (a re-checked loop across ranks re-plans every
+    // call) is part of the epochs.
+    let mut clock = EpochClock::new().replanning(replan);
     for epoch in 1..=args.common.epochs {
-        let setup_before = strads_setup_secs();
-        let start = Instant::now();
+        let start = clock.start();
         if let Some(mode) = mode {
             sync_for!(order, minibatch, mode, |batch| {
                 for &k in batch {
@@ -191,17 +188,9 @@ fn main() -> Result<()> {
                 Opts::new().recheck(replan)
             )?;
         }
-        // The training loop alone. The first call's reconnaissance (and planning) is
-        // reported separately as `setup_secs`; reconnaissance redone in later epochs (a
-        // re-checked loop across ranks re-plans every call) is part of the epoch.
-        let setup = strads_setup_secs() - setup_before;
-        let excluded = if replan && epoch > 1 { 0.0 } else { setup };
-        setup_secs += excluded;
-        let secs = start.elapsed().as_secs_f64() - excluded;
-        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
-        if !strads_ap::checkpoint::last_call_replayed() {
-            epoch_secs.push(secs);
-        }
+        // The training loop alone: the first call's set-up is reported separately as
+        // `setup_secs`.
+        let secs = clock.stop(start, epoch);
         progress("transe", STRADS, epoch, "train_loss", loss()?, secs);
     }
     print_loop_stats();
@@ -212,7 +201,7 @@ fn main() -> Result<()> {
             sample.map_reduce(|t| transe::rank_triple(e, r, t, &known, norm), |a, b| a + b)
         })
     })???;
-    let secs_per_epoch = mean(&epoch_secs);
+    let secs_per_epoch = clock.secs_per_epoch();
     print_json_line(&TranseResult {
         app: "transe".into(),
         implementation: STRADS.into(),
@@ -223,7 +212,7 @@ fn main() -> Result<()> {
         mrr: ranks.mrr(),
         hits10: ranks.hits10(),
         triples_per_sec: transe::per_sec(triples.len(), secs_per_epoch),
-        setup_secs,
+        setup_secs: clock.setup_secs(),
         sync: Some(loop_name.into()),
         relaxed: args.sync.is_none().then(|| relaxed.name().into()),
     });

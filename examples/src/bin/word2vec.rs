@@ -16,15 +16,11 @@
 //!     --data ../shared/data/brown/sentences.txt --epochs 3 --threads 2
 //! ```
 
-use std::time::Instant;
-
 use anyhow::Result;
 use clap::Parser;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::Word2vecArgs;
-use strads_ap_examples::report::{
-    mean, print_json_line, print_loop_stats, progress, strads_setup_secs, STRADS,
-};
+use strads_ap_examples::report::{print_json_line, print_loop_stats, progress, EpochClock, STRADS};
 use strads_ap_examples::word2vec::{
     axpy, dot, init_input_row, learning_rate, save_vectors, sigmoid, subsample, Noise, Sentence,
     SentenceRng, Setup, Word2vecResult,
@@ -69,10 +65,9 @@ fn main() -> Result<()> {
     let syn1neg: DVector<Vec<f32>> =
         DVector::from_fn(vocab.len(), |_| vec![0.0; dim])?.aggregate_with(Aggregation::Sum);
 
-    let mut epoch_secs = Vec::new();
+    let mut clock = EpochClock::new();
     for epoch in 1..=epochs {
-        let setup_before = strads_setup_secs();
-        let start = Instant::now();
+        let start = clock.start();
         sync_for!(sentences, minibatch, SyncMode::Hybrid, |batch| {
             // strads-ap: body begin
             let mut l1 = vec![0.0f32; dim];
@@ -110,11 +105,7 @@ fn main() -> Result<()> {
             }
             // strads-ap: body end
         })?;
-        let secs = start.elapsed().as_secs_f64() - (strads_setup_secs() - setup_before);
-        // An epoch a recovery replayed from checkpoints trained nothing: not timed.
-        if !strads_ap::checkpoint::last_call_replayed() {
-            epoch_secs.push(secs);
-        }
+        let secs = clock.stop(start, epoch);
         let rho = eval.rho(&syn0.to_vec()?);
         progress("word2vec", STRADS, epoch, "wordsim_rho", rho, secs);
     }
@@ -125,7 +116,7 @@ fn main() -> Result<()> {
     if let Some(path) = &args.save {
         save_vectors(path, &vocab, &vectors)?;
     }
-    let secs_per_epoch = mean(&epoch_secs);
+    let secs_per_epoch = clock.secs_per_epoch();
     print_json_line(&Word2vecResult {
         app: "word2vec".into(),
         implementation: STRADS.into(),
@@ -142,7 +133,7 @@ fn main() -> Result<()> {
         wordsim_skipped: scores.skipped,
         analogy_acc: scores.analogy,
         analogy_questions: scores.questions,
-        setup_secs: strads_setup_secs(),
+        setup_secs: clock.setup_secs(),
     });
     // Leave the job cleanly (every rank; nothing in a world of one).
     strads_ap::finish()?;

@@ -243,13 +243,17 @@ impl<T: Clone> IndexMut<usize> for VectorView<'_, T> {
 }
 
 /// A DVector as a body sees it during reconnaissance: reads return real values, writes
-/// go to a scratch copy, every access is logged.
+/// go to a scratch copy, every access is logged. In a recorded run (see
+/// [`Recorder::in_place`]) writes go to the table itself.
 pub struct RecordVectorView<'a, T> {
-    data: &'a [T],
+    ptr: *mut T,
+    len: usize,
     scratch: Scratch<T>,
     slot: usize,
+    in_place: bool,
     rec: &'a Recorder,
     name: &'static str,
+    _life: PhantomData<&'a mut [T]>,
 }
 
 impl<'a, T> RecordVectorView<'a, T> {
@@ -257,13 +261,14 @@ impl<'a, T> RecordVectorView<'a, T> {
     pub(crate) fn bind(rec: &'a Recorder, id: u64, name: &'static str) -> Self {
         let (slot, ptr, len, _) = rec.table(id);
         RecordVectorView {
-            // SAFETY: the engine holds the table's lock for the whole reconnaissance and
-            // nothing writes it meanwhile (recording views write to scratch).
-            data: unsafe { std::slice::from_raw_parts(ptr as *const T, len) },
+            ptr: ptr as *mut T,
+            len,
             scratch: Scratch::default(),
             slot,
+            in_place: rec.writes_in_place(),
             rec,
             name,
+            _life: PhantomData,
         }
     }
 }
@@ -271,22 +276,22 @@ impl<'a, T> RecordVectorView<'a, T> {
 impl<'a, T: Clone> RecordVectorView<'a, T> {
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.len
     }
 
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len == 0
     }
 
     /// Element `i`, or `None` past the end.
     pub fn get(&self, i: usize) -> Option<&T> {
-        (i < self.data.len()).then(|| &self[i])
+        (i < self.len).then(|| &self[i])
     }
 
     /// Element `i` mutably, or `None` past the end.
     pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        (i < self.data.len()).then(|| &mut self[i])
+        (i < self.len).then(|| &mut self[i])
     }
 
     #[doc(hidden)]
@@ -296,11 +301,11 @@ impl<'a, T: Clone> RecordVectorView<'a, T> {
 
     #[inline]
     fn bounds(&self, i: usize) {
-        if i >= self.data.len() {
+        if i >= self.len {
             raise(Fault::OutOfBounds {
                 table: self.name,
                 index: i,
-                len: self.data.len(),
+                len: self.len,
             });
         }
     }
@@ -313,9 +318,17 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, false);
+        // SAFETY: `i < len`, and `ptr` points to `len` initialised elements that the
+        // engine keeps alive and locked for the operator. In reconnaissance nothing
+        // writes them (views write to scratch); in a recorded run only this thread's
+        // views do, and `&self` rules out a mutable reference from this view.
+        let element = unsafe { &*self.ptr.add(i) };
+        if self.in_place {
+            return element;
+        }
         self.scratch
             .get(i, self.rec.task_epoch())
-            .unwrap_or(&self.data[i])
+            .unwrap_or(element)
     }
 }
 
@@ -324,8 +337,15 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, true);
+        if self.in_place {
+            // SAFETY: as in `index`; a recorded run is the only user of the table, on
+            // this thread, and `&mut self` rules out a second reference from this view.
+            return unsafe { &mut *self.ptr.add(i) };
+        }
         let epoch = self.rec.task_epoch();
-        self.scratch.get_or_copy(i, epoch, &self.data[i])
+        // SAFETY: as in `index`: nothing writes the table during reconnaissance.
+        self.scratch
+            .get_or_copy(i, epoch, unsafe { &*self.ptr.add(i) })
     }
 }
 

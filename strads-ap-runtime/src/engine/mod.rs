@@ -308,9 +308,35 @@ pub struct LoopStats {
     pub merging: Duration,
     /// Workers of the last call.
     pub workers: usize,
+    /// Time of recorded runs: first calls that ran serially in loop order while logging
+    /// their accesses, so that the run was also the reconnaissance (not in `running`).
+    pub recorded: Duration,
+    /// Calls that were recorded runs (counted in `calls`).
+    pub recorded_calls: u64,
 }
 
 impl LoopStats {
+    /// The loop's one-off set-up cost so far: reconnaissance and planning, plus what its
+    /// recorded runs took beyond an ordinary call (their time less the mean time of the
+    /// other calls; all of it while there is no other call yet).
+    ///
+    /// ```
+    /// let setup: std::time::Duration =
+    ///     strads_ap_runtime::loop_stats().iter().map(|s| s.setup()).sum();
+    /// assert!(setup.as_secs_f64() >= 0.0);
+    /// ```
+    pub fn setup(&self) -> Duration {
+        let ordinary = self.calls.saturating_sub(self.recorded_calls);
+        let excess = match u32::try_from(ordinary) {
+            Ok(0) | Err(_) => self.recorded,
+            Ok(calls) => self.recorded.saturating_sub(
+                (self.running / calls)
+                    .saturating_mul(u32::try_from(self.recorded_calls).unwrap_or(u32::MAX)),
+            ),
+        };
+        self.recon + self.planning + excess
+    }
+
     /// The share of the workers' time (`running` × `workers`) spent on merges: near 1, the
     /// loop does little else, and larger mini-batches (fewer merges of the same rows) or an
     /// `async_for!` (no replicas) will likely be faster. `None` when nothing was merged.
@@ -482,8 +508,8 @@ impl Base {
     }
 
     /// What a recorder needs: id, elements, length, key index.
-    pub fn recorded(&self) -> (u64, *const u8, usize, *const u8) {
-        (self.id, self.ptr as *const u8, self.len, self.index)
+    pub fn recorded(&self) -> (u64, *mut u8, usize, *const u8) {
+        (self.id, self.ptr, self.len, self.index)
     }
 }
 

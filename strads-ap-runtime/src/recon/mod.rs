@@ -68,6 +68,18 @@ impl Segment {
         self.offsets.len() - 1
     }
 
+    /// An empty segment with room for `tasks` tasks of `entries` accesses in all, its
+    /// memory already mapped: one write per page, so that the recording thread takes no
+    /// page faults (a fresh page costs microseconds on a virtual machine).
+    fn with_room(tasks: usize, entries: usize) -> Self {
+        let mut seg = Segment::new();
+        seg.offsets.reserve(tasks);
+        seg.entries.reserve(entries);
+        touch_pages(seg.offsets.spare_capacity_mut(), 0);
+        touch_pages(seg.entries.spare_capacity_mut(), Access(0));
+        seg
+    }
+
     #[inline]
     fn task(&self, t: usize) -> &[Access] {
         &self.entries[self.offsets[t] as usize..self.offsets[t + 1] as usize]
@@ -97,8 +109,17 @@ impl Segment {
     #[inline]
     fn close_task(&mut self) {
         let start = self.open_start();
-        let kept = normalize(&mut self.entries[start..]);
-        self.entries.truncate(start + kept);
+        let set = &mut self.entries[start..];
+        // Bodies mostly log each key once, in slot order: then there is nothing to sort
+        // or merge. One branch-free pass finds out.
+        let mut increasing = true;
+        for i in 1..set.len() {
+            increasing &= set[i - 1].0 >> 1 < set[i].0 >> 1;
+        }
+        if !increasing {
+            let kept = normalize(set);
+            self.entries.truncate(start + kept);
+        }
         for i in start..self.entries.len() {
             self.note(self.entries[i]);
         }
@@ -424,6 +445,16 @@ fn too_many_accesses() -> ! {
     )
 }
 
+/// Writes `value` into one element of each memory page of `spare` (a vector's spare
+/// capacity), so that the pages are mapped before they are used.
+fn touch_pages<T: Copy>(spare: &mut [std::mem::MaybeUninit<T>], value: T) {
+    const PAGE: usize = 4096;
+    let step = (PAGE / std::mem::size_of::<T>().max(1)).max(1);
+    for slot in spare.iter_mut().step_by(step) {
+        slot.write(value);
+    }
+}
+
 /// Sorts by (slot, key) and keeps one entry per key, a write if any access wrote; the
 /// kept entries are moved to the front and their number returned.
 #[inline]
@@ -454,6 +485,17 @@ fn normalize(set: &mut [Access]) -> usize {
     out
 }
 
+/// Room for the log of a chunk of tasks, its memory mapped beforehand: another thread
+/// can make it while the recording thread works on the previous chunk.
+pub(crate) struct LogRoom(Segment);
+
+impl LogRoom {
+    /// Room for `tasks` tasks of about `per_task` accesses each.
+    pub(crate) fn new(tasks: usize, per_task: usize) -> Self {
+        LogRoom(Segment::with_room(tasks, tasks.saturating_mul(per_task)))
+    }
+}
+
 /// The recorder a recording view logs into. One per worker thread during reconnaissance.
 pub struct Recorder {
     /// Bumped at every task start; recording views drop their scratch when it changes.
@@ -462,20 +504,42 @@ pub struct Recorder {
     index: Cell<usize>,
     log: RefCell<Segment>,
     /// Captured tables in slot order: id, first element, length, map key index.
-    tables: Vec<(u64, *const u8, usize, *const u8)>,
+    tables: Vec<(u64, *mut u8, usize, *const u8)>,
+    /// Whether views write the tables themselves rather than scratch copies: a recorded
+    /// run (one worker, tasks in loop order) that is also the call's real run.
+    in_place: bool,
 }
 
 impl Recorder {
     /// A recorder for a loop whose captured tables are these (id, data, length, map key
     /// index), in slot order. The data must stay valid and unwritten while the recorder
-    /// is used.
-    pub(crate) fn new(tables: Vec<(u64, *const u8, usize, *const u8)>) -> Self {
+    /// is used: views write to scratch copies.
+    pub(crate) fn new(tables: Vec<(u64, *mut u8, usize, *const u8)>) -> Self {
         Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
             log: RefCell::new(Segment::new()),
             tables,
+            in_place: false,
         }
+    }
+
+    /// A recorder whose views write the tables in place: the recorded run is the call
+    /// itself. The data must stay valid, and be read and written by this recorder's
+    /// views alone (on one thread), while the recorder is used. It logs into `room`
+    /// (see [`LogRoom`]).
+    pub(crate) fn in_place(tables: Vec<(u64, *mut u8, usize, *const u8)>, room: LogRoom) -> Self {
+        Recorder {
+            in_place: true,
+            log: RefCell::new(room.0),
+            ..Recorder::new(tables)
+        }
+    }
+
+    /// Whether views write the tables in place (see [`Recorder::in_place`]).
+    #[inline(always)]
+    pub(crate) fn writes_in_place(&self) -> bool {
+        self.in_place
     }
 
     /// Room for `tasks` more tasks of about `per_task` accesses each.
@@ -486,7 +550,7 @@ impl Recorder {
     }
 
     /// The slot, data, length and map key index of a table.
-    pub(crate) fn table(&self, id: u64) -> (usize, *const u8, usize, *const u8) {
+    pub(crate) fn table(&self, id: u64) -> (usize, *mut u8, usize, *const u8) {
         let slot = self
             .tables
             .iter()
@@ -585,8 +649,8 @@ mod tests {
     #[test]
     fn a_task_log_is_deduplicated_and_writes_win() {
         let rec = Recorder::new(vec![
-            (10, std::ptr::null(), 0, std::ptr::null()),
-            (11, std::ptr::null(), 0, std::ptr::null()),
+            (10, std::ptr::null_mut(), 0, std::ptr::null()),
+            (11, std::ptr::null_mut(), 0, std::ptr::null()),
         ]);
         rec.log(0, 5, false);
         rec.log(0, 5, true);

@@ -43,28 +43,48 @@ pub fn run_order_sensitive(patterns: &[Pattern], keys: usize, threads: usize) ->
 
 /// [`run_order_sensitive`] with the loop's options given.
 pub fn run_order_sensitive_with(patterns: &[Pattern], keys: usize, opts: Opts) -> Result<Trace> {
+    let mut traces = run_order_sensitive_calls(patterns, keys, opts, 1)?;
+    Ok(traces.pop().expect("one call"))
+}
+
+/// [`run_order_sensitive_with`] called `calls` times on the same tables, emptied between
+/// calls: the first call at a call site is special (reconnaissance, or a recorded run on
+/// up to two workers), later ones reuse what it learned. One trace per call.
+pub fn run_order_sensitive_calls(
+    patterns: &[Pattern],
+    keys: usize,
+    opts: Opts,
+    calls: usize,
+) -> Result<Vec<Trace>> {
     let n = patterns.len();
     let pattern = DVector::from_vec(patterns.to_vec())?;
     let log = DVector::from_fn(keys, |_| Vec::<u32>::new())?;
     let seen = DVector::from_fn(n, |_| Vec::<(u32, u32)>::new())?;
     let ran = DVector::from_fn(n, |_| 0u32)?;
-    async_for!(
-        0..pattern.len(),
-        |k| {
-            for &(key, write) in pattern[k].iter() {
-                let key = key as usize;
-                if write {
-                    log[key].push(k as u32);
-                } else {
-                    let count = log[key].len() as u32;
-                    seen[k].push((key as u32, count));
+    let mut traces = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        log.transform(|_, v| v.clear())?;
+        seen.transform(|_, v| v.clear())?;
+        ran.transform(|_, v| *v = 0)?;
+        async_for!(
+            0..pattern.len(),
+            |k| {
+                for &(key, write) in pattern[k].iter() {
+                    let key = key as usize;
+                    if write {
+                        log[key].push(k as u32);
+                    } else {
+                        let count = log[key].len() as u32;
+                        seen[k].push((key as u32, count));
+                    }
                 }
-            }
-            ran[k] += 1;
-        },
-        opts
-    )?;
-    Ok((log.to_vec()?, seen.to_vec()?, ran.to_vec()?))
+                ran[k] += 1;
+            },
+            opts.clone()
+        )?;
+        traces.push((log.to_vec()?, seen.to_vec()?, ran.to_vec()?));
+    }
+    Ok(traces)
 }
 
 /// One epoch of SGD matrix factorisation over `(user, item, rating)` triples with step

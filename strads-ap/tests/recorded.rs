@@ -1,0 +1,179 @@
+//! Recorded runs: on one or two workers in a world of one, a loop's first call runs the
+//! indices in order on one worker while logging their accesses, and that log plans the
+//! later calls.
+
+use std::time::Duration;
+
+use strads_ap::prelude::*;
+use strads_ap::{Error, LoopStats};
+
+/// The figures of the loop at line `line` of this file.
+fn stats_at(line: u32) -> LoopStats {
+    let here = format!("recorded.rs:{line}:");
+    strads_ap::loop_stats()
+        .into_iter()
+        .find(|s| s.site.contains(&here))
+        .expect("this loop's figures")
+}
+
+/// Element pairs of a seeded pattern with repeats, so that tasks conflict.
+fn pattern(n: usize, keys: usize) -> Vec<(usize, usize)> {
+    (0..n)
+        .map(|k| ((k * 7919) % keys, (k * 104_729 + 13) % keys))
+        .collect()
+}
+
+#[test]
+fn a_recorded_first_call_is_the_serial_loop_and_plans_the_next_calls() {
+    let (n, keys) = (5000, 300);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    // Order-sensitive: each task appends its index to the elements it writes.
+    let seen = DVector::from_fn(keys, |_| Vec::<u32>::new()).unwrap();
+    let line = line!() + 2;
+    let run = || {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                seen[a].push(k as u32);
+                if b != a {
+                    seen[b].push(k as u32);
+                }
+            },
+            Opts::new().threads(2)
+        )
+    };
+    run().unwrap();
+    let mut serial = vec![Vec::new(); keys];
+    for (k, &(a, b)) in pattern(n, keys).iter().enumerate() {
+        serial[a].push(k as u32);
+        if b != a {
+            serial[b].push(k as u32);
+        }
+    }
+    assert_eq!(
+        seen.to_vec().unwrap(),
+        serial,
+        "a recorded run is the serial loop, element for element"
+    );
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (1, 1), "{s:?}");
+    assert!(s.recorded > Duration::ZERO, "{s:?}");
+    assert_eq!(s.recon, Duration::ZERO, "no reconnaissance besides: {s:?}");
+    assert!(s.groups > 1, "its log planned several groups: {s:?}");
+    assert_eq!(
+        s.setup(),
+        s.planning + s.recorded,
+        "before an ordinary call, all of the recorded run counts as set-up"
+    );
+
+    // The second call runs the plan: every task once more, on both workers.
+    run().unwrap();
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls, s.workers), (2, 1, 2), "{s:?}");
+    assert_eq!(s.strategy, "components", "{s:?}");
+    assert!(s.setup() <= s.planning + s.recorded, "{s:?}");
+    for (got, first) in seen.to_vec().unwrap().iter().zip(&serial) {
+        let (once, twice) = got.split_at(first.len());
+        assert_eq!(once, first.as_slice());
+        let mut twice = twice.to_vec();
+        twice.sort_unstable();
+        assert_eq!(twice, *first, "every task ran once in the planned call");
+    }
+}
+
+#[test]
+fn three_workers_reconnoitre_rather_than_record() {
+    let w = DVector::from_fn(64, |_| 0u64).unwrap();
+    let line = line!() + 1;
+    async_for!(
+        0..6400usize,
+        |k| w[k % 64] += k as u64,
+        Opts::new().threads(3)
+    )
+    .unwrap();
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (1, 0), "{s:?}");
+    assert!(s.recon > Duration::ZERO, "{s:?}");
+    let want: Vec<u64> = (0..64u64)
+        .map(|j| (0..100u64).map(|i| i * 64 + j).sum())
+        .collect();
+    assert_eq!(w.to_vec().unwrap(), want);
+}
+
+#[test]
+fn a_body_failing_in_a_recorded_run_names_its_index_and_keeps_the_tasks_before_it() {
+    let w = DVector::from_fn(100, |_| 0u32).unwrap();
+    let line = line!() + 2;
+    let run = |fail: bool| {
+        async_for!(
+            0..w.len(),
+            |k| {
+                if fail && k == 40 {
+                    panic!("bad value at {k}");
+                }
+                w[k] += 1;
+            },
+            Opts::new().threads(2)
+        )
+    };
+    let err = run(true).unwrap_err();
+    assert!(
+        matches!(err, Error::BodyPanicked { index: 40, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("bad value at 40"), "{err}");
+    let want: Vec<u32> = (0..100).map(|k| u32::from(k < 40)).collect();
+    assert_eq!(
+        w.to_vec().unwrap(),
+        want,
+        "as in the serial loop, the tasks before the failed one took effect"
+    );
+    // No plan was made: the next call is recorded again, and completes.
+    run(false).unwrap();
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (2, 2), "{s:?}");
+    let want: Vec<u32> = (0..100).map(|k| 1 + u32::from(k < 40)).collect();
+    assert_eq!(w.to_vec().unwrap(), want);
+}
+
+#[test]
+fn an_index_out_of_bounds_in_a_recorded_run_names_the_table() {
+    let w = DVector::from_fn(10, |_| 0u32).unwrap();
+    let err = async_for!(0..11usize, |k| w[k] += 1, Opts::new().threads(2)).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("`w`") && msg.contains("10"), "{msg}");
+    assert_eq!(w.to_vec().unwrap(), vec![1; 10]);
+}
+
+#[test]
+fn a_rechecked_loop_records_its_first_call_then_runs_with_locks() {
+    let (n, keys) = (4000, 50);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    let counts = DVector::from_fn(keys, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                counts[a] += 1;
+                counts[b] += 1;
+            },
+            Opts::new().threads(2).recheck(true)
+        )
+        .unwrap();
+    }
+    let s = stats_at(line);
+    assert_eq!(
+        (s.calls, s.recorded_calls, s.strategy),
+        (3, 1, "locks"),
+        "{s:?}"
+    );
+    let mut want = vec![0u64; keys];
+    for (a, b) in pattern(n, keys) {
+        want[a] += 3;
+        want[b] += 3;
+    }
+    assert_eq!(counts.to_vec().unwrap(), want);
+}
