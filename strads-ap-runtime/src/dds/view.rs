@@ -333,7 +333,7 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
 }
 
 impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
-    #[inline]
+    #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
         self.rec.log(self.slot, i as u64, true);
@@ -342,6 +342,14 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
             // this thread, and `&mut self` rules out a second reference from this view.
             return unsafe { &mut *self.ptr.add(i) };
         }
+        self.scratch_copy(i)
+    }
+}
+
+impl<T: Clone> RecordVectorView<'_, T> {
+    /// The running task's scratch copy of element `i` (`i < len`), made on first use.
+    #[inline(never)]
+    fn scratch_copy(&mut self, i: usize) -> &mut T {
         let epoch = self.rec.task_epoch();
         // SAFETY: as in `index`: nothing writes the table during reconnaissance.
         self.scratch

@@ -207,9 +207,9 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         let modes = match MODES.take(&key) {
             Some(modes) => modes,
             None if recorded_first_call(threads) => {
-                let log = recorded_call(site, start, n, task, record, &bases);
+                let log = recorded_call(site, start, n, task, record, &bases, None);
                 drop(locks);
-                let modes = plan::slot_modes(&log?, &table_infos(&registry, &bases));
+                let modes = plan::slot_modes(&log?.0, &table_infos(&registry, &bases));
                 let written = written_slots(&modes);
                 MODES.put(key, modes);
                 return leave(written);
@@ -248,10 +248,20 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     let mut plan = match cached {
         Some(c) => c.plan,
         None if recorded_first_call(threads) => {
-            let log = recorded_call(site, start, n, task, record, &bases);
+            let tables = table_infos(&registry, &bases);
+            let log = recorded_call(site, start, n, task, record, &bases, Some(&tables));
             drop(locks);
+            let (log, ahead) = log?;
             let plan = make_plan(
-                site, log?, None, &registry, &bases, &opts, threads, start, n,
+                site,
+                log,
+                Recorded(ahead),
+                &registry,
+                &bases,
+                &opts,
+                threads,
+                start,
+                n,
             );
             let written = written_slots(&plan.modes);
             PLANS.put(key, Cached { plan, dist: None });
@@ -260,7 +270,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         None => {
             let t0 = Instant::now();
             let log = reconnoitre(site, start, n, task, record, &bases, threads)?;
-            let recon = Some(t0.elapsed());
+            let recon = Reconnoitred(t0.elapsed());
             make_plan(
                 site, log, recon, &registry, &bases, &opts, threads, start, n,
             )
@@ -335,14 +345,22 @@ fn serial_written<Task: Sync, I: LoopIndex>(
     Ok(written)
 }
 
-/// Plans from a reconnaissance log, reporting what it found (`recon`: the time
-/// reconnaissance took, `None` for a recorded run's log; `threads`: workers over the whole
+/// Where a log comes from.
+enum LogSource {
+    /// Reconnaissance, which took this long.
+    Reconnoitred(std::time::Duration),
+    /// A recorded run, with the planner's first pass perhaps done already.
+    Recorded(Option<plan::GatherAhead>),
+}
+use LogSource::{Reconnoitred, Recorded};
+
+/// Plans from an access log, reporting what it found (`threads`: workers over the whole
 /// job).
 #[allow(clippy::too_many_arguments)]
 fn make_plan(
     site: &CallSite,
     log: AccessLog,
-    recon: Option<std::time::Duration>,
+    source: LogSource,
     registry: &Registry,
     bases: &[Base],
     opts: &Opts,
@@ -359,15 +377,22 @@ fn make_plan(
         seed: opts.seed.unwrap_or(ctx.config().seed),
         first_index: start,
     };
+    let (recon, ahead, source) = match source {
+        Reconnoitred(t) => (
+            t,
+            None,
+            format!("reconnaissance of {n} tasks in {:.3} s", t.as_secs_f64()),
+        ),
+        Recorded(ahead) => (
+            std::time::Duration::ZERO,
+            ahead,
+            format!("a recorded run of {n} tasks"),
+        ),
+    };
     let plan = ctx
         .pool(ctx.config().threads.max(1))
-        .install(|| plan::plan(log, &tables, &config));
+        .install(|| plan::plan_ahead(log, &tables, &config, ahead));
     let t2 = Instant::now();
-    let source = match recon {
-        Some(t) => format!("reconnaissance of {n} tasks in {:.3} s", t.as_secs_f64()),
-        None => format!("a recorded run of {n} tasks"),
-    };
-    let recon = recon.unwrap_or_default();
     let summary = format!(
         "{site}: {source}; {} plan with {} groups in {} batches, largest {} tasks, in {:.3} s",
         plan.stats.strategy,
@@ -546,7 +571,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
             let plan = make_plan(
                 site,
                 log,
-                Some(t0.elapsed()),
+                Reconnoitred(t0.elapsed()),
                 registry,
                 &bases,
                 opts,
@@ -741,12 +766,18 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
 /// `f` ≈ 1.2–1.3 on one worker, whatever `T`. So the recorded run is cheaper up to two
 /// workers, and parallel reconnaissance beyond.
 fn recorded_first_call(threads: usize) -> bool {
+    if std::env::var_os("XP_OLD").is_some() {
+        return false;
+    }
     threads <= 2
 }
 
 /// A recorded run: every index in loop order on this thread, writing the tables in place
 /// and logging each task's accesses, so that one pass runs the call and reconnoitres it.
-/// Its time is reported as [`LoopStats::recorded`](super::LoopStats::recorded).
+/// With `tables`, the planner's first pass is done on the log as it is made (see
+/// [`plan::GatherAhead`]). Its time is reported as
+/// [`LoopStats::recorded`](super::LoopStats::recorded).
+#[allow(clippy::too_many_arguments)]
 fn recorded_call<Task, I: LoopIndex>(
     site: &CallSite,
     start: usize,
@@ -754,9 +785,10 @@ fn recorded_call<Task, I: LoopIndex>(
     task: &Task,
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     bases: &[Base],
-) -> Result<AccessLog> {
+    tables: Option<&[TableInfo]>,
+) -> Result<(AccessLog, Option<plan::GatherAhead>)> {
     let t0 = Instant::now();
-    let log = recorded_run(site, start, n, task, record, bases);
+    let outcome = recorded_run(site, start, n, task, record, bases, tables);
     record_stats(site, |s| {
         s.calls += 1;
         s.recorded += t0.elapsed();
@@ -765,13 +797,16 @@ fn recorded_call<Task, I: LoopIndex>(
         s.groups = 1;
         s.workers = 1;
     });
-    log
+    outcome
 }
 
 /// Runs every index of `start..start + n` in loop order on this thread with views that
 /// write in place and log (see [`Recorder::in_place`]), in chunks of `2^RECORDED_SHIFT`
-/// tasks. Meanwhile a pool thread maps the memory of the next chunks' logs: the
-/// recording thread would otherwise take a page fault every few hundred tasks.
+/// tasks. A pool thread helps: it maps the memory of the next chunks' logs beforehand
+/// (the recording thread would otherwise take a page fault every few hundred tasks),
+/// sorts and deduplicates each finished chunk's task logs, and with `tables` does the
+/// planner's first pass on it. The less the recording thread does between tasks, the
+/// more of their cache misses its CPU overlaps.
 fn recorded_run<Task, I: LoopIndex>(
     site: &CallSite,
     start: usize,
@@ -779,31 +814,48 @@ fn recorded_run<Task, I: LoopIndex>(
     task: &Task,
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     bases: &[Base],
-) -> Result<AccessLog> {
+    tables: Option<&[TableInfo]>,
+) -> Result<(AccessLog, Option<plan::GatherAhead>)> {
+    use std::sync::mpsc::channel;
     const RECORDED_SHIFT: u32 = 16;
     let chunk = 1usize << RECORDED_SHIFT;
     let chunks: Vec<Range<usize>> = (0..n)
         .step_by(chunk)
         .map(|s| start + s..start + (s + chunk).min(n))
         .collect();
+    let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
     let per_task = bases.len();
-    // Two rooms ahead at most: memory for the log only as it is needed.
-    let (rooms, ready) = std::sync::mpsc::sync_channel::<LogRoom>(2);
-    let pool = context().pool(1);
-    let mut logs = Vec::with_capacity(chunks.len());
+    let (room_tx, rooms) = channel::<LogRoom>();
+    let (done, done_rx) = channel::<AccessLog>();
+    let (back_tx, back) = channel::<(Vec<AccessLog>, Option<plan::GatherAhead>)>();
+    let mut ahead = tables.map(|t| plan::GatherAhead::new(t, start));
     let mut outcome = Ok(());
-    pool.in_place_scope(|scope| {
-        let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
+    context().pool(1).in_place_scope(|scope| {
         scope.spawn(move |_| {
-            for tasks in sizes {
-                // The recording thread stopped early (a body failed): so do we.
-                if rooms.send(LogRoom::new(tasks, per_task)).is_err() {
-                    break;
+            // Two rooms ahead: one more for each chunk finished.
+            let mut next = 0;
+            let send_room = |next: &mut usize| {
+                if let Some(&tasks) = sizes.get(*next) {
+                    // The recording thread may have stopped (a body failed): no matter.
+                    let _ = room_tx.send(LogRoom::new(tasks, per_task));
+                    *next += 1;
                 }
+            };
+            send_room(&mut next);
+            send_room(&mut next);
+            let mut logs = Vec::with_capacity(sizes.len());
+            while let Ok(mut log) = done_rx.recv() {
+                send_room(&mut next);
+                log.settle();
+                if let Some(a) = &mut ahead {
+                    a.add(&log);
+                }
+                logs.push(log);
             }
+            let _ = back_tx.send((logs, ahead));
         });
         for r in &chunks {
-            let room = ready
+            let room = rooms
                 .recv()
                 .unwrap_or_else(|_| LogRoom::new(r.len(), per_task));
             let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room);
@@ -814,13 +866,18 @@ fn recorded_run<Task, I: LoopIndex>(
                 outcome = Err(body_error(site, rec.index(), payload));
                 break;
             }
-            logs.push(rec.into_log());
+            // The helper lives until `done` is dropped below.
+            let _ = done.send(rec.into_log());
         }
-        // Unblocks the mapping thread if we stopped early.
-        drop(ready);
+        // Ends the helper's loop (and unblocks it if we stopped early).
+        drop(done);
+        drop(rooms);
     });
     outcome?;
-    Ok(AccessLog::from_chunks(RECORDED_SHIFT, logs))
+    let (logs, ahead) = back
+        .recv()
+        .expect("the recording helper returns the logs it was sent");
+    Ok((AccessLog::from_chunks(RECORDED_SHIFT, logs), ahead))
 }
 
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.

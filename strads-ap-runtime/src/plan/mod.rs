@@ -175,6 +175,17 @@ pub fn slot_modes(log: &AccessLog, tables: &[TableInfo]) -> Vec<SlotMode> {
 
 /// Makes a conflict-free plan.
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
+    plan_ahead(log, tables, config, None)
+}
+
+/// [`plan`], with the first pass over the log perhaps done already, chunk by chunk while
+/// the log was being made (see [`GatherAhead`]). The result is the same either way.
+pub fn plan_ahead(
+    log: AccessLog,
+    tables: &[TableInfo],
+    config: &PlanConfig,
+    ahead: Option<GatherAhead>,
+) -> Plan {
     let slots = tables.len();
     let blocks = config
         .blocks
@@ -192,11 +203,15 @@ pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     // read at the loop index; the counts tell shared tables from private ones.
     let mut gathered = None;
     if (1..=2).contains(&candidates.len()) {
-        let g = gather(&log, tables, &candidates, config.first_index);
+        let g = match ahead.and_then(|a| a.finish(&candidates, log.tasks())) {
+            Some(g) => g,
+            None => gather(&log, tables, &candidates, config.first_index),
+        };
         if g.valid {
             gathered = Some(g);
         }
     }
+
     let (shared, at_index) = match &gathered {
         Some(g) => {
             let shared = candidates
@@ -439,6 +454,17 @@ fn gather(log: &AccessLog, tables: &[TableInfo], slots: &[usize], first_index: u
         .par_iter()
         .map(|range| gather_range(log, range.clone(), tables, slots, first_index))
         .collect();
+    join_parts(tables, slots, parts, found, log.tasks())
+}
+
+/// Joins the gathered `parts` (consecutive ranges of tasks covering `tasks` tasks).
+fn join_parts(
+    tables: &[TableInfo],
+    slots: &[usize],
+    parts: Vec<std::ops::Range<usize>>,
+    found: Vec<PartGather>,
+    tasks: usize,
+) -> Gathered {
     let mut at = SlotMask::ALL;
     let mut valid = true;
     let mut keys = Vec::with_capacity(found.len());
@@ -469,8 +495,63 @@ fn gather(log: &AccessLog, tables: &[TableInfo], slots: &[usize], first_index: u
         parts,
         keys,
         weights,
-        at_index: at.to_vec(tables.len(), log.tasks()),
+        at_index: at.to_vec(tables.len(), tasks),
         valid,
+    }
+}
+
+/// The planner's first pass over a log made chunk by chunk (a recorded run), done on each
+/// chunk as it is finished, typically on another thread than the one making the log.
+///
+/// Which tables to gather is guessed from the first chunk (its checked tables, if one or
+/// two); when the whole log says otherwise, [`plan_ahead`] gathers again, so a wrong guess
+/// costs time, never correctness.
+pub struct GatherAhead {
+    tables: Vec<TableInfo>,
+    first_index: usize,
+    slots: Option<Vec<usize>>,
+    parts: Vec<std::ops::Range<usize>>,
+    found: Vec<PartGather>,
+    tasks: usize,
+}
+
+impl GatherAhead {
+    /// Ready for the chunks of a loop over `tables` whose first task is loop index
+    /// `first_index`.
+    pub fn new(tables: &[TableInfo], first_index: usize) -> Self {
+        GatherAhead {
+            tables: tables.to_vec(),
+            first_index,
+            slots: None,
+            parts: Vec::new(),
+            found: Vec::new(),
+            tasks: 0,
+        }
+    }
+
+    /// Gathers the next chunk: the log of the tasks after those of the previous chunks.
+    pub fn add(&mut self, chunk: &AccessLog) {
+        let slots = self.slots.get_or_insert_with(|| {
+            let modes = slot_modes(chunk, &self.tables);
+            (0..modes.len())
+                .filter(|&s| modes[s] == SlotMode::Checked)
+                .collect()
+        });
+        let n = chunk.tasks();
+        if (1..=2).contains(&slots.len()) && n > 0 {
+            let first = self.first_index + self.tasks;
+            self.found
+                .push(gather_range(chunk, 0..n, &self.tables, slots, first));
+            self.parts.push(self.tasks..self.tasks + n);
+        }
+        self.tasks += n;
+    }
+
+    /// The first pass over all `tasks` tasks, if it gathered exactly `slots`.
+    fn finish(self, slots: &[usize], tasks: usize) -> Option<Gathered> {
+        let covered = self.parts.last().map_or(0, |p| p.end);
+        (self.slots.as_deref() == Some(slots) && covered == tasks && self.tasks == tasks)
+            .then(|| join_parts(&self.tables, slots, self.parts, self.found, tasks))
     }
 }
 

@@ -406,3 +406,71 @@ fn one_shared_and_one_private_table_rotate_the_shared_one() {
         other => panic!("expected rotation, got {other:?}"),
     }
 }
+
+/// A rotation plan from a log gathered chunk by chunk (as a recorded run does it) equals
+/// the one from the whole log; a wrong guess of the tables to gather falls back.
+#[test]
+fn gathering_ahead_chunk_by_chunk_gives_the_same_plan() {
+    let (rows, cols, shift) = (40u64, 12u64, 6u32);
+    let chunk = |c: u64, n: u64, write_b: bool| {
+        AccessLog::from_tasks((0..n).map(move |i| {
+            let t = (c << shift) + i;
+            vec![
+                Access::new(0, 100 + t, false),
+                Access::new(1, (t * 7) % rows, true),
+                Access::new(2, (t * 5 + 3) % cols, write_b),
+            ]
+        }))
+    };
+    let tables = [
+        TableInfo {
+            key_space: 1000,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: rows as usize,
+            relaxed: false,
+        },
+        TableInfo {
+            key_space: cols as usize,
+            relaxed: false,
+        },
+    ];
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 7,
+        first_index: 100,
+    };
+    let sizes = [64u64, 64, 64, 17];
+    // The first chunk writes table 2 like the rest (a right guess), or only reads it (a
+    // wrong guess: table 1 alone).
+    for first_writes_b in [true, false] {
+        let chunks: Vec<AccessLog> = sizes
+            .iter()
+            .enumerate()
+            .map(|(c, &n)| chunk(c as u64, n, c > 0 || first_writes_b))
+            .collect();
+        let feed = || {
+            let mut ahead = GatherAhead::new(&tables, config.first_index);
+            for c in &chunks {
+                ahead.add(c);
+            }
+            ahead
+        };
+        let tasks = sizes.iter().sum::<u64>() as usize;
+        assert_eq!(
+            feed().finish(&[1, 2], tasks).is_some(),
+            first_writes_b,
+            "the gathered pass is used exactly when the guess was right"
+        );
+        let ahead = feed();
+        let log = AccessLog::from_chunks(shift, chunks);
+        let whole = plan(log.clone(), &tables, &config);
+        let chunked = plan_ahead(log, &tables, &config, Some(ahead));
+        assert_eq!(whole.stats.strategy, "rotation");
+        assert_eq!(groups_of(&whole), groups_of(&chunked), "{first_writes_b}");
+        assert_eq!(whole.tags, chunked.tags);
+        assert_eq!(whole.indexed_by_task, chunked.indexed_by_task);
+    }
+}

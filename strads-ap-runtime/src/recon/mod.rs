@@ -109,21 +109,51 @@ impl Segment {
     #[inline]
     fn close_task(&mut self) {
         let start = self.open_start();
-        let set = &mut self.entries[start..];
+        let kept = self.settle(start, self.entries.len());
+        self.entries.truncate(start + kept);
+        self.push_offset();
+    }
+
+    /// Sorts and deduplicates the accesses in `entries[start..end]` (see [`normalize`])
+    /// and notes the tables they write; returns how many are kept, at the front.
+    #[inline(always)]
+    fn settle(&mut self, start: usize, end: usize) -> usize {
+        let set = &mut self.entries[start..end];
         // Bodies mostly log each key once, in slot order: then there is nothing to sort
         // or merge. One branch-free pass finds out.
         let mut increasing = true;
         for i in 1..set.len() {
             increasing &= set[i - 1].0 >> 1 < set[i].0 >> 1;
         }
-        if !increasing {
-            let kept = normalize(set);
-            self.entries.truncate(start + kept);
-        }
-        for i in start..self.entries.len() {
+        let kept = if increasing {
+            set.len()
+        } else {
+            normalize(set)
+        };
+        for i in start..start + kept {
             self.note(self.entries[i]);
         }
-        self.push_offset();
+        kept
+    }
+
+    /// Closes every task of a segment whose tasks were ended raw (offsets pushed, entries
+    /// neither sorted nor deduplicated: [`Recorder::in_place`] leaves that to a helper
+    /// thread), moving the kept entries together.
+    fn settle_all(&mut self) {
+        let mut out = 0;
+        let mut start = 0;
+        for t in 0..self.tasks() {
+            let end = self.offsets[t + 1] as usize;
+            if out != start {
+                self.entries.copy_within(start..end, out);
+            }
+            let kept = self.settle(out, out + end - start);
+            out += kept;
+            start = end;
+            // `out` only shrinks against the offsets, which fit in 32 bits.
+            self.offsets[t + 1] = out as u32;
+        }
+        self.entries.truncate(out);
     }
 
     /// Ends the open task at the current end of `entries`.
@@ -188,6 +218,15 @@ impl AccessLog {
             segment.push_task(&mut set);
         }
         AccessLog::single(segment)
+    }
+
+    /// Sorts and deduplicates every task's accesses and notes the tables written: for the
+    /// log of a recorder [`in place`](Recorder::in_place), which leaves that to be done on
+    /// another thread. Settling a settled log changes nothing.
+    pub(crate) fn settle(&mut self) {
+        for seg in &mut self.segments {
+            seg.settle_all();
+        }
     }
 
     /// Joins the logs of consecutive chunks of `2^shift` tasks each (the last may be
@@ -580,14 +619,22 @@ impl Recorder {
     }
 
     /// Starts recording the task of loop index `index`.
+    #[inline]
     pub(crate) fn start_task(&self, index: usize) {
         self.task_epoch.set(self.task_epoch.get() + 1);
         self.index.set(index);
     }
 
     /// Closes the current task's set.
+    #[inline]
     pub(crate) fn end_task(&self) {
-        self.log.borrow_mut().close_task();
+        let mut log = self.log.borrow_mut();
+        if self.in_place {
+            // A recorded run: settled later by a helper (see `AccessLog::settle`).
+            log.push_offset();
+        } else {
+            log.close_task();
+        }
     }
 
     /// Drops the accesses of a task that failed.
@@ -595,6 +642,8 @@ impl Recorder {
         self.log.borrow_mut().abort_task();
     }
 
+    /// The log recorded. A recorder [`in place`](Recorder::in_place) leaves its tasks
+    /// unsettled: call [`AccessLog::settle`] before reading it.
     pub(crate) fn into_log(self) -> AccessLog {
         AccessLog::single(self.log.into_inner())
     }
@@ -622,6 +671,7 @@ impl<'a, I> RecordIndices<'a, I> {
 impl<I: LoopIndex> Iterator for RecordIndices<'_, I> {
     type Item = I;
 
+    #[inline]
     fn next(&mut self) -> Option<I> {
         if self.open {
             self.rec.end_task();
@@ -671,6 +721,42 @@ mod tests {
             ]
         );
         assert_eq!(log.task(1), &[Access::new(1, 2, true)]);
+    }
+
+    #[test]
+    fn a_recorded_runs_log_settled_later_equals_one_settled_per_task() {
+        let tables = || {
+            vec![
+                (10, std::ptr::null_mut(), 0, std::ptr::null()),
+                (11, std::ptr::null_mut(), 0, std::ptr::null()),
+            ]
+        };
+        let tasks: [&[(usize, u64, bool)]; 4] = [
+            &[(1, 7, false), (0, 5, true), (0, 5, false), (0, 2, false)],
+            &[],
+            &[(0, 1, false), (1, 3, true)],
+            &[(1, 9, false), (1, 9, true), (1, 9, true)],
+        ];
+        let now = Recorder::new(tables());
+        let later = Recorder::in_place(tables(), LogRoom::new(4, 2));
+        for rec in [&now, &later] {
+            for task in tasks {
+                for &(slot, key, write) in task {
+                    rec.log(slot, key, write);
+                }
+                rec.end_task();
+            }
+        }
+        let (now, mut later) = (now.into_log(), later.into_log());
+        assert_ne!(later, now, "not settled yet");
+        later.settle();
+        assert_eq!(later, now);
+        assert_eq!(later.task(0).len(), 3);
+        assert_eq!(later.task(3), &[Access::new(1, 9, true)]);
+        assert!(later.writes(0) && later.writes(1));
+        let settled = later.clone();
+        later.settle();
+        assert_eq!(later, settled, "settling twice changes nothing");
     }
 
     #[test]
