@@ -766,9 +766,6 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
 /// `f` ≈ 1.2–1.3 on one worker, whatever `T`. So the recorded run is cheaper up to two
 /// workers, and parallel reconnaissance beyond.
 fn recorded_first_call(threads: usize) -> bool {
-    if std::env::var_os("XP_OLD").is_some() {
-        return false;
-    }
     threads <= 2
 }
 

@@ -297,7 +297,9 @@ pub struct LoopStats {
     pub planning: Duration,
     /// Time spent running bodies (including merges).
     pub running: Duration,
-    /// The plan's strategy (`rotation`, `components`, `bsp`, `hybrid`).
+    /// How the last call ran: the plan's strategy (`rotation`, `components`, `bsp`,
+    /// `hybrid`), `serial` (one worker), `locks` (a locking run), or `recorded` (a
+    /// recorded run that did not yield a plan, as for a re-checked loop).
     pub strategy: &'static str,
     /// Task groups in the plan (chunks of tasks, for a locking run).
     pub groups: usize,
