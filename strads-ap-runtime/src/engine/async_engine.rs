@@ -769,12 +769,17 @@ fn recorded_first_call(threads: usize) -> bool {
     threads <= 2
 }
 
-/// A recorded run: every index in loop order on this thread, writing the tables in place
-/// and logging each task's accesses, so that one pass runs the call and reconnoitres it.
-/// With `tables`, the planner's first pass is done on the log as it is made (see
-/// [`plan::GatherAhead`]). Its time is reported as
-/// [`LoopStats::recorded`](super::LoopStats::recorded).
-#[allow(clippy::too_many_arguments)]
+/// A recorded run: every index of `start..start + n` in loop order on this thread, with
+/// views that write the tables in place and log each task's accesses (see
+/// [`Recorder::in_place`]), so that one pass runs the call and reconnoitres it. Its time
+/// is reported as [`LoopStats::recorded`](super::LoopStats::recorded).
+///
+/// The log is made in chunks of `2^RECORDED_SHIFT` tasks. A pool thread helps: it maps
+/// the memory of the next chunks' logs beforehand (the recording thread would otherwise
+/// take a page fault every few hundred tasks), sorts and deduplicates each finished
+/// chunk's task logs, and with `tables` does the planner's first pass on it (see
+/// [`plan::GatherAhead`]). The less the recording thread does between tasks, the more of
+/// their cache misses its CPU overlaps.
 fn recorded_call<Task, I: LoopIndex>(
     site: &CallSite,
     start: usize,
@@ -784,36 +789,8 @@ fn recorded_call<Task, I: LoopIndex>(
     bases: &[Base],
     tables: Option<&[TableInfo]>,
 ) -> Result<(AccessLog, Option<plan::GatherAhead>)> {
-    let t0 = Instant::now();
-    let outcome = recorded_run(site, start, n, task, record, bases, tables);
-    record_stats(site, |s| {
-        s.calls += 1;
-        s.recorded += t0.elapsed();
-        s.recorded_calls += 1;
-        s.strategy = "recorded";
-        s.groups = 1;
-        s.workers = 1;
-    });
-    outcome
-}
-
-/// Runs every index of `start..start + n` in loop order on this thread with views that
-/// write in place and log (see [`Recorder::in_place`]), in chunks of `2^RECORDED_SHIFT`
-/// tasks. A pool thread helps: it maps the memory of the next chunks' logs beforehand
-/// (the recording thread would otherwise take a page fault every few hundred tasks),
-/// sorts and deduplicates each finished chunk's task logs, and with `tables` does the
-/// planner's first pass on it. The less the recording thread does between tasks, the
-/// more of their cache misses its CPU overlaps.
-fn recorded_run<Task, I: LoopIndex>(
-    site: &CallSite,
-    start: usize,
-    n: usize,
-    task: &Task,
-    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
-    bases: &[Base],
-    tables: Option<&[TableInfo]>,
-) -> Result<(AccessLog, Option<plan::GatherAhead>)> {
     use std::sync::mpsc::channel;
+    let t0 = Instant::now();
     const RECORDED_SHIFT: u32 = 16;
     let chunk = 1usize << RECORDED_SHIFT;
     let chunks: Vec<Range<usize>> = (0..n)
@@ -869,6 +846,14 @@ fn recorded_run<Task, I: LoopIndex>(
         // Ends the helper's loop (and unblocks it if we stopped early).
         drop(done);
         drop(rooms);
+    });
+    record_stats(site, |s| {
+        s.calls += 1;
+        s.recorded += t0.elapsed();
+        s.recorded_calls += 1;
+        s.strategy = "recorded";
+        s.groups = 1;
+        s.workers = 1;
     });
     outcome?;
     let (logs, ahead) = back
