@@ -713,6 +713,14 @@ fn run_serially<Task, I: LoopIndex>(
     .map_err(|payload| body_error(site, ctx.current(), payload))
 }
 
+/// Indices `start..start + n` in consecutive ranges of `chunk` (the last may be shorter).
+fn chunk_ranges(start: usize, n: usize, chunk: usize) -> Vec<Range<usize>> {
+    (0..n)
+        .step_by(chunk)
+        .map(|s| start + s..start + (s + chunk).min(n))
+        .collect()
+}
+
 /// Reconnaissance: runs `record` for every index, in parallel chunks, and returns the
 /// per-task access log in index order.
 fn reconnoitre<Task: Sync, I: LoopIndex>(
@@ -727,10 +735,7 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
     // Chunks of 2^shift tasks, so that their logs join without copying.
     let chunk = n.div_ceil(threads * 8).max(1024).next_power_of_two();
     let shift = chunk.trailing_zeros();
-    let chunks: Vec<Range<usize>> = (0..n)
-        .step_by(chunk)
-        .map(|s| start + s..start + (s + chunk).min(n))
-        .collect();
+    let chunks = chunk_ranges(start, n, chunk);
     let pool = context().pool(threads);
     let logs: Vec<Result<AccessLog>> = pool.install(|| {
         chunks
@@ -792,11 +797,7 @@ fn recorded_call<Task, I: LoopIndex>(
     use std::sync::mpsc::channel;
     let t0 = Instant::now();
     const RECORDED_SHIFT: u32 = 16;
-    let chunk = 1usize << RECORDED_SHIFT;
-    let chunks: Vec<Range<usize>> = (0..n)
-        .step_by(chunk)
-        .map(|s| start + s..start + (s + chunk).min(n))
-        .collect();
+    let chunks = chunk_ranges(start, n, 1 << RECORDED_SHIFT);
     let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
     let per_task = bases.len();
     let (room_tx, rooms) = channel::<LogRoom>();
