@@ -243,8 +243,8 @@ impl<T: Clone> IndexMut<usize> for VectorView<'_, T> {
 }
 
 /// A DVector as a body sees it during reconnaissance: reads return real values, writes
-/// go to a scratch copy, every access is logged. In a recorded run (see
-/// [`Recorder::in_place`]) writes go to the table itself.
+/// go to a scratch copy, every access is logged. In a recorded run (a first call run in
+/// loop order on one worker) writes go to the table itself.
 pub struct RecordVectorView<'a, T> {
     ptr: *mut T,
     len: usize,
