@@ -807,8 +807,9 @@ fn recorded_call<Task, I: LoopIndex>(
     let mut outcome = Ok(());
     context().pool(1).in_place_scope(|scope| {
         scope.spawn(move |_| {
-            // Two rooms ahead: one more for each chunk finished.
-            let mut next = 0;
+            // Two rooms ahead, one more for each chunk finished. The first chunk maps its
+            // own: it starts before this helper can have made one.
+            let mut next = 1;
             let send_room = |next: &mut usize| {
                 if let Some(&tasks) = sizes.get(*next) {
                     // The recording thread may have stopped (a body failed): no matter.
@@ -829,10 +830,11 @@ fn recorded_call<Task, I: LoopIndex>(
             }
             let _ = back_tx.send((logs, ahead));
         });
-        for r in &chunks {
-            let room = rooms
-                .recv()
-                .unwrap_or_else(|_| LogRoom::new(r.len(), per_task));
+        for (i, r) in chunks.iter().enumerate() {
+            // Never wait for the helper: it may not have started (its pool is busy, or
+            // this thread is that pool's), and then we map our own room.
+            let made = if i == 0 { None } else { rooms.try_recv().ok() };
+            let room = made.unwrap_or_else(|| LogRoom::new(r.len(), per_task));
             let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room);
             let ran = catch_unwind(AssertUnwindSafe(|| {
                 record(task, &rec, RecordIndices::new(r.clone(), &rec));
