@@ -177,3 +177,40 @@ fn a_rechecked_loop_records_its_first_call_then_runs_with_locks() {
     }
     assert_eq!(counts.to_vec().unwrap(), want);
 }
+
+#[test]
+fn recorded_first_calls_from_several_driver_threads_share_the_helper_pool() {
+    // Each driver thread's first call records with the help of the same one-thread pool:
+    // a call whose helper has not started yet maps its own log memory and goes on.
+    let outcomes: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..4u64)
+            .map(|seed| {
+                s.spawn(move || {
+                    let n = 200_000;
+                    let keys = 1000;
+                    let w = DVector::from_fn(keys, |_| 0u64).unwrap();
+                    for _ in 0..2 {
+                        async_for!(
+                            0..n,
+                            |k| {
+                                let key = (k * 7919 + seed as usize) % keys;
+                                w[key] += k as u64;
+                            },
+                            Opts::new().threads(2)
+                        )
+                        .unwrap();
+                    }
+                    w.to_vec().unwrap()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (seed, got) in outcomes.iter().enumerate() {
+        let mut want = vec![0u64; 1000];
+        for k in 0..200_000usize {
+            want[(k * 7919 + seed) % 1000] += 2 * k as u64;
+        }
+        assert_eq!(*got, want, "driver thread {seed}");
+    }
+}
