@@ -26,6 +26,9 @@
 //!   `"strads_words_per_sec"` instead of `"rmse_ratio"`.
 //!
 //! Every figure is a median over the repetitions; ratios are of medians.
+//! `setup_vs_serial_epoch` is the strads-ap twin's one-off set-up (its `setup_secs`:
+//! reconnaissance and planning, and a recorded first call's time beyond a steady epoch;
+//! see `strads_ap_examples::report::EpochClock`) over the serial twin's epoch.
 //!
 //! With `--checkpoint` the runner measures checkpointing instead: it runs the strads-ap
 //! twin alternately without checkpoints and with a checkpoint after every loop call (in a
