@@ -62,6 +62,7 @@ pub use strads_ap_runtime::{
 /// Views and planner internals, for the curious and for tools.
 pub mod internals {
     pub use strads_ap_runtime::dds::{MapView, MultiMapView, RecordVectorView, VectorView};
+    pub use strads_ap_runtime::engine::{cached_plans, KEPT_PER_SITE};
     pub use strads_ap_runtime::plan;
     pub use strads_ap_runtime::recon;
     pub use strads_ap_runtime::transport;

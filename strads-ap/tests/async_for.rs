@@ -216,3 +216,42 @@ fn multimap_lists_can_grow_inside_bodies() {
         assert_eq!(got, want);
     }
 }
+
+#[test]
+fn plans_kept_per_call_site_are_bounded_and_the_latest_are_reused() {
+    use strads_ap::internals::{cached_plans, KEPT_PER_SITE};
+    let w = DVector::from_fn(1000, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    let run = |end: usize| {
+        async_for!(0..end, |k| w[k] += 1, Opts::new().threads(3)).unwrap();
+    };
+    // A call site over ever-changing ranges: one plan per range, but only the most
+    // recently used are kept.
+    for end in 100..100 + 3 * KEPT_PER_SITE {
+        run(end);
+    }
+    assert_eq!(cached_plans(file!(), line), KEPT_PER_SITE);
+    let recon = |s: &strads_ap::LoopStats| s.recon;
+    let site = || {
+        strads_ap::loop_stats()
+            .into_iter()
+            .find(|s| s.site.contains(&format!("async_for.rs:{line}:")))
+            .expect("this loop's figures")
+    };
+    // The latest range is still planned: no reconnaissance.
+    let before = recon(&site());
+    run(100 + 3 * KEPT_PER_SITE - 1);
+    assert_eq!(recon(&site()), before, "the latest plan was kept");
+    // The first range's plan was dropped: reconnaissance again.
+    run(100);
+    assert!(recon(&site()) > before, "the oldest plan was dropped");
+    assert_eq!(cached_plans(file!(), line), KEPT_PER_SITE);
+    // Every call ran every index of its range once.
+    let ends: Vec<usize> = (100..100 + 3 * KEPT_PER_SITE)
+        .chain([100 + 3 * KEPT_PER_SITE - 1, 100])
+        .collect();
+    let want: Vec<u64> = (0..1000)
+        .map(|k| ends.iter().filter(|&&e| k < e).count() as u64)
+        .collect();
+    assert_eq!(w.to_vec().unwrap(), want);
+}

@@ -25,6 +25,8 @@ struct PlanKey {
     /// The rank (a process may act as several in tests).
     rank: u64,
     site: usize,
+    /// The call site's file and line (see [`cached_plans`]).
+    at: (&'static str, u32),
     start: usize,
     end: usize,
     threads: usize,
@@ -46,6 +48,7 @@ impl PlanKey {
         PlanKey {
             rank: here.uid(),
             site: site as *const CallSite as usize,
+            at: (site.file, site.line),
             start: range.start,
             end: range.end,
             threads,
@@ -65,15 +68,36 @@ struct Cached {
     dist: Option<DistPlan>,
 }
 
-/// Values kept per loop call between calls: plans, and locking runs' table modes.
-struct Cache<V>(OnceLock<Mutex<HashMap<PlanKey, V>>>);
+/// Plans (or locking runs' table modes) kept per call site and rank: the most recently
+/// used. A call site run over ever-changing index ranges would otherwise keep a plan, and
+/// its access log, for every range it ever saw.
+pub const KEPT_PER_SITE: usize = 8;
+
+/// Values kept per loop call between calls: plans, and locking runs' table modes; at
+/// most [`KEPT_PER_SITE`] per call site and rank, the least recently used going first.
+struct Cache<V>(OnceLock<Mutex<Kept<V>>>);
+
+struct Kept<V> {
+    /// Each value with the clock reading of its last use.
+    entries: HashMap<PlanKey, (u64, V)>,
+    clock: u64,
+}
+
+impl<V> Default for Kept<V> {
+    fn default() -> Self {
+        Kept {
+            entries: HashMap::new(),
+            clock: 0,
+        }
+    }
+}
 
 impl<V> Cache<V> {
     const fn new() -> Self {
         Cache(OnceLock::new())
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PlanKey, V>> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept<V>> {
         self.0
             .get_or_init(Default::default)
             .lock()
@@ -81,12 +105,50 @@ impl<V> Cache<V> {
     }
 
     fn take(&self, key: &PlanKey) -> Option<V> {
-        self.map().remove(key)
+        self.kept().entries.remove(key).map(|(_, v)| v)
     }
 
+    /// Keeps `value` for `key`, dropping the least recently used value of the same call
+    /// site and rank if there are more than [`KEPT_PER_SITE`].
     fn put(&self, key: PlanKey, value: V) {
-        self.map().insert(key, value);
+        let mut kept = self.kept();
+        kept.clock += 1;
+        let (rank, site) = (key.rank, key.site);
+        let used = kept.clock;
+        kept.entries.insert(key, (used, value));
+        let mut same = kept
+            .entries
+            .iter()
+            .filter(|(k, _)| k.rank == rank && k.site == site);
+        if same.clone().count() > KEPT_PER_SITE {
+            let oldest = same
+                .by_ref()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                kept.entries.remove(&k);
+            }
+        }
     }
+
+    /// How many values are kept for the call site at `file:line`.
+    fn count_at(&self, file: &str, line: u32) -> usize {
+        self.kept()
+            .entries
+            .keys()
+            .filter(|k| k.at.0 == file && k.at.1 == line)
+            .count()
+    }
+}
+
+/// How many plans (and locking runs' table modes) are kept for the `async_for!` call at
+/// `file:line`, over all ranks of this process: at most [`KEPT_PER_SITE`] per rank.
+///
+/// ```
+/// assert_eq!(strads_ap_runtime::engine::cached_plans("nowhere.rs", 1), 0);
+/// ```
+pub fn cached_plans(file: &str, line: u32) -> usize {
+    PLANS.count_at(file, line) + MODES.count_at(file, line)
 }
 
 static PLANS: Cache<Cached> = Cache::new();

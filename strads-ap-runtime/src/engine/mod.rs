@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use async_engine::run_async_for;
+pub use async_engine::{cached_plans, run_async_for, KEPT_PER_SITE};
 pub use ctx::{ExecCtx, Indices, LoopIndex};
 pub use sync_engine::run_sync_for;
 
