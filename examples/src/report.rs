@@ -64,22 +64,13 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
-/// Seconds strads-ap has spent so far on reconnaissance and planning, over every loop
-/// call site ([`strads_ap::loop_stats`]).
-fn recon_and_planning_secs() -> f64 {
-    strads_ap::loop_stats()
-        .iter()
-        .map(|s| s.recon + s.planning)
-        .sum::<Duration>()
-        .as_secs_f64()
-}
-
-/// Loop calls that ran as recorded runs so far, over every call site.
-fn recorded_calls() -> u64 {
-    strads_ap::loop_stats()
-        .iter()
-        .map(|s| s.recorded_calls)
-        .sum()
+/// Over every loop call site so far ([`strads_ap::loop_stats`]): the seconds spent on
+/// reconnaissance and planning, and the calls that ran as recorded runs.
+fn setup_so_far() -> (f64, u64) {
+    let stats = strads_ap::loop_stats();
+    let secs = stats.iter().map(|s| s.recon + s.planning).sum::<Duration>();
+    let recorded = stats.iter().map(|s| s.recorded_calls).sum();
+    (secs.as_secs_f64(), recorded)
 }
 
 /// Times the epochs of a strads-ap twin and tells their steady time from the one-off
@@ -122,9 +113,10 @@ pub struct EpochStart {
 impl EpochStart {
     /// Now, with the set-up done so far.
     pub fn now() -> Self {
+        let (setup, recorded) = setup_so_far();
         EpochStart {
-            setup: recon_and_planning_secs(),
-            recorded: recorded_calls(),
+            setup,
+            recorded,
             at: std::time::Instant::now(),
         }
     }
@@ -152,7 +144,8 @@ impl EpochClock {
     /// line. An epoch a recovery replayed from checkpoints trained nothing and is left out.
     pub fn stop(&mut self, start: EpochStart, epoch: usize) -> f64 {
         let elapsed = start.at.elapsed().as_secs_f64();
-        let setup = recon_and_planning_secs() - start.setup;
+        let (setup_now, recorded_now) = setup_so_far();
+        let setup = setup_now - start.setup;
         let excluded = if self.replanning && epoch > 1 {
             0.0
         } else {
@@ -161,7 +154,7 @@ impl EpochClock {
         self.setup += excluded;
         let secs = elapsed - excluded;
         if !strads_ap::checkpoint::last_call_replayed() {
-            if recorded_calls() > start.recorded {
+            if recorded_now > start.recorded {
                 self.recorded.push(secs);
             } else {
                 self.ordinary.push(secs);

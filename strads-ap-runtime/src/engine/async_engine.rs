@@ -116,15 +116,17 @@ impl<V> Cache<V> {
         let (rank, site) = (key.rank, key.site);
         let used = kept.clock;
         kept.entries.insert(key, (used, value));
-        let mut same = kept
+        let same: Vec<(&PlanKey, u64)> = kept
             .entries
             .iter()
-            .filter(|(k, _)| k.rank == rank && k.site == site);
-        if same.clone().count() > KEPT_PER_SITE {
+            .filter(|(k, _)| k.rank == rank && k.site == site)
+            .map(|(k, (used, _))| (k, *used))
+            .collect();
+        if same.len() > KEPT_PER_SITE {
             let oldest = same
-                .by_ref()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(k, _)| k.clone());
+                .iter()
+                .min_by_key(|(_, used)| *used)
+                .map(|(k, _)| (*k).clone());
             if let Some(k) = oldest {
                 kept.entries.remove(&k);
             }
@@ -803,8 +805,8 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
         chunks
             .par_iter()
             .map(|r| {
-                let rec = Recorder::new(bases.iter().map(Base::recorded).collect());
-                rec.reserve(r.len(), bases.len());
+                let room = LogRoom::new(r.len(), bases.len());
+                let rec = Recorder::new(bases.iter().map(Base::recorded).collect(), room);
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     record(task, &rec, RecordIndices::new(r.clone(), &rec));
                 }));

@@ -16,7 +16,7 @@ use crate::cluster::context;
 use crate::dds::table::{Merger, Replica, TableHandle};
 use crate::dds::{DVector, Element};
 use crate::error::{Error, Result};
-use crate::recon::{AccessLog, Recorder};
+use crate::recon::{AccessLog, LogRoom, Recorder};
 
 /// Reconnaissance logs of `sync_for!` (with `Opts::re`), one task per mini-batch, keyed by
 /// (call site, tables and their shapes, data length, mini-batch size).
@@ -838,7 +838,11 @@ fn reconnoitre<Task, D>(
     batches: &[&[D]],
     minibatch: usize,
 ) -> Result<AccessLog> {
-    let rec = Recorder::new(bases.iter().map(Base::recorded).collect());
+    // Mini-batches log an unknown number of accesses: the log grows as needed.
+    let rec = Recorder::new(
+        bases.iter().map(Base::recorded).collect(),
+        LogRoom::new(0, 0),
+    );
     for (i, batch) in batches.iter().enumerate() {
         rec.start_task(i * minibatch);
         let outcome = catch_unwind(AssertUnwindSafe(|| record(task, &rec, batch)));

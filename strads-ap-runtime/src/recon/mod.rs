@@ -524,8 +524,9 @@ fn normalize(set: &mut [Access]) -> usize {
     out
 }
 
-/// Room for the log of a chunk of tasks, its memory mapped beforehand: another thread
-/// can make it while the recording thread works on the previous chunk.
+/// Room for the log of a chunk of tasks, its memory mapped beforehand (so another thread
+/// can make it while a recorded run works on the previous chunk). `LogRoom::new(0, 0)` is
+/// an empty log that grows as needed.
 pub(crate) struct LogRoom(Segment);
 
 impl LogRoom {
@@ -551,13 +552,13 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder for a loop whose captured tables are these (id, data, length, map key
-    /// index), in slot order. The data must stay valid and unwritten while the recorder
-    /// is used: views write to scratch copies.
-    pub(crate) fn new(tables: Vec<(u64, *mut u8, usize, *const u8)>) -> Self {
+    /// index), in slot order, logging into `room`. The data must stay valid and unwritten
+    /// while the recorder is used: views write to scratch copies.
+    pub(crate) fn new(tables: Vec<(u64, *mut u8, usize, *const u8)>, room: LogRoom) -> Self {
         Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
-            log: RefCell::new(Segment::new()),
+            log: RefCell::new(room.0),
             tables,
             in_place: false,
         }
@@ -565,13 +566,11 @@ impl Recorder {
 
     /// A recorder whose views write the tables in place: the recorded run is the call
     /// itself. The data must stay valid, and be read and written by this recorder's
-    /// views alone (on one thread), while the recorder is used. It logs into `room`
-    /// (see [`LogRoom`]).
+    /// views alone (on one thread), while the recorder is used.
     pub(crate) fn in_place(tables: Vec<(u64, *mut u8, usize, *const u8)>, room: LogRoom) -> Self {
         Recorder {
             in_place: true,
-            log: RefCell::new(room.0),
-            ..Recorder::new(tables)
+            ..Recorder::new(tables, room)
         }
     }
 
@@ -579,13 +578,6 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn writes_in_place(&self) -> bool {
         self.in_place
-    }
-
-    /// Room for `tasks` more tasks of about `per_task` accesses each.
-    pub(crate) fn reserve(&self, tasks: usize, per_task: usize) {
-        let mut log = self.log.borrow_mut();
-        log.offsets.reserve(tasks);
-        log.entries.reserve(tasks * per_task);
     }
 
     /// The slot, data, length and map key index of a table.
@@ -698,10 +690,13 @@ mod tests {
 
     #[test]
     fn a_task_log_is_deduplicated_and_writes_win() {
-        let rec = Recorder::new(vec![
-            (10, std::ptr::null_mut(), 0, std::ptr::null()),
-            (11, std::ptr::null_mut(), 0, std::ptr::null()),
-        ]);
+        let rec = Recorder::new(
+            vec![
+                (10, std::ptr::null_mut(), 0, std::ptr::null()),
+                (11, std::ptr::null_mut(), 0, std::ptr::null()),
+            ],
+            LogRoom::new(0, 0),
+        );
         rec.log(0, 5, false);
         rec.log(0, 5, true);
         rec.log(0, 5, false);
@@ -737,7 +732,7 @@ mod tests {
             &[(0, 1, false), (1, 3, true)],
             &[(1, 9, false), (1, 9, true), (1, 9, true)],
         ];
-        let now = Recorder::new(tables());
+        let now = Recorder::new(tables(), LogRoom::new(0, 0));
         let later = Recorder::in_place(tables(), LogRoom::new(4, 2));
         for rec in [&now, &later] {
             for task in tasks {

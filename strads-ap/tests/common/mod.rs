@@ -38,18 +38,15 @@ pub type Trace = (Vec<Vec<u32>>, Vec<Vec<(u32, u32)>>, Vec<u32>);
 /// workers (per rank): each task appends its index to every element it writes and notes,
 /// for every element it reads, how many appends it saw.
 pub fn run_order_sensitive(patterns: &[Pattern], keys: usize, threads: usize) -> Result<Trace> {
-    run_order_sensitive_with(patterns, keys, Opts::new().threads(threads))
-}
-
-/// [`run_order_sensitive`] with the loop's options given.
-pub fn run_order_sensitive_with(patterns: &[Pattern], keys: usize, opts: Opts) -> Result<Trace> {
+    let opts = Opts::new().threads(threads);
     let mut traces = run_order_sensitive_calls(patterns, keys, opts, 1)?;
     Ok(traces.pop().expect("one call"))
 }
 
-/// [`run_order_sensitive_with`] called `calls` times on the same tables, emptied between
-/// calls: the first call at a call site is special (reconnaissance, or a recorded run on
-/// up to two workers), later ones reuse what it learned. One trace per call.
+/// [`run_order_sensitive`] with the loop's options given, called `calls` times on the same
+/// tables, emptied between calls: the first call at a call site is special
+/// (reconnaissance, or a recorded run on up to two workers), later ones reuse what it
+/// learned. One trace per call.
 pub fn run_order_sensitive_calls(
     patterns: &[Pattern],
     keys: usize,
