@@ -19,6 +19,7 @@ mod error;
 pub mod plan;
 pub mod recon;
 pub mod store;
+mod sync;
 pub mod transport;
 mod util;
 pub mod wire;

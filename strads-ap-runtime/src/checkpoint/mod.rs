@@ -60,7 +60,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -68,6 +68,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::collective::Comm;
 use crate::dds::table::{lookup_handle, TableHandle};
 use crate::error::{Error, Result};
+use crate::sync::Mutex;
 
 /// The environment variables of checkpointing.
 pub mod env {
@@ -1134,10 +1135,8 @@ fn warn(message: &str) {
 /// The checkpointer of this thread's rank, if checkpoints are on.
 pub(crate) fn with<R>(f: impl FnOnce(&mut Checkpointer) -> R) -> Option<R> {
     let here = crate::cluster::here();
-    let mut slot = here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let slot = here.local::<Slot>();
+    let mut slot = slot.lock();
     slot.as_mut().map(f)
 }
 
@@ -1145,20 +1144,13 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Checkpointer) -> R) -> Option<R> {
 /// must do the same. [`crate::init`] does it from the environment.
 pub fn configure(config: Option<CheckpointConfig>) {
     let here = crate::cluster::here();
-    *here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = config.map(Checkpointer::new);
+    *here.local::<Slot>().lock() = config.map(Checkpointer::new);
 }
 
 /// Whether this thread's rank checkpoints.
 pub(crate) fn active() -> bool {
     let here = crate::cluster::here();
-    let on = here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .is_some();
+    let on = here.local::<Slot>().lock().is_some();
     on
 }
 
@@ -1178,10 +1170,8 @@ fn on_rank<R>(
     let here = crate::cluster::here();
     let comm = comm_of(&here)?;
     let (rank, world) = (here.rank(), here.world_size());
-    let mut slot = here
-        .checkpointer()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let slot = here.local::<Slot>();
+    let mut slot = slot.lock();
     slot.as_mut().map(|c| f(c, comm, rank, world)).transpose()
 }
 
@@ -1264,4 +1254,5 @@ pub fn time_spent() -> std::time::Duration {
     with(|c| c.spent).unwrap_or_default()
 }
 
-pub(crate) type Slot = Mutex<Option<Checkpointer>>;
+/// A rank's checkpointer, while checkpoints are on.
+type Slot = Mutex<Option<Checkpointer>>;

@@ -5,13 +5,17 @@
 //! job through `STRADS_*` environment variables (see [`mod@env`]); the cluster runtime reads
 //! them here.
 
-use std::collections::HashMap;
+use std::any::{Any, TypeId};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::sync::Mutex;
 
 pub mod collective;
+mod pool;
+
+pub(crate) use pool::Pool;
 
 /// The environment variables that make up the launcher ↔ program contract.
 pub mod env {
@@ -146,7 +150,6 @@ impl Config {
 /// The process-wide runtime state.
 pub struct Context {
     config: Config,
-    pools: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
 }
 
 static CONTEXT: OnceLock<Context> = OnceLock::new();
@@ -203,7 +206,7 @@ static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 static JOINING: Mutex<()> = Mutex::new(());
 
 fn join_cluster(config: &Config) -> Result<()> {
-    let _one_at_a_time = JOINING.lock().unwrap_or_else(|p| p.into_inner());
+    let _one_at_a_time = JOINING.lock();
     if CLUSTER.get().is_some() {
         return Ok(());
     }
@@ -259,8 +262,11 @@ pub struct RankCtx {
     /// `None`: the process's cluster (after [`init`]), if any.
     comm: Option<collective::Comm>,
     next_table: AtomicU64,
-    uid: u64,
-    checkpointer: crate::checkpoint::Slot,
+    /// State the layers above keep per rank (plan caches, loop figures, table registry,
+    /// checkpointer), one value per type: see [`RankCtx::local`].
+    locals: dashmap::DashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    /// Worker pools by size.
+    pools: dashmap::DashMap<usize, Arc<Pool>>,
 }
 
 impl std::fmt::Debug for RankCtx {
@@ -272,8 +278,6 @@ impl std::fmt::Debug for RankCtx {
     }
 }
 
-static NEXT_UID: AtomicU64 = AtomicU64::new(1);
-
 impl RankCtx {
     /// A rank of a job whose collectives run over `comm` (e.g. on a `mem` transport).
     pub fn new(comm: collective::Comm) -> Arc<RankCtx> {
@@ -282,8 +286,8 @@ impl RankCtx {
             world: comm.world_size(),
             comm: Some(comm),
             next_table: AtomicU64::new(1),
-            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-            checkpointer: Mutex::new(None),
+            locals: Default::default(),
+            pools: Default::default(),
         })
     }
 
@@ -297,8 +301,8 @@ impl RankCtx {
                     world: config.world_size,
                     comm: None,
                     next_table: AtomicU64::new(1),
-                    uid: 0,
-                    checkpointer: Mutex::new(None),
+                    locals: Default::default(),
+                    pools: Default::default(),
                 })
             })
             .clone()
@@ -309,8 +313,31 @@ impl RankCtx {
         self.rank
     }
 
-    pub(crate) fn checkpointer(&self) -> &crate::checkpoint::Slot {
-        &self.checkpointer
+    /// This rank's value of type `T`, made by `T::default()` on first use.
+    ///
+    /// The layers above the cluster keep their per-rank state here without the cluster
+    /// knowing their types: ranks simulated in one process (see [`simulate`]) each have
+    /// their own.
+    pub(crate) fn local<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let any = match self.locals.get(&TypeId::of::<T>()) {
+            Some(v) => v.clone(),
+            None => self
+                .locals
+                .entry(TypeId::of::<T>())
+                .or_insert_with(|| Arc::new(T::default()))
+                .clone(),
+        };
+        any.downcast::<T>()
+            .unwrap_or_else(|_| unreachable!("rank locals are keyed by their type"))
+    }
+
+    /// A pool of exactly `threads` worker threads of this rank (made once per size).
+    pub(crate) fn pool(&self, threads: usize) -> Arc<Pool> {
+        let rank = self.rank;
+        self.pools
+            .entry(threads)
+            .or_insert_with(|| Arc::new(Pool::new(threads, rank)))
+            .clone()
     }
 
     /// Number of ranks.
@@ -342,11 +369,6 @@ impl RankCtx {
     /// A fresh DDS id.
     pub(crate) fn new_table_id(&self) -> u64 {
         self.next_table.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Tells apart the ranks living in one process (0 for the process's own).
-    pub(crate) fn uid(&self) -> u64 {
-        self.uid
     }
 }
 
@@ -437,32 +459,12 @@ impl Context {
         if std::env::var(env::VERBOSE).is_ok_and(|v| v.trim() == "1") {
             config.verbose = true;
         }
-        Context {
-            config,
-            pools: Mutex::new(HashMap::new()),
-        }
+        Context { config }
     }
 
     /// The configuration this process runs with.
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// A rayon pool with exactly `threads` workers (cached per size).
-    pub(crate) fn pool(&self, threads: usize) -> Arc<rayon::ThreadPool> {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        pools
-            .entry(threads)
-            .or_insert_with(|| {
-                Arc::new(
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .thread_name(|i| format!("strads-worker-{i}"))
-                        .build()
-                        .expect("failed to start worker threads"),
-                )
-            })
-            .clone()
     }
 }
 

@@ -239,7 +239,7 @@ impl ReadOptions {
             ranges.len() * (rank + 1) / world,
         );
         let mine = &ranges[lo..hi];
-        let pool = context().pool(threads);
+        let pool = crate::cluster::here().pool(threads);
         let chunks: Vec<Chunk<T>> = pool.install(|| {
             mine.par_iter()
                 .map(|r| self.parse_chunk(&text[r.clone()], parser))

@@ -14,7 +14,7 @@ use std::hash::{BuildHasherDefault, Hash};
 use std::ops::{Index, IndexMut};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use super::table::{lookup_table, register_table, TableHandle, TableLock};
 use super::view::{RecordVectorView, VectorView};
@@ -22,6 +22,7 @@ use super::Element;
 use crate::engine::ctx::{raise, ExecCtx, Fault};
 use crate::error::{Error, Result};
 use crate::recon::Recorder;
+use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::util::{stable_hash, StableHasher};
 
 pub(crate) type Stable = BuildHasherDefault<StableHasher>;
@@ -119,20 +120,12 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
     }
 
     fn read(&self, op: &'static str) -> Result<RwLockReadGuard<'_, Entries<K, V>>> {
-        match self.data.try_read() {
-            Ok(g) => Ok(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy { op }),
-        }
+        self.data.try_read().ok_or(Error::Busy { op })
     }
 
     fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Entries<K, V>>> {
         self.gate.wait();
-        match self.data.try_write() {
-            Ok(g) => Ok(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy { op }),
-        }
+        self.data.try_write().ok_or(Error::Busy { op })
     }
 
     /// Makes a table by `make` (a data operator `op`, called at `at`), or, when recovery
@@ -290,7 +283,7 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
         &self.gate
     }
     fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()> {
-        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let data = self.data.read();
         *out =
             postcard::to_extend(&(&data.keys, &data.values), std::mem::take(out)).map_err(|e| {
                 Error::Codec {
@@ -324,7 +317,7 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
         Ok(())
     }
     fn owners(&self) -> Option<Vec<u16>> {
-        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let data = self.data.read();
         Some(data.keys.iter().map(|k| self.owner(k) as u16).collect())
     }
     unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {

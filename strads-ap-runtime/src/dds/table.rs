@@ -2,58 +2,46 @@
 //! make per-worker replicas and merge them.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use super::aggregate::{Aggregate, Aggregation};
 use crate::cluster::collective::Comm;
 use crate::error::{Error, Result};
+use crate::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-type Registry = Mutex<HashMap<(u64, u64), Weak<dyn Any + Send + Sync>>>;
-type Handles = Mutex<HashMap<(u64, u64), Weak<dyn TableHandle>>>;
+/// A rank's live tables by id, so that a handle deserialized from the wire finds its table
+/// and checkpoints can save and restore tables by id (kept per rank, see
+/// [`RankCtx::local`](crate::cluster::RankCtx::local)).
+#[derive(Default)]
+struct Tables(dashmap::DashMap<u64, LiveTable>);
 
-/// Live tables by (rank in this process, id), so that a handle deserialized from the wire
-/// finds its table.
-fn registry() -> &'static Registry {
-    static REG: OnceLock<Registry> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// The same tables as engines see them, for checkpoints to save and restore by id.
-fn handles() -> &'static Handles {
-    static REG: OnceLock<Handles> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(HashMap::new()))
+/// One table, typed (for handles) and as engines see it.
+struct LiveTable {
+    typed: Weak<dyn Any + Send + Sync>,
+    handle: Weak<dyn TableHandle>,
 }
 
 pub(crate) fn register_table<T: TableHandle + Any + Send + Sync>(id: u64, table: &Arc<T>) {
-    let weak: Weak<dyn Any + Send + Sync> =
+    let typed: Weak<dyn Any + Send + Sync> =
         Arc::downgrade(&(table.clone() as Arc<dyn Any + Send + Sync>));
     let handle: Weak<dyn TableHandle> = Arc::downgrade(&(table.clone() as Arc<dyn TableHandle>));
-    let uid = crate::cluster::here().uid();
-    let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
-    reg.retain(|_, w| w.strong_count() > 0);
-    reg.insert((uid, id), weak);
-    drop(reg);
-    let mut reg = handles().lock().unwrap_or_else(|p| p.into_inner());
-    reg.retain(|_, w| w.strong_count() > 0);
-    reg.insert((uid, id), handle);
+    let tables = crate::cluster::here().local::<Tables>();
+    tables.0.retain(|_, t| t.handle.strong_count() > 0);
+    tables.0.insert(id, LiveTable { typed, handle });
 }
 
 /// The live table `id` of this thread's rank, as engines see it.
 pub(crate) fn lookup_handle(id: u64) -> Option<Arc<dyn TableHandle>> {
-    let uid = crate::cluster::here().uid();
-    let reg = handles().lock().unwrap_or_else(|p| p.into_inner());
-    reg.get(&(uid, id)).and_then(Weak::upgrade)
+    let tables = crate::cluster::here().local::<Tables>();
+    let handle = tables.0.get(&id)?.handle.upgrade();
+    handle
 }
 
 pub(crate) fn lookup_table<T: Any + Send + Sync>(id: u64) -> std::result::Result<Arc<T>, String> {
-    let uid = crate::cluster::here().uid();
-    let reg = registry().lock().unwrap_or_else(|p| p.into_inner());
-    let any = reg
-        .get(&(uid, id))
-        .and_then(Weak::upgrade)
-        .ok_or_else(|| format!("no live DDS table with id {id} in this process"))?;
+    let tables = crate::cluster::here().local::<Tables>();
+    let typed = tables.0.get(&id).and_then(|t| t.typed.upgrade());
+    let any = typed.ok_or_else(|| format!("no live DDS table with id {id} in this process"))?;
     any.downcast::<T>()
         .map_err(|_| format!("DDS table {id} holds a different element type"))
 }
@@ -151,26 +139,26 @@ pub(crate) enum ShadowValidity {
 #[derive(Default)]
 pub(crate) struct Gate {
     pending: Mutex<bool>,
-    done: std::sync::Condvar,
+    done: Condvar,
 }
 
 impl Gate {
     /// Marks the table as being checkpointed.
     pub fn close(&self) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *self.pending.lock() = true;
     }
 
     /// The checkpoint has its copy: writers may go on.
     pub fn open(&self) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        *self.pending.lock() = false;
         self.done.notify_all();
     }
 
     /// Waits until no checkpoint is reading the table.
     pub fn wait(&self) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = self.pending.lock();
         while *pending {
-            pending = self.done.wait(pending).unwrap_or_else(|p| p.into_inner());
+            pending = self.done.wait(pending);
         }
     }
 }
@@ -265,24 +253,14 @@ impl<T: super::Element> VectorTable<T> {
         table
     }
 
-    pub fn read(&self, op: &'static str) -> Result<std::sync::RwLockReadGuard<'_, Vec<T>>> {
-        self.data.try_read().map_err(|e| match e {
-            std::sync::TryLockError::Poisoned(p) => {
-                drop(p);
-                Error::Busy { op }
-            }
-            std::sync::TryLockError::WouldBlock => Error::Busy { op },
-        })
+    pub fn read(&self, op: &'static str) -> Result<RwLockReadGuard<'_, Vec<T>>> {
+        self.data.try_read().ok_or(Error::Busy { op })
     }
 
     pub fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Vec<T>>> {
         self.gate.wait();
         self.version.fetch_add(1, Ordering::AcqRel);
-        match self.data.try_write() {
-            Ok(g) => Ok(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy { op }),
-        }
+        self.data.try_write().ok_or(Error::Busy { op })
     }
 }
 
@@ -331,7 +309,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     }
     fn keep_own_range(&self) {
         self.gate.wait();
-        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let mut data = self.data.write();
         if data.len() == self.len {
             let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
                 .range(self.ctx.rank());
@@ -340,14 +318,14 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         }
     }
     fn shadow_state(&self, plan: Option<u64>) -> (bool, bool) {
-        let shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        let shadow = self.shadow.lock();
         let has = shadow.full.as_ref().is_some_and(|f| f.len() == self.len);
         let clean = shadow.version == self.version.load(Ordering::Acquire);
         let current = shadow.all_valid || plan.is_some_and(|p| shadow.valid_for.contains(&p));
         (has, has && clean && current)
     }
     fn expand_from_shadow(&self, op: &'static str) -> Result<()> {
-        let mut shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shadow = self.shadow.lock();
         let clean = shadow.version == self.version.load(Ordering::Acquire);
         if !clean {
             // Written since: other ranks' elements may have changed.
@@ -381,13 +359,13 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     }
     fn shrink_to_shadow(&self, valid: ShadowValidity) {
         self.gate.wait();
-        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let mut data = self.data.write();
         if data.len() != self.len {
             return;
         }
         let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
             .range(self.ctx.rank());
-        let mut shadow = self.shadow.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shadow = self.shadow.lock();
         // The own elements leave the full-length copy by the cheapest way: the spare
         // buffer already holds them if the loop did not write the table; otherwise they
         // are swapped into it; without a spare of the right length they are cloned.
@@ -427,7 +405,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         &self.gate
     }
     fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()> {
-        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let data = self.data.read();
         *out = postcard::to_extend(
             &(self.len as u64, self.offset as u64, &*data),
             std::mem::take(out),
@@ -660,7 +638,6 @@ impl<T: Aggregate> VectorMerger<T> {
         self.table
             .aggregation
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .clone()
             .unwrap_or(Aggregation::Average)
     }

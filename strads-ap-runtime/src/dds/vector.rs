@@ -208,7 +208,7 @@ impl<T: Element> DVector<T> {
             // would use, which keeps rows allocated here close together.
             range.map(&f).collect()
         } else {
-            context()
+            crate::cluster::here()
                 .pool(threads)
                 .install(|| range.into_par_iter().map(&f).collect())
         };
@@ -517,11 +517,7 @@ impl<T: Element> DVector<T> {
         match mode {
             Relaxed::Sum => {
                 self.table.relaxed.store(true, Ordering::Relaxed);
-                *self
-                    .table
-                    .aggregation
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(Aggregation::Sum);
+                *self.table.aggregation.write() = Some(Aggregation::Sum);
             }
         }
         self
@@ -533,11 +529,7 @@ impl<T: Element> DVector<T> {
     where
         T: Aggregate,
     {
-        *self
-            .table
-            .aggregation
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = Some(aggregation);
+        *self.table.aggregation.write() = Some(aggregation);
         self
     }
 
@@ -547,7 +539,9 @@ impl<T: Element> DVector<T> {
     }
 
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        context().pool(context().config().threads).install(f)
+        crate::cluster::here()
+            .pool(context().config().threads)
+            .install(f)
     }
 
     /// The serialisable handle a loop body captures.

@@ -1,29 +1,26 @@
 //! The serializable engine: runs `async_for!` bodies in conflict-free groups.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
+use dashmap::DashMap;
 use rayon::prelude::*;
 
 use super::ctx::{Binding, ExecCtx, Indices, LoopIndex};
 use super::dist_async::{DistPlan, Exchanger, Transfers, Work, MAX_RANKS};
-use super::{
-    body_error, on_workers, record_stats, Base, CallSite, FirstError, Merges, Opts, Registry,
-};
+use super::{body_error, record_stats, Base, CallSite, FirstError, Merges, Opts, Registry};
 use crate::cluster::context;
 use crate::dds::table::{Replica, ShadowValidity, TableHandle};
 use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, PlanConfig, Schedule, SlotMode, TableInfo};
 use crate::recon::{AccessLog, LogRoom, RecordIndices, Recorder, MAX_TABLES};
+use crate::sync::{Condvar, Mutex};
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PlanKey {
-    /// The rank (a process may act as several in tests).
-    rank: u64,
     site: usize,
     /// The call site's file and line (see [`cached_plans`]).
     at: (&'static str, u32),
@@ -35,10 +32,9 @@ struct PlanKey {
 }
 
 impl PlanKey {
-    /// The key of a loop call: rank, call site, index range, workers, blocks, and the
-    /// captured tables with their shapes.
+    /// The key of a loop call: call site, index range, workers, blocks, and the captured
+    /// tables with their shapes.
     fn new(
-        here: &crate::cluster::RankCtx,
         site: &CallSite,
         range: Range<usize>,
         threads: usize,
@@ -46,7 +42,6 @@ impl PlanKey {
         registry: &Registry,
     ) -> Self {
         PlanKey {
-            rank: here.uid(),
             site: site as *const CallSite as usize,
             at: (site.file, site.line),
             start: range.start,
@@ -74,88 +69,79 @@ struct Cached {
 pub const KEPT_PER_SITE: usize = 8;
 
 /// Values kept per loop call between calls: plans, and locking runs' table modes; at
-/// most [`KEPT_PER_SITE`] per call site and rank, the least recently used going first.
-struct Cache<V>(OnceLock<Mutex<Kept<V>>>);
-
-struct Kept<V> {
+/// most [`KEPT_PER_SITE`] per call site, the least recently used going first.
+struct Cache<V> {
     /// Each value with the clock reading of its last use.
-    entries: HashMap<PlanKey, (u64, V)>,
-    clock: u64,
+    entries: DashMap<PlanKey, (u64, V)>,
+    clock: AtomicU64,
 }
 
-impl<V> Default for Kept<V> {
+impl<V> Default for Cache<V> {
     fn default() -> Self {
-        Kept {
-            entries: HashMap::new(),
-            clock: 0,
+        Cache {
+            entries: DashMap::new(),
+            clock: AtomicU64::new(0),
         }
     }
 }
 
 impl<V> Cache<V> {
-    const fn new() -> Self {
-        Cache(OnceLock::new())
-    }
-
-    fn kept(&self) -> std::sync::MutexGuard<'_, Kept<V>> {
-        self.0
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
     fn take(&self, key: &PlanKey) -> Option<V> {
-        self.kept().entries.remove(key).map(|(_, v)| v)
+        self.entries.remove(key).map(|(_, (_, v))| v)
     }
 
     /// Keeps `value` for `key`, dropping the least recently used value of the same call
-    /// site and rank if there are more than [`KEPT_PER_SITE`].
+    /// site if there are more than [`KEPT_PER_SITE`].
     fn put(&self, key: PlanKey, value: V) {
-        let mut kept = self.kept();
-        kept.clock += 1;
-        let (rank, site) = (key.rank, key.site);
-        let used = kept.clock;
-        kept.entries.insert(key, (used, value));
-        let same: Vec<(&PlanKey, u64)> = kept
-            .entries
-            .iter()
-            .filter(|(k, _)| k.rank == rank && k.site == site)
-            .map(|(k, (used, _))| (k, *used))
-            .collect();
-        if same.len() > KEPT_PER_SITE {
-            let oldest = same
-                .iter()
-                .min_by_key(|(_, used)| *used)
-                .map(|(k, _)| (*k).clone());
-            if let Some(k) = oldest {
-                kept.entries.remove(&k);
+        let used = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        let site = key.site;
+        self.entries.insert(key, (used, value));
+        let mut same = 0;
+        let mut oldest: Option<(u64, PlanKey)> = None;
+        for e in self.entries.iter().filter(|e| e.key().site == site) {
+            same += 1;
+            if oldest.as_ref().is_none_or(|(u, _)| e.value().0 < *u) {
+                oldest = Some((e.value().0, e.key().clone()));
             }
+        }
+        if let Some((_, k)) = oldest.filter(|_| same > KEPT_PER_SITE) {
+            self.entries.remove(&k);
         }
     }
 
     /// How many values are kept for the call site at `file:line`.
     fn count_at(&self, file: &str, line: u32) -> usize {
-        self.kept()
-            .entries
-            .keys()
-            .filter(|k| k.at.0 == file && k.at.1 == line)
+        self.entries
+            .iter()
+            .filter(|e| e.key().at.0 == file && e.key().at.1 == line)
             .count()
     }
 }
 
-/// How many plans (and locking runs' table modes) are kept for the `async_for!` call at
-/// `file:line`, over all ranks of this process: at most [`KEPT_PER_SITE`] per rank.
+/// What a rank keeps of its `async_for!` calls between calls.
+#[derive(Default)]
+struct Kept {
+    plans: Cache<Cached>,
+    /// Table modes of locking runs (see [`super::locks`]).
+    modes: Cache<Vec<SlotMode>>,
+    /// Which tables a loop run serially writes (see [`serial_written`]).
+    serial_written: DashMap<(usize, Vec<(u64, u64)>, usize, usize), Vec<bool>>,
+}
+
+fn kept() -> Arc<Kept> {
+    crate::cluster::here().local::<Kept>()
+}
+
+/// How many plans (and locking runs' table modes) this thread's rank keeps for the
+/// `async_for!` call at `file:line`: at most [`KEPT_PER_SITE`].
 ///
 /// ```
 /// assert_eq!(strads_ap_runtime::engine::cached_plans("nowhere.rs", 1), 0);
 /// ```
 pub fn cached_plans(file: &str, line: u32) -> usize {
-    PLANS.count_at(file, line) + MODES.count_at(file, line)
+    let kept = kept();
+    kept.plans.count_at(file, line) + kept.modes.count_at(file, line)
 }
-
-static PLANS: Cache<Cached> = Cache::new();
-/// Table modes of locking runs (see [`super::locks`]).
-static MODES: Cache<Vec<SlotMode>> = Cache::new();
 
 /// What the planner needs to know of each captured table.
 fn table_infos(registry: &Registry, bases: &[Base]) -> Vec<TableInfo> {
@@ -263,19 +249,19 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         return leave(written);
     }
 
-    let key = PlanKey::new(&here, site, start..end, threads, &opts, &registry);
+    let key = PlanKey::new(site, start..end, threads, &opts, &registry);
     // Locking runs number a worker's tasks (and chunks) in 32 bits, and undo a task by
     // unwinding out of its body (with `panic = "abort"`, re-checked loops re-plan).
     if opts.recheck && cfg!(panic = "unwind") && n < (u32::MAX / 2) as usize {
         // Accesses change between calls: locks rather than a plan per call.
-        let modes = match MODES.take(&key) {
+        let modes = match kept().modes.take(&key) {
             Some(modes) => modes,
             None if recorded_first_call(threads) => {
                 let log = recorded_call(site, start, n, task, record, &bases, None);
                 drop(locks);
                 let modes = plan::slot_modes(&log?.0, &table_infos(&registry, &bases));
                 let written = written_slots(&modes);
-                MODES.put(key, modes);
+                kept().modes.put(key, modes);
                 return leave(written);
             }
             None => {
@@ -303,12 +289,16 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         let written = written_slots(&modes);
         // A body that wrote a table reconnaissance saw only read: learn again next call.
         if !matches!(outcome, Err(Error::AccessOutsidePlan { .. })) {
-            MODES.put(key, modes);
+            kept().modes.put(key, modes);
         }
         outcome?;
         return leave(written);
     }
-    let cached = if opts.recheck { None } else { PLANS.take(&key) };
+    let cached = if opts.recheck {
+        None
+    } else {
+        kept().plans.take(&key)
+    };
     let mut plan = match cached {
         Some(c) => c.plan,
         None if recorded_first_call(threads) => {
@@ -328,7 +318,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
                 n,
             );
             let written = written_slots(&plan.modes);
-            PLANS.put(key, Cached { plan, dist: None });
+            kept().plans.put(key, Cached { plan, dist: None });
             return leave(written);
         }
         None => {
@@ -363,7 +353,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     let written = written_slots(&plan.modes);
     match &outcome {
         Err(Error::AccessOutsidePlan { .. }) => {}
-        _ => PLANS.put(key, Cached { plan, dist: None }),
+        _ => kept().plans.put(key, Cached { plan, dist: None }),
     }
     outcome?;
     leave(written)
@@ -385,16 +375,14 @@ fn serial_written<Task: Sync, I: LoopIndex>(
     bases: &[Base],
     registry: &Registry,
 ) -> Result<Vec<bool>> {
-    type Key = (usize, Vec<(u64, u64)>, usize, usize);
-    static CACHE: OnceLock<Mutex<HashMap<Key, Vec<bool>>>> = OnceLock::new();
-    let key: Key = (
+    let key = (
         site as *const CallSite as usize,
         bases.iter().map(|b| (b.id, b.shape)).collect(),
         start,
         n,
     );
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(w) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+    let kept = kept();
+    if let Some(w) = kept.serial_written.get(&key) {
         return Ok(w.clone());
     }
     let t0 = Instant::now();
@@ -402,10 +390,7 @@ fn serial_written<Task: Sync, I: LoopIndex>(
     let written: Vec<bool> = (0..registry.entries.len()).map(|s| log.writes(s)).collect();
     // Set-up work, like planning: reported with reconnaissance.
     record_stats(site, |s| s.recon += t0.elapsed());
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, written.clone());
+    kept.serial_written.insert(key, written.clone());
     Ok(written)
 }
 
@@ -453,7 +438,7 @@ fn make_plan(
             format!("a recorded run of {n} tasks"),
         ),
     };
-    let plan = ctx
+    let plan = crate::cluster::here()
         .pool(ctx.config().threads.max(1))
         .install(|| plan::plan_ahead(log, &tables, &config, ahead));
     let t2 = Instant::now();
@@ -528,8 +513,12 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
         return Ok(Vec::new());
     }
     let slots = registry.entries.len();
-    let key = PlanKey::new(here, site, start..end, threads, opts, registry);
-    let cached = if opts.recheck { None } else { PLANS.take(&key) };
+    let key = PlanKey::new(site, start..end, threads, opts, registry);
+    let cached = if opts.recheck {
+        None
+    } else {
+        kept().plans.take(&key)
+    };
     let fingerprint = cached
         .as_ref()
         .and_then(|c| c.dist.as_ref())
@@ -722,7 +711,7 @@ fn run_distributed<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, 
                 SlotMode::ReadOnly => ShadowValidity::Plan(dist.fingerprint),
             };
         }
-        PLANS.put(
+        kept().plans.put(
             key,
             Cached {
                 plan,
@@ -800,7 +789,7 @@ fn reconnoitre<Task: Sync, I: LoopIndex>(
     let chunk = n.div_ceil(threads * 8).max(1024).next_power_of_two();
     let shift = chunk.trailing_zeros();
     let chunks = chunk_ranges(start, n, chunk);
-    let pool = context().pool(threads);
+    let pool = crate::cluster::here().pool(threads);
     let logs: Vec<Result<AccessLog>> = pool.install(|| {
         chunks
             .par_iter()
@@ -869,7 +858,7 @@ fn recorded_call<Task, I: LoopIndex>(
     let (back_tx, back) = channel::<(Vec<AccessLog>, Option<plan::GatherAhead>)>();
     let mut ahead = tables.map(|t| plan::GatherAhead::new(t, start));
     let mut outcome = Ok(());
-    context().pool(1).in_place_scope(|scope| {
+    crate::cluster::here().pool(1).in_place_scope(|scope| {
         scope.spawn(move |_| {
             // Two rooms ahead, one more for each chunk finished. The first chunk maps its
             // own: it starts before this helper can have made one.
@@ -993,7 +982,7 @@ fn execute<Task: Sync, I: LoopIndex>(
         push_replicas(registry, bases, &merges, &mut w.replicas);
     };
 
-    let pool = context().pool(threads);
+    let pool = crate::cluster::here().pool(threads);
     let mut stopped = false;
     for (i, work) in steps.iter().enumerate() {
         if between(i, &errors)? || errors.failed() {
@@ -1016,7 +1005,7 @@ fn execute<Task: Sync, I: LoopIndex>(
                         sched.finish(unit.row, unit.col);
                     }
                 };
-                on_workers(&pool, threads, &work);
+                pool.on_workers(threads, &work);
             }
             (Schedule::Components(batches), Work::Groups { batch: b, groups }) => {
                 if groups.is_empty() {
@@ -1043,7 +1032,7 @@ fn execute<Task: Sync, I: LoopIndex>(
                         run_group(&mut w, group, &batch.groups[g].tasks);
                     }
                 };
-                on_workers(&pool, threads.min(groups.len()), &work);
+                pool.on_workers(threads.min(groups.len()), &work);
             }
             _ => unreachable!("steps do not match the schedule"),
         }
@@ -1194,7 +1183,7 @@ impl CellScheduler {
 
     /// The next unit to run, or `None` when all are taken (or a run failed).
     fn take(&self, errors: &FirstError) -> Option<Unit> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock();
         loop {
             if st.pending.is_empty() || errors.failed() {
                 return None;
@@ -1215,13 +1204,13 @@ impl CellScheduler {
                 return None;
             }
             st.waiting += 1;
-            st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self.wake.wait(st);
             st.waiting -= 1;
         }
     }
 
     fn finish(&self, row: usize, col: usize) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock();
         st.row_busy[row] = false;
         st.col_busy[col] = false;
         st.running -= 1;

@@ -28,12 +28,12 @@
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Mutex;
+
+use crate::sync::Mutex;
 
 use super::async_engine::{bind_worker, push_replicas};
 use super::ctx::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
-use super::{body_error, on_workers, record_stats, Base, CallSite, FirstError, Merges, Registry};
-use crate::cluster::context;
+use super::{body_error, record_stats, Base, CallSite, FirstError, Merges, Registry};
 use crate::dds::table::Replica;
 use crate::error::Result;
 use crate::plan::SlotMode;
@@ -159,15 +159,12 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             run_range(&w.ctx, first..(first + chunk).min(start + n), &mut mine);
             push(&mut w);
         }
-        abandoned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(mine);
+        abandoned.lock().extend(mine);
     };
-    let pool = context().pool(threads);
-    on_workers(&pool, threads.min(chunks), &work);
+    let pool = crate::cluster::here().pool(threads);
+    pool.on_workers(threads.min(chunks), &work);
 
-    let mut retry = abandoned.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut retry = abandoned.into_inner();
     let retried = retry.len();
     if !retry.is_empty() && !errors.failed() {
         // Alone, a worker meets no lock held by another.

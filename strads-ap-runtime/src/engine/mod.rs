@@ -14,9 +14,8 @@ mod locks;
 mod sync_engine;
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use async_engine::{cached_plans, run_async_for, KEPT_PER_SITE};
@@ -25,6 +24,7 @@ pub use sync_engine::run_sync_for;
 
 use crate::dds::table::{Merger, TableHandle, TableLock};
 use crate::error::Error;
+use crate::sync::Mutex;
 use crate::util::panic_message;
 use ctx::Fault;
 
@@ -375,13 +375,13 @@ impl<T> Merges<T> {
 
     /// Runs `f` under the lock without counting it as merge time (making replicas).
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        f(&mut self.lock.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut self.lock.lock())
     }
 
     /// Runs `f` under the lock, counting the time from now (waiting included).
     pub fn merge<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let t0 = Instant::now();
-        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.lock.lock();
         let out = f(&mut guard);
         drop(guard);
         self.add(t0.elapsed());
@@ -400,25 +400,24 @@ impl<T> Merges<T> {
     }
 }
 
-fn stats_table() -> &'static Mutex<HashMap<String, LoopStats>> {
-    static STATS: OnceLock<Mutex<HashMap<String, LoopStats>>> = OnceLock::new();
-    STATS.get_or_init(Default::default)
-}
+/// A rank's loop figures by call site.
+#[derive(Default)]
+struct Stats(dashmap::DashMap<String, LoopStats>);
 
 pub(crate) fn record_stats(site: &CallSite, f: impl FnOnce(&mut LoopStats)) {
     let key = site.to_string();
-    let mut table = stats_table().lock().unwrap_or_else(|p| p.into_inner());
-    let entry = table.entry(key.clone()).or_insert_with(|| LoopStats {
+    let stats = crate::cluster::here().local::<Stats>();
+    let mut entry = stats.0.entry(key.clone()).or_insert_with(|| LoopStats {
         site: key,
         ..LoopStats::default()
     });
-    f(entry);
+    f(&mut entry);
 }
 
-/// Figures of every loop call site run so far, sorted by site.
+/// Figures of every loop call site this rank ran so far, sorted by site.
 pub fn loop_stats() -> Vec<LoopStats> {
-    let table = stats_table().lock().unwrap_or_else(|p| p.into_inner());
-    let mut all: Vec<LoopStats> = table.values().cloned().collect();
+    let stats = crate::cluster::here().local::<Stats>();
+    let mut all: Vec<LoopStats> = stats.0.iter().map(|e| e.value().clone()).collect();
     all.sort_by(|a, b| a.site.cmp(&b.site));
     all
 }
@@ -515,57 +514,6 @@ impl Base {
     }
 }
 
-/// Runs `work` on `threads` workers: the calling thread and `threads - 1` pool threads.
-/// The caller works at once instead of waiting for sleeping pool threads to wake.
-///
-/// Afterwards the pool threads stay awake for a moment ([`LINGER`]), running whatever the
-/// pool is given meanwhile: ML loops call operators back to back, and waking a sleeping
-/// thread costs up to a millisecond on a virtual machine, which is most of a small epoch.
-pub(crate) fn on_workers(pool: &rayon::ThreadPool, threads: usize, work: &(dyn Fn() + Sync)) {
-    if threads <= 1 {
-        work();
-        return;
-    }
-    pool.in_place_scope(|s| {
-        for _ in 1..threads {
-            s.spawn(|_| work());
-        }
-        work();
-    });
-    linger(pool, threads - 1);
-}
-
-/// How long pool threads stay awake after an operator.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(3);
-
-static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Keeps up to `threads` pool threads awake for [`LINGER`] after their last job.
-pub(crate) fn linger(pool: &rayon::ThreadPool, threads: usize) {
-    use std::sync::atomic::Ordering::{AcqRel, Acquire};
-    for _ in 0..threads {
-        let current = LINGERING.load(Acquire);
-        if current >= threads
-            || LINGERING
-                .compare_exchange(current, current + 1, AcqRel, Acquire)
-                .is_err()
-        {
-            return;
-        }
-        pool.spawn(|| {
-            let mut until = std::time::Instant::now() + LINGER;
-            while std::time::Instant::now() < until {
-                match rayon::yield_now() {
-                    Some(rayon::Yield::Executed) => until = std::time::Instant::now() + LINGER,
-                    Some(rayon::Yield::Idle) => std::hint::spin_loop(),
-                    None => break,
-                }
-            }
-            LINGERING.fetch_sub(1, AcqRel);
-        });
-    }
-}
-
 /// The first error of a parallel run; the others stop at their next group.
 pub(crate) struct FirstError {
     error: Mutex<Option<Error>>,
@@ -581,7 +529,7 @@ impl FirstError {
     }
 
     pub fn set(&self, e: Error) {
-        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.error.lock();
         slot.get_or_insert(e);
         self.failed
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -593,15 +541,11 @@ impl FirstError {
 
     /// The first error's message, if any.
     pub fn message(&self) -> Option<String> {
-        self.error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|e| e.to_string())
+        self.error.lock().as_ref().map(|e| e.to_string())
     }
 
     pub fn into_result(self) -> crate::Result<()> {
-        match self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        match self.error.into_inner() {
             Some(e) => Err(e),
             None => Ok(()),
         }

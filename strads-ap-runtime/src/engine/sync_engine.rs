@@ -1,15 +1,17 @@
 //! The data-parallel engine: runs `sync_for!` bodies over mini-batches.
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+
+use crate::sync::RwLock;
 use std::time::Instant;
 
 use super::ctx::{Binding, Dirty, ExecCtx, UNTOUCHED};
 use super::{
-    body_error, linger, on_workers, record_stats, Base, CallSite, FirstError, Merges, Opts,
-    Registry, SyncMode,
+    body_error, record_stats, Base, CallSite, FirstError, Merges, Opts, Registry, SyncMode,
 };
 use crate::cluster::collective::Comm;
 use crate::cluster::context;
@@ -20,11 +22,12 @@ use crate::recon::{AccessLog, LogRoom, Recorder};
 
 /// Reconnaissance logs of `sync_for!` (with `Opts::re`), one task per mini-batch, keyed by
 /// (call site, tables and their shapes, data length, mini-batch size).
-type ReCache = Mutex<HashMap<(usize, Vec<(u64, u64)>, usize, usize), Arc<AccessLog>>>;
+/// Kept per rank.
+#[derive(Default)]
+struct ReCache(DashMap<(usize, Vec<(u64, u64)>, usize, usize), Arc<AccessLog>>);
 
-fn re_cache() -> &'static ReCache {
-    static CACHE: OnceLock<ReCache> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
+fn re_cache() -> Arc<ReCache> {
+    crate::cluster::here().local::<ReCache>()
 }
 
 /// Runs a `sync_for!` loop: `run` once per mini-batch of `data`.
@@ -134,11 +137,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
         let cached = if opts.recheck {
             None
         } else {
-            re_cache()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&key)
-                .cloned()
+            re_cache().0.get(&key).map(|log| log.clone())
         };
         Some(match cached {
             Some(log) => log,
@@ -148,10 +147,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                     site, task, record, &bases, &batches, minibatch,
                 )?);
                 record_stats(site, |s| s.recon += t0.elapsed());
-                re_cache()
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone(), log.clone());
+                re_cache().0.insert(key.clone(), log.clone());
                 log
             }
         })
@@ -219,7 +215,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     let new_worker = || -> (ExecCtx, Vec<(usize, Replica)>) {
         let mut bindings = template.clone();
         let mut replicas = Vec::new();
-        let _alone = masters.write().unwrap_or_else(|p| p.into_inner());
+        let _alone = masters.write();
         for (slot, b) in bindings.iter_mut().enumerate() {
             if replicate[slot] {
                 let merger = registry.entries[slot].merger.as_ref().expect("merger");
@@ -239,7 +235,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
             errors.set(body_error(site, batch_start(b), payload));
         }
     };
-    let pool = ctx.pool(threads);
+    let pool = crate::cluster::here().pool(threads);
     match mode {
         _ if threads == 1 => {
             let (ctx, _) = new_worker();
@@ -336,7 +332,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                                         .map(|(t, log)| t.news(log))
                                         .collect()
                                 });
-                                let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                                let _shared = masters.read();
                                 for (((t, (slot, r)), keys), locks) in tracked
                                     .iter_mut()
                                     .zip(&mut replicas)
@@ -354,7 +350,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                             }
                             Some(log) => {
                                 let touched = log.task(b);
-                                let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                                let _shared = masters.read();
                                 for (((slot, r), t), locks) in
                                     replicas.iter_mut().zip(&mut tags).zip(&key_locks)
                                 {
@@ -383,7 +379,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                         run_batch(&ctx, b);
                         let t_merge = Instant::now();
                         {
-                            let _shared = masters.read().unwrap_or_else(|p| p.into_inner());
+                            let _shared = masters.read();
                             for (k, (slot, r)) in replicas.iter_mut().enumerate() {
                                 let merger =
                                     registry.entries[*slot].merger.as_ref().expect("merger");
@@ -419,7 +415,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                     }
                 };
                 if hi > lo && !errors.failed() {
-                    on_workers(&pool, threads.min(hi - lo), &work);
+                    pool.on_workers(threads.min(hi - lo), &work);
                 }
                 let stop = match &mut cross {
                     // SAFETY: the window's workers have all returned.
@@ -466,7 +462,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
                     }
                 });
                 // Rounds follow each other closely: keep the pool threads awake.
-                linger(&pool, count - 1);
+                pool.linger(count - 1);
                 // Aggregate the round: every worker started from the same values. Every
                 // worker waits meanwhile: the merge counts once per worker.
                 let t_merge = Instant::now();
@@ -529,10 +525,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     drop(data_lock);
     let outcome = errors.into_result();
     if let Err(Error::AccessOutsidePlan { .. }) = outcome {
-        re_cache()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&re_key);
+        re_cache().0.remove(&re_key);
     }
     outcome?;
     // Every rank holds its own range again before a checkpoint is taken.

@@ -14,12 +14,12 @@
 //! waiting forever.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 
 pub mod mem;
 pub mod quic;
@@ -133,8 +133,8 @@ impl Mailbox {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, MailState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, MailState> {
+        self.state.lock()
     }
 
     /// Delivers a message from rank `from`.
@@ -249,11 +249,7 @@ impl Mailbox {
                     secs: (now - start).as_secs_f64(),
                 });
             }
-            st = self
-                .arrived
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.arrived.wait_timeout(st, deadline - now).0;
         }
     }
 }

@@ -25,7 +25,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{deadline_in, tags, Mailbox, Rank, Transport};
 use crate::error::{Error, Result};
+use crate::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use crate::wire::{self, Handshake, Hello, Reorder, Role, FRAME_HEADER};
 
 /// Close codes sent with a connection close.
@@ -221,7 +222,7 @@ enum Outgoing {
 #[derive(Default)]
 struct Queued {
     state: Mutex<QueueState>,
-    changed: std::sync::Condvar,
+    changed: Condvar,
 }
 
 #[derive(Default)]
@@ -240,15 +241,15 @@ const QUEUE_BYTES: usize = 16 << 20;
 const SEND_WINDOW: u64 = 16 << 20;
 
 impl Queued {
-    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock()
     }
 
     /// Waits until `n` more bytes fit; fails if the writer to `peer` stopped.
     fn add(&self, n: usize, peer: Rank, mailbox: &Mailbox) -> Result<()> {
         let mut q = self.lock();
         while !q.stopped && q.bytes > 0 && q.bytes + n > QUEUE_BYTES {
-            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+            q = self.changed.wait(q);
         }
         if q.stopped {
             return Err(match mailbox.lost() {
@@ -433,7 +434,7 @@ impl QuicTransport {
             let others: Vec<Rank> = (1..t.world).collect();
             wait_joined(&t, &mut joined_rx, &others)?;
             let table: Vec<SocketAddr> = {
-                let conns = t.conns.lock().unwrap_or_else(|p| p.into_inner());
+                let conns = t.conns.lock();
                 (0..t.world)
                     .map(|r| conns[r].as_ref().map_or(t.local, |c| c.remote_address()))
                     .collect()
@@ -491,11 +492,11 @@ impl QuicTransport {
     fn attach(&self, peer: Rank, conn: Connection) {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(Queued::default());
-        self.peers.write().unwrap_or_else(|p| p.into_inner())[peer] = Some(Peer {
+        self.peers.write()[peer] = Some(Peer {
             tx,
             queued: queued.clone(),
         });
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())[peer] = Some(conn.clone());
+        self.conns.lock()[peer] = Some(conn.clone());
         let mailbox = self.mailbox.clone();
         self.runtime.spawn(writer(
             conn.clone(),
@@ -551,11 +552,9 @@ impl Transport for QuicTransport {
         if let Some((rank, reason)) = self.mailbox.lost() {
             return Err(Error::PeerLost { rank, reason });
         }
-        let peer = self.peers.read().unwrap_or_else(|p| p.into_inner())[to]
-            .clone()
-            .ok_or_else(|| {
-                Error::Transport(format!("rank {to} is not connected to rank {}", self.rank))
-            })?;
+        let peer = self.peers.read()[to].clone().ok_or_else(|| {
+            Error::Transport(format!("rank {to} is not connected to rank {}", self.rank))
+        })?;
         peer.queued.add(payload.len(), to, &self.mailbox)?;
         peer.tx
             .send(Outgoing::Msg(tag, payload))
@@ -590,7 +589,7 @@ impl Transport for QuicTransport {
         let others: Vec<Rank> = (0..self.world).filter(|&r| r != self.rank).collect();
         let mut flushed = Vec::new();
         {
-            let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+            let peers = self.peers.read();
             for &r in &others {
                 if let Some(peer) = &peers[r] {
                     let _ = peer.tx.send(Outgoing::Msg(tags::GOODBYE, Bytes::new()));
@@ -725,7 +724,7 @@ async fn reader(
         tokio::spawn(async move {
             let outcome = match read_batch(stream, max_frame).await {
                 Ok((seq, batch)) => {
-                    let mut order = order.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut order = order.lock();
                     order.push(seq, batch).map(|ready| {
                         for batch in ready {
                             for (tag, chunks) in batch {

@@ -1,0 +1,88 @@
+//! A rank's worker threads: rayon pools by size, that stay awake between operators.
+
+use std::ops::Deref;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A rayon pool with a fixed number of threads.
+pub(crate) struct Pool {
+    threads: rayon::ThreadPool,
+    /// Pool threads kept awake by [`Pool::linger`] right now.
+    lingering: Arc<AtomicUsize>,
+}
+
+/// How long pool threads stay awake after an operator.
+const LINGER: Duration = Duration::from_millis(3);
+
+impl Pool {
+    /// A pool of `threads` threads named after their rank.
+    pub fn new(threads: usize, rank: usize) -> Self {
+        let threads = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(move |i| format!("strads-r{rank}-worker-{i}"))
+            .build()
+            .expect("failed to start worker threads");
+        Pool {
+            threads,
+            lingering: Arc::default(),
+        }
+    }
+
+    /// Runs `work` on `threads` workers: the calling thread and `threads - 1` pool threads.
+    /// The caller works at once instead of waiting for sleeping pool threads to wake.
+    ///
+    /// Afterwards the pool threads stay awake for a moment ([`Pool::linger`]).
+    pub fn on_workers(&self, threads: usize, work: &(dyn Fn() + Sync)) {
+        if threads <= 1 {
+            work();
+            return;
+        }
+        self.threads.in_place_scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|_| work());
+            }
+            work();
+        });
+        self.linger(threads - 1);
+    }
+
+    /// Keeps up to `threads` pool threads awake for [`LINGER`] after their last job,
+    /// running whatever the pool is given meanwhile: ML loops call operators back to back,
+    /// and waking a sleeping thread costs up to a millisecond on a virtual machine, which
+    /// is most of a small epoch.
+    pub fn linger(&self, threads: usize) {
+        for _ in 0..threads {
+            let current = self.lingering.load(Acquire);
+            if current >= threads
+                || self
+                    .lingering
+                    .compare_exchange(current, current + 1, AcqRel, Acquire)
+                    .is_err()
+            {
+                return;
+            }
+            let lingering = self.lingering.clone();
+            self.threads.spawn(move || {
+                let mut until = Instant::now() + LINGER;
+                while Instant::now() < until {
+                    match rayon::yield_now() {
+                        Some(rayon::Yield::Executed) => until = Instant::now() + LINGER,
+                        Some(rayon::Yield::Idle) => std::hint::spin_loop(),
+                        None => break,
+                    }
+                }
+                lingering.fetch_sub(1, AcqRel);
+            });
+        }
+    }
+}
+
+impl Deref for Pool {
+    type Target = rayon::ThreadPool;
+
+    fn deref(&self) -> &rayon::ThreadPool {
+        &self.threads
+    }
+}
