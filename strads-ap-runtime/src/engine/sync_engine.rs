@@ -75,7 +75,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     };
     // The driver's captures, on every rank.
     let shipped = match comm {
-        Some(comm) => super::ship_task(comm, site, task)?,
+        Some(comm) => super::pipeline::ship_task(comm, site, task)?,
         None => None,
     };
     let task = shipped.as_ref().unwrap_or(task);

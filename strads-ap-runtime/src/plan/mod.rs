@@ -24,8 +24,11 @@ use rayon::prelude::*;
 use crate::engine::ctx::{SHARED, UNTOUCHED};
 use crate::recon::{Access, AccessLog};
 
+pub(crate) mod dist;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use dist::{DistPlan, Transfers, Work, MAX_RANKS};
 
 /// The shape of one captured table, as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -31,16 +31,65 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::sync::Mutex;
 
-use super::async_engine::{bind_worker, push_replicas};
-use super::ctx::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
-use super::{body_error, record_stats, Base, CallSite, FirstError, Merges, Registry};
+use std::time::Instant;
+
+use super::execute::{bind_worker, push_replicas};
+use super::reconnoitre::reconnoitre;
+use super::{table_infos, written_slots, Loop};
 use crate::dds::table::Replica;
-use crate::error::Result;
-use crate::plan::SlotMode;
+use crate::engine::cache::{kept, Keep};
+use crate::engine::ctx::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
+use crate::engine::pipeline::Ran;
+use crate::engine::{body_error, Base, FirstError, Merges};
+use crate::error::{Error, Result};
+use crate::plan::{self, SlotMode};
+
+/// Runs the call with per-element locks, by the table modes of an earlier call or, on the
+/// first, of a reconnaissance.
+pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+    let locked = l.call.lock()?;
+    let bases = &locked.bases;
+    let modes = match kept().modes.take(&l.key) {
+        Some(modes) => modes,
+        None => {
+            let t0 = Instant::now();
+            let log = reconnoitre(
+                l.call.site,
+                l.start,
+                l.n,
+                l.call.task(),
+                l.record,
+                bases,
+                l.call.threads,
+            )?;
+            let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
+            l.call.note(|f| f.recon += t0.elapsed());
+            modes
+        }
+    };
+    let t0 = Instant::now();
+    let outcome = run_locked(l, bases, &modes);
+    l.call.note(|f| {
+        f.ran = true;
+        f.running += t0.elapsed();
+        f.strategy = Some("locks");
+        if let Ok(o) = &outcome {
+            f.groups = Some(o.chunks);
+            f.retried += o.retried as u64;
+        }
+    });
+    drop(locked);
+    let ran = Ran::new(outcome.map(|_| ()), written_slots(&modes));
+    Ok(match ran.outcome {
+        // A body that wrote a table reconnaissance saw only read: learn again next call.
+        Err(Error::AccessOutsidePlan { .. }) => ran,
+        _ => ran.keeping(Keep::Modes(l.key.clone(), modes)),
+    })
+}
 
 /// What a locking run did.
 #[derive(Debug, Default)]
-pub(crate) struct Outcome {
+struct Outcome {
     /// Chunks of tasks the workers took.
     pub chunks: usize,
     /// Tasks abandoned on a conflict and run again.
@@ -64,18 +113,13 @@ struct Worker {
 
 /// Runs tasks `start..start + n` of a loop with per-element locks (see the module docs);
 /// `modes` says, per slot, whether the table is read-only, written (locked) or relaxed.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
-    site: &CallSite,
-    start: usize,
-    n: usize,
-    task: &Task,
-    run: fn(&Task, &ExecCtx, Indices<'_, I>),
-    registry: &Registry,
+fn run_locked<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
     bases: &[Base],
     modes: &[SlotMode],
-    threads: usize,
 ) -> Result<Outcome> {
+    let (site, start, n, task, run) = (l.call.site, l.start, l.n, l.call.task(), l.run);
+    let (registry, threads) = (&l.call.registry, l.call.threads);
     let locks: Vec<Vec<LockWord>> = modes
         .iter()
         .zip(bases)
@@ -161,7 +205,7 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
         }
         abandoned.lock().extend(mine);
     };
-    let pool = crate::cluster::here().pool(threads);
+    let pool = l.call.here.pool(threads);
     pool.on_workers(threads.min(chunks), &work);
 
     let mut retry = abandoned.into_inner();
@@ -181,9 +225,9 @@ pub(crate) fn run_locked<Task: Sync, I: LoopIndex>(
             again[0]
         );
     }
-    record_stats(site, |s| {
-        s.merging += merges.spent();
-        s.workers = threads;
+    l.call.note(|f| {
+        f.merging += merges.spent();
+        f.workers = Some(threads);
     });
     errors.into_result()?;
     Ok(Outcome { chunks, retried })

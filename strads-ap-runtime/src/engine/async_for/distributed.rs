@@ -1,0 +1,365 @@
+//! `async_for!` across ranks.
+//!
+//! Every rank holds a full-length copy of each captured table for the duration of the call
+//! (its own range current, the rest filled from shadows or on demand). A planning call
+//! gathers every table whole, each rank reconnoitres its share of the tasks, the logs are
+//! joined, and every rank makes the same plan, which [`DistPlan`] cuts into steps; later
+//! calls reuse it. Before each step the [`Exchanger`] moves the elements the step needs;
+//! when the call ends each rank keeps the full-length values as shadows and its own range
+//! as the table.
+
+use std::time::{Duration, Instant};
+
+use super::exchange::Exchanger;
+use super::execute::execute;
+use super::planned::{make_plan, LogSource};
+use super::reconnoitre::reconnoitre;
+use super::{table_infos, written_slots, Loop};
+use crate::cluster::collective::Comm;
+use crate::cluster::context;
+use crate::dds::table::{ShadowValidity, TableHandle};
+use crate::engine::cache::{kept, Cached, Keep};
+use crate::engine::ctx::LoopIndex;
+use crate::engine::pipeline::Ran;
+use crate::engine::Base;
+use crate::error::{Error, Result};
+use crate::plan::{DistPlan, Plan, SlotMode, Transfers, MAX_RANKS};
+use crate::recon::AccessLog;
+
+/// What every rank says about itself when entering a distributed `async_for!`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Entry {
+    threads: usize,
+    cached: bool,
+    /// Per slot: the table has a shadow here.
+    has: Vec<bool>,
+    /// Per slot: the shadow is current for the cached plan.
+    fresh: Vec<bool>,
+}
+
+/// How the ranks enter a call, as they all agree.
+struct Agreed {
+    entry: Entry,
+    /// Per slot: gathered whole for this call.
+    gathered: Vec<bool>,
+    /// When the tables started being made ready.
+    since: Instant,
+}
+
+impl Agreed {
+    /// A read-only table some rank holds stale (changed since it last held all of it, and
+    /// not gathered now): it needs transfers. The same on every rank.
+    fn stale(&self, modes: &[SlotMode], s: usize) -> bool {
+        modes[s] == SlotMode::ReadOnly && !self.gathered[s] && !self.entry.fresh[s]
+    }
+}
+
+/// Runs the call across the ranks of the job.
+pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+    let site = l.call.site;
+    let comm = l.call.here.comm_for(site.operator())?;
+    let world = comm.world_size();
+    if world > MAX_RANKS {
+        return Err(Error::Config(format!(
+            "{site}: async_for! runs on at most {MAX_RANKS} ranks for now ({world} here)"
+        )));
+    }
+    if l.n == 0 {
+        return Ok(Ran::new(Ok(()), Vec::new()));
+    }
+    let cached = match l.opts.recheck {
+        true => None,
+        false => kept().plans.take(&l.key),
+    };
+    let (entry, cached) = agree(l, comm, cached)?;
+    let since = Instant::now();
+    // From here on, however the call ends, every table goes back to this rank's range.
+    let mut shrink = Shrink {
+        tables: l.call.registry.entries.iter().map(|e| &*e.table).collect(),
+        validity: vec![ShadowValidity::Stale; l.call.registry.entries.len()],
+    };
+    let gathered = make_ready(l, comm, &entry, cached.is_none())?;
+    let agreed = Agreed {
+        entry,
+        gathered,
+        since,
+    };
+    // A cached plan works out the read-only tables' transfers when first needed.
+    let cut_read_only = match &cached {
+        Some(Cached {
+            plan,
+            dist: Some(dist),
+        }) => !dist.read_only && (0..plan.modes.len()).any(|s| agreed.stale(&plan.modes, s)),
+        _ => false,
+    };
+    // Owners of map entries (by key hash), for cutting a plan; read before locking.
+    let owners: Vec<Option<Vec<u16>>> = match cached.is_none() || cut_read_only {
+        true => l
+            .call
+            .registry
+            .entries
+            .iter()
+            .map(|e| e.table.owners())
+            .collect(),
+        false => Vec::new(),
+    };
+    let locked = l.call.lock()?;
+    let bases = &locked.bases;
+    let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
+    let (plan, mut dist) = match cached {
+        Some(Cached {
+            plan,
+            dist: Some(dist),
+        }) => (plan, dist),
+        _ => {
+            // Gathering whole tables is part of planning: later calls fetch only what the
+            // plan needs.
+            l.call.note(|f| f.recon += agreed.since.elapsed());
+            plan_across(l, comm, bases, &agreed, &lens, &owners)?
+        }
+    };
+    if cut_read_only {
+        let t_cut = Instant::now();
+        let (world, me) = (comm.world_size(), comm.rank());
+        let read_only = DistPlan::new(&plan, &lens, &owners, world, me, Transfers::ReadOnly);
+        dist.add_read_only(read_only);
+        l.call.note(|f| f.planning += t_cut.elapsed());
+    }
+    let steps = run_steps(l, comm, bases, &agreed, plan, dist, &mut shrink.validity);
+    drop(locked);
+    let t_shrink = Instant::now();
+    drop(shrink);
+    if context().config().verbose && comm.rank() == 0 {
+        eprintln!(
+            "strads-ap: {site}: call in {:.4} s: tables ready in {:.4} s, steps {:.4} s of \
+             which exchanges {:.4} s, shadows kept in {:.4} s",
+            agreed.since.elapsed().as_secs_f64(),
+            steps.ready.as_secs_f64(),
+            steps.running.as_secs_f64(),
+            steps.exchanging.as_secs_f64(),
+            t_shrink.elapsed().as_secs_f64(),
+        );
+    }
+    Ok(steps.ran)
+}
+
+/// The ranks agree on how they enter the call: threads, whether all have the plan cached
+/// (the cached plan is dropped otherwise), which shadows all hold.
+fn agree<Task, I>(
+    l: &Loop<'_, '_, Task, I>,
+    comm: &Comm,
+    cached: Option<Cached>,
+) -> Result<(Entry, Option<Cached>)> {
+    let registry = &l.call.registry;
+    let fingerprint = cached
+        .as_ref()
+        .and_then(|c| c.dist.as_ref())
+        .map(|d| d.fingerprint);
+    let states: Vec<(bool, bool)> = registry
+        .entries
+        .iter()
+        .map(|e| e.table.shadow_state(fingerprint))
+        .collect();
+    let both = |a: &[bool], b: &[bool]| a.iter().zip(b).map(|(x, y)| *x && *y).collect();
+    let entry = comm.allreduce(
+        Entry {
+            threads: l.call.threads,
+            cached: cached.is_some(),
+            has: states.iter().map(|s| s.0).collect(),
+            fresh: states.iter().map(|s| s.1).collect(),
+        },
+        |a, b| Entry {
+            threads: a.threads + b.threads,
+            cached: a.cached && b.cached,
+            has: both(&a.has, &b.has),
+            fresh: both(&a.fresh, &b.fresh),
+        },
+    )?;
+    let cached = cached.filter(|_| entry.cached);
+    Ok((entry, cached))
+}
+
+/// Makes every table full-length here until the call ends; returns which were gathered
+/// whole.
+///
+/// A table is gathered whole when some rank has no shadow of it yet, when it is relaxed
+/// (every rank replicates it), or when the loop is about to be planned (`planning`):
+/// reconnaissance must see current values, as accesses may depend on them.
+fn make_ready<Task, I>(
+    l: &Loop<'_, '_, Task, I>,
+    comm: &Comm,
+    entry: &Entry,
+    planning: bool,
+) -> Result<Vec<bool>> {
+    let registry = &l.call.registry;
+    let op = l.call.site.operator();
+    let mut gathered = vec![false; registry.entries.len()];
+    for (slot, e) in registry.entries.iter().enumerate() {
+        let relaxed = e.table.is_relaxed() && e.merger.is_some();
+        if relaxed || !entry.has[slot] || planning {
+            e.table.gather_all(op, comm)?;
+            gathered[slot] = true;
+        } else {
+            e.table.expand_from_shadow(op)?;
+        }
+    }
+    Ok(gathered)
+}
+
+/// Plans the call across ranks: each rank reconnoitres its share of the tasks, the logs
+/// are joined on every rank, every rank makes the same plan and cuts it into steps (the
+/// fingerprints must agree).
+fn plan_across<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    comm: &Comm,
+    bases: &[Base],
+    agreed: &Agreed,
+    lens: &[usize],
+    owners: &[Option<Vec<u16>>],
+) -> Result<(Plan, DistPlan)> {
+    let (site, start, n) = (l.call.site, l.start, l.n);
+    let (world, me) = (comm.world_size(), comm.rank());
+    let t0 = Instant::now();
+    let share = crate::store::RangePartition::new(n, world).range(me);
+    let (task, record, threads) = (l.call.task(), l.record, l.call.threads);
+    let mine = reconnoitre(
+        site,
+        start + share.start,
+        share.len(),
+        task,
+        record,
+        bases,
+        threads,
+    );
+    let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes(start + share.start)))?;
+    let log = AccessLog::from_byte_parts(&bytes, bases.len()).map_err(Error::Transport)?;
+    drop(bytes);
+    if log.tasks() != n {
+        return Err(Error::Transport(format!(
+            "{site}: the ranks' reconnaissance logs hold {} tasks, expected {n}",
+            log.tasks()
+        )));
+    }
+    let recon = LogSource::Reconnoitred(t0.elapsed());
+    let tables = table_infos(&l.call.registry, bases);
+    let plan = make_plan(l, log, recon, tables, agreed.entry.threads);
+    let t_cut = Instant::now();
+    let dist = DistPlan::new(&plan, lens, owners, world, me, Transfers::Written);
+    let prints = comm.allgather(dist.fingerprint)?;
+    l.call.note(|f| f.planning += t_cut.elapsed());
+    if let Some(rank) = prints.iter().position(|&f| f != dist.fingerprint) {
+        return Err(Error::Divergence {
+            rank,
+            driver: site.to_string(),
+            here: format!("{site} with a different plan (an internal error)"),
+        });
+    }
+    if context().config().verbose && me == 0 {
+        eprintln!(
+            "strads-ap: {site}: {} steps across {world} ranks, about {} elements fetched per \
+             step",
+            dist.steps.len(),
+            dist.received
+        );
+    }
+    Ok((plan, dist))
+}
+
+/// What running the steps did.
+struct Steps {
+    ran: Ran,
+    /// From entering the call to the first step.
+    ready: Duration,
+    running: Duration,
+    exchanging: Duration,
+}
+
+/// Runs this rank's steps with an exchange before each and after the last; on success,
+/// says how current each table's shadow will be (`validity`) and keeps the plan.
+fn run_steps<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    comm: &Comm,
+    bases: &[Base],
+    agreed: &Agreed,
+    mut plan: Plan,
+    dist: DistPlan,
+    validity: &mut [ShadowValidity],
+) -> Steps {
+    let registry = &l.call.registry;
+    let slots = registry.entries.len();
+    // Read-only tables already current here need no transfers.
+    let skip: Vec<bool> = (0..slots)
+        .map(|s| plan.modes[s] == SlotMode::ReadOnly && !agreed.stale(&plan.modes, s))
+        .collect();
+    let t0 = Instant::now();
+    let ready = t0 - agreed.since;
+    // SAFETY: the tables are locked (`bases`) and no worker runs yet. Tables just gathered
+    // whole need nothing before the first step either.
+    let mut exchanger = unsafe {
+        let gathered = agreed.gathered.clone();
+        Exchanger::new(
+            comm,
+            &dist,
+            skip.clone(),
+            gathered,
+            registry,
+            bases,
+            &plan.modes,
+        )
+    };
+    let outcome = execute(
+        l,
+        bases,
+        &mut plan,
+        &dist.steps,
+        // SAFETY: `execute` calls this only between steps, when no worker runs.
+        &mut |i, errors| unsafe { exchanger.exchange(i, registry, bases, errors) },
+    );
+    let exchanging = exchanger.spent;
+    drop(exchanger);
+    let running = t0.elapsed();
+    l.call.note(|f| {
+        f.ran = true;
+        f.running += running;
+    });
+    let written = written_slots(&plan.modes);
+    let ok = outcome.is_ok();
+    let mut ran = Ran::new(outcome, written);
+    if ok {
+        for (slot, v) in validity.iter_mut().enumerate() {
+            *v = match plan.modes[slot] {
+                SlotMode::Checked => ShadowValidity::Stale,
+                SlotMode::Relaxed => ShadowValidity::All,
+                SlotMode::ReadOnly if agreed.gathered[slot] => ShadowValidity::All,
+                SlotMode::ReadOnly if skip[slot] => ShadowValidity::Unchanged,
+                SlotMode::ReadOnly => ShadowValidity::Plan(dist.fingerprint),
+            };
+        }
+        let cached = Cached {
+            plan,
+            dist: Some(dist),
+        };
+        ran = ran.keeping(Keep::Plan(l.key.clone(), cached));
+    }
+    Steps {
+        ran,
+        ready,
+        running,
+        exchanging,
+    }
+}
+
+/// Cuts tables back to this rank's range when a distributed loop ends, however it ends,
+/// keeping the full-length elements as shadows.
+struct Shrink<'a> {
+    tables: Vec<&'a dyn TableHandle>,
+    validity: Vec<ShadowValidity>,
+}
+
+impl Drop for Shrink<'_> {
+    fn drop(&mut self) {
+        for (t, v) in self.tables.iter().zip(&self.validity) {
+            t.shrink_to_shadow(*v);
+        }
+    }
+}

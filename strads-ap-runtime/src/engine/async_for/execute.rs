@@ -1,0 +1,317 @@
+//! Running a plan's groups on the workers: rotation cells handed out by a scheduler that
+//! keeps row and column blocks exclusive, components batch after batch.
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::Loop;
+use crate::dds::table::Replica;
+use crate::engine::ctx::{Binding, ExecCtx, Indices, LoopIndex};
+use crate::engine::{body_error, Base, FirstError, Merges, Registry};
+use crate::error::Result;
+use crate::plan::{self, GroupRef, Plan, Schedule, SlotMode, Work};
+use crate::sync::{Condvar, Mutex};
+
+/// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
+struct Worker {
+    ctx: ExecCtx,
+    replicas: Vec<(usize, Replica)>,
+}
+
+/// Runs `steps` of `plan` (all of it in a world of one; this rank's share across ranks)
+/// on the call's workers; `between(i, errors)` runs before step `i` and after the last,
+/// while no worker runs, and says whether to stop.
+pub(super) fn execute<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    bases: &[Base],
+    plan: &mut Plan,
+    steps: &[Work],
+    between: &mut dyn FnMut(usize, &FirstError) -> Result<bool>,
+) -> Result<()> {
+    let (site, start, task, run) = (l.call.site, l.start, l.call.task(), l.run);
+    let (registry, threads) = (&l.call.registry, l.call.threads);
+    let merges = Merges::default();
+    let errors = FirstError::new();
+    // Disjoint borrows: components re-tag between batches while the schedule is read.
+    let Plan {
+        modes,
+        tags,
+        schedule,
+        log,
+        indexed_by_task,
+        ..
+    } = plan;
+    let modes: &[SlotMode] = modes;
+    let new_worker = |tags: &[Vec<u32>]| -> Worker {
+        let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
+            if modes[slot] == SlotMode::Checked {
+                b.tags = tags[slot].as_ptr();
+            }
+        });
+        let mut ctx = ExecCtx::new(bindings);
+        ctx.prefetch = indexed_by_task
+            .iter()
+            .map(|&slot| {
+                (
+                    bases[slot].ptr as usize,
+                    registry.entries[slot].table.elem_size(),
+                )
+            })
+            .collect();
+        Worker { ctx, replicas }
+    };
+    let run_group = |w: &mut Worker, group: GroupRef, tasks: &[u32]| {
+        for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
+            if modes[slot] == SlotMode::Checked {
+                b.allowed = schedule.allowed(slot, group);
+            }
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
+        }));
+        if let Err(payload) = outcome {
+            errors.set(body_error(site, w.ctx.current(), payload));
+        }
+        push_replicas(registry, bases, &merges, &mut w.replicas);
+    };
+
+    let pool = l.call.here.pool(threads);
+    let mut stopped = false;
+    for (i, work) in steps.iter().enumerate() {
+        if between(i, &errors)? || errors.failed() {
+            stopped = true;
+            break;
+        }
+        match (&*schedule, work) {
+            (Schedule::Rotation(rot), Work::Cells(cells)) => {
+                if cells.is_empty() {
+                    continue;
+                }
+                let sched = CellScheduler::new(rot, cells, slices_per_cell(rot));
+                let tags: &[Vec<u32>] = tags;
+                let work = || {
+                    let mut w = new_worker(tags);
+                    while let Some(unit) = sched.take(&errors) {
+                        let cell = &rot.cells[unit.cell];
+                        let tasks = &cell.tasks[unit.tasks.clone()];
+                        run_group(&mut w, GroupRef::Cell(unit.cell), tasks);
+                        sched.finish(unit.row, unit.col);
+                    }
+                };
+                pool.on_workers(threads, &work);
+            }
+            (Schedule::Components(batches), Work::Groups { batch: b, groups }) => {
+                if groups.is_empty() {
+                    continue;
+                }
+                let batch = &batches[*b];
+                if batches.len() > 1 {
+                    plan::retag(log, modes, batch, tags);
+                }
+                let tags: &[Vec<u32>] = tags;
+                let next = AtomicUsize::new(0);
+                let work = || {
+                    let mut w = new_worker(tags);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= groups.len() || errors.failed() {
+                            break;
+                        }
+                        let g = groups[i];
+                        let group = GroupRef::Group {
+                            batch: *b,
+                            group: g,
+                        };
+                        run_group(&mut w, group, &batch.groups[g].tasks);
+                    }
+                };
+                pool.on_workers(threads.min(groups.len()), &work);
+            }
+            _ => unreachable!("steps do not match the schedule"),
+        }
+    }
+    l.call.note(|f| {
+        f.merging += merges.spent();
+        f.workers = Some(threads);
+    });
+    if !stopped {
+        between(steps.len(), &errors)?;
+    }
+    errors.into_result()
+}
+
+/// A worker's bindings of the captured tables by their modes: read-only tables refuse
+/// writes, relaxed tables get a replica of the table (returned with its slot); then
+/// `adjust` completes each binding (a checked table's tags or locks).
+pub(in crate::engine) fn bind_worker(
+    registry: &Registry,
+    bases: &[Base],
+    modes: &[SlotMode],
+    merges: &Merges,
+    mut adjust: impl FnMut(usize, &mut Binding),
+) -> (Vec<Binding>, Vec<(usize, Replica)>) {
+    let mut replicas = Vec::new();
+    let bindings = bases
+        .iter()
+        .enumerate()
+        .map(|(slot, base)| {
+            let mut b = base.binding();
+            match modes[slot] {
+                SlotMode::ReadOnly => {
+                    b.writable = false;
+                    b.read_only_reason = "reconnaissance saw no task write this table";
+                }
+                SlotMode::Checked => {}
+                SlotMode::Relaxed => {
+                    let merger = registry.entries[slot]
+                        .merger
+                        .as_ref()
+                        .expect("relaxed tables have a merger");
+                    // Making a replica is no merge: not counted as one.
+                    // SAFETY: the master holds `len` elements, locked by this engine;
+                    // masters of relaxed tables are only touched under `merges`' lock.
+                    let r = merges.with(|_| unsafe { merger.replica(base.ptr, base.len) });
+                    b.ptr = r.ptr();
+                    replicas.push((slot, r));
+                }
+            }
+            adjust(slot, &mut b);
+            b
+        })
+        .collect();
+    (bindings, replicas)
+}
+
+/// Adds a worker's relaxed replicas' deltas to their tables and refreshes them.
+pub(in crate::engine) fn push_replicas(
+    registry: &Registry,
+    bases: &[Base],
+    merges: &Merges,
+    replicas: &mut [(usize, Replica)],
+) {
+    if replicas.is_empty() {
+        return;
+    }
+    merges.merge(|_| {
+        for (slot, r) in replicas {
+            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+            // SAFETY: the master is locked by this engine and only touched under
+            // `merges`' lock, which we hold.
+            unsafe { merger.push(bases[*slot].ptr, r) };
+        }
+    })
+}
+
+/// Tasks per unit of work the rotation scheduler aims for: small enough that every block
+/// pair is visited several times per call, which keeps the update order close to the
+/// serial loop's (a cell run in one piece is a stratum of correlated updates, which slows
+/// SGD per epoch), large enough to amortise taking a unit.
+const UNIT_TASKS: usize = 2048;
+
+/// Into how many slices each rotation cell is cut.
+fn slices_per_cell(rot: &plan::Rotation) -> usize {
+    let tasks: usize = rot.cells.iter().map(|c| c.tasks.len()).sum();
+    let cells = rot.cells.len().max(1);
+    (tasks / cells / UNIT_TASKS).clamp(1, 16)
+}
+
+/// A slice of a rotation cell.
+struct Unit {
+    cell: usize,
+    tasks: Range<usize>,
+    row: usize,
+    col: usize,
+}
+
+/// Hands out slices of rotation cells whose row and column blocks are both free: the
+/// first slices of all cells (heaviest cell first), then the second slices, and so on.
+struct CellScheduler {
+    state: Mutex<CellState>,
+    wake: Condvar,
+}
+
+struct CellState {
+    row_busy: Vec<bool>,
+    col_busy: Vec<bool>,
+    /// Units not yet taken, in the order above.
+    pending: Vec<Unit>,
+    one_dimensional: bool,
+    running: usize,
+    waiting: usize,
+}
+
+impl CellScheduler {
+    /// Units of `cells` (indices into the rotation's cells).
+    fn new(rot: &plan::Rotation, cells: &[usize], slices: usize) -> Self {
+        let mut cells: Vec<usize> = cells.to_vec();
+        cells.sort_by_key(|&c| std::cmp::Reverse(rot.cells[c].tasks.len()));
+        let mut pending = Vec::new();
+        for s in 0..slices {
+            for &c in &cells {
+                let cell = &rot.cells[c];
+                let n = cell.tasks.len();
+                let tasks = n * s / slices..n * (s + 1) / slices;
+                if !tasks.is_empty() {
+                    pending.push(Unit {
+                        cell: c,
+                        tasks,
+                        row: cell.row as usize,
+                        col: cell.col as usize,
+                    });
+                }
+            }
+        }
+        CellScheduler {
+            state: Mutex::new(CellState {
+                row_busy: vec![false; rot.rows],
+                col_busy: vec![false; rot.cols],
+                pending,
+                one_dimensional: rot.cols == 1,
+                running: 0,
+                waiting: 0,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// The next unit to run, or `None` when all are taken (or a run failed).
+    fn take(&self, errors: &FirstError) -> Option<Unit> {
+        let mut st = self.state.lock();
+        loop {
+            if st.pending.is_empty() || errors.failed() {
+                return None;
+            }
+            let free = st
+                .pending
+                .iter()
+                .position(|u| !st.row_busy[u.row] && (st.one_dimensional || !st.col_busy[u.col]));
+            if let Some(i) = free {
+                let unit = st.pending.remove(i);
+                st.row_busy[unit.row] = true;
+                st.col_busy[unit.col] = true;
+                st.running += 1;
+                return Some(unit);
+            }
+            if st.running == 0 {
+                // Unreachable for a valid plan: nothing runs, so every block is free.
+                return None;
+            }
+            st.waiting += 1;
+            st = self.wake.wait(st);
+            st.waiting -= 1;
+        }
+    }
+
+    fn finish(&self, row: usize, col: usize) {
+        let mut st = self.state.lock();
+        st.row_busy[row] = false;
+        st.col_busy[col] = false;
+        st.running -= 1;
+        let waiting = st.waiting > 0;
+        drop(st);
+        if waiting {
+            self.wake.notify_all();
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The serializable engine behind `async_for!`: each call enters the pipeline
+//! ([`super::pipeline`]), runs by one strategy ([`super::choose::async_strategy`]), one file
+//! each, and finishes.
+//!
+//! | strategy | file | when |
+//! |---|---|---|
+//! | serial | `serial.rs` | one worker in a world of one |
+//! | recorded | `recorded.rs` | first call on one or two workers: one logged pass in loop order |
+//! | planned | `planned.rs` (with `execute.rs`) | later calls, or first calls on more workers |
+//! | locking | `locking.rs` | re-checked loops (accesses change between calls) |
+//! | distributed | `distributed.rs` (with `exchange.rs`) | a job of several ranks |
+
+use std::ops::Range;
+
+use super::cache::{kept, PlanKey};
+use super::choose::{async_strategy, AsyncCall, AsyncStrategy};
+use super::ctx::{ExecCtx, Indices, LoopIndex};
+use super::pipeline::{self, Call};
+use super::{Base, CallSite, Opts, Registry};
+use crate::error::{Error, Result};
+use crate::plan::{SlotMode, TableInfo};
+use crate::recon::{RecordIndices, Recorder, MAX_TABLES};
+
+mod distributed;
+mod exchange;
+mod execute;
+mod locking;
+mod planned;
+mod reconnoitre;
+mod recorded;
+mod serial;
+
+/// One `async_for!` call, as its strategies see it.
+pub(super) struct Loop<'c, 'a, Task, I> {
+    pub call: &'c Call<'a, Task>,
+    /// The first index.
+    pub start: usize,
+    /// Indices in the call.
+    pub n: usize,
+    pub opts: &'c Opts,
+    pub run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    pub record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    /// What the rank keeps of this call between calls is kept under.
+    pub key: PlanKey,
+}
+
+/// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
+///
+/// Called by generated code; see the `async_for!` macro for the user-facing contract.
+#[doc(hidden)]
+pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
+    site: &'static CallSite,
+    range: Range<I>,
+    task: &Task,
+    opts: Opts,
+    register: fn(&Task, &mut Registry),
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+) -> Result<()> {
+    let (start, n) = check_range(site, range)?;
+    let Some(call) = pipeline::enter(site, task, &opts, register, MAX_TABLES)? else {
+        return Ok(());
+    };
+    let key = PlanKey::new(site, start..start + n, call.threads, &opts, &call.registry);
+    let kept = kept();
+    let strategy = async_strategy(AsyncCall {
+        world: call.here.world_size(),
+        threads: call.threads,
+        tasks: n,
+        recheck: opts.recheck,
+        unwinds: cfg!(panic = "unwind"),
+        cached_plan: kept.plans.contains(&key),
+        cached_modes: kept.modes.contains(&key),
+    });
+    drop(kept);
+    let l = Loop {
+        call: &call,
+        start,
+        n,
+        opts: &opts,
+        run,
+        record,
+        key,
+    };
+    let ran = match strategy {
+        AsyncStrategy::Nothing => Ok(pipeline::Ran::new(Ok(()), Vec::new())),
+        AsyncStrategy::Serial => serial::run(&l),
+        AsyncStrategy::RecordedPlan => recorded::run_for_plan(&l),
+        AsyncStrategy::RecordedModes => recorded::run_for_modes(&l),
+        AsyncStrategy::Locking => locking::run(&l),
+        AsyncStrategy::Planned => planned::run(&l),
+        AsyncStrategy::Distributed => distributed::run(&l),
+    };
+    pipeline::finish(call, ran)
+}
+
+/// The call's first index and index count, or an error for a range the engine cannot run.
+fn check_range<I: LoopIndex>(site: &CallSite, range: Range<I>) -> Result<(usize, usize)> {
+    let bounds = |i: I| {
+        i.to_usize().ok_or_else(|| {
+            Error::invalid(
+                "async_for!",
+                format!("{site}: the index range must not be negative"),
+            )
+        })
+    };
+    let (start, end) = (bounds(range.start)?, bounds(range.end)?);
+    let n = end.saturating_sub(start);
+    if n > u32::MAX as usize {
+        return Err(Error::invalid(
+            "async_for!",
+            format!("{site}: {n} indices; at most 2^32 per call are supported"),
+        ));
+    }
+    Ok((start, n))
+}
+
+/// What the planner needs to know of each captured table.
+fn table_infos(registry: &Registry, bases: &[Base]) -> Vec<TableInfo> {
+    registry
+        .entries
+        .iter()
+        .zip(bases)
+        .map(|(e, base)| TableInfo {
+            key_space: base.len,
+            relaxed: e.table.is_relaxed() && e.merger.is_some(),
+        })
+        .collect()
+}
+
+/// The slots a plan lets tasks write.
+fn written_slots(modes: &[SlotMode]) -> Vec<bool> {
+    modes.iter().map(|m| *m != SlotMode::ReadOnly).collect()
+}

@@ -1,0 +1,134 @@
+//! A planned run: the call's tasks in the conflict-free groups of a plan, made by
+//! reconnaissance and the planner on the first call and reused by later ones.
+
+use std::time::Instant;
+
+use super::execute::execute;
+use super::reconnoitre::reconnoitre;
+use super::{table_infos, written_slots, Loop};
+use crate::cluster::context;
+use crate::engine::cache::{kept, Cached, Keep};
+use crate::engine::ctx::LoopIndex;
+use crate::engine::pipeline::Ran;
+use crate::error::{Error, Result};
+use crate::plan::{self, Plan, PlanConfig, TableInfo, Work};
+use crate::recon::AccessLog;
+
+/// Runs the call by its cached plan, or plans it first (reconnaissance, then the planner).
+pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+    let cached = match l.opts.recheck {
+        true => None,
+        false => kept().plans.take(&l.key),
+    };
+    let locked = l.call.lock()?;
+    let bases = &locked.bases;
+    let mut plan = match cached {
+        Some(c) => c.plan,
+        None => {
+            let t0 = Instant::now();
+            let log = reconnoitre(
+                l.call.site,
+                l.start,
+                l.n,
+                l.call.task(),
+                l.record,
+                bases,
+                l.call.threads,
+            )?;
+            let recon = LogSource::Reconnoitred(t0.elapsed());
+            let tables = table_infos(&l.call.registry, bases);
+            make_plan(l, log, recon, tables, l.call.threads)
+        }
+    };
+    let t0 = Instant::now();
+    let steps = Work::all(&plan.schedule);
+    let outcome = execute(l, bases, &mut plan, &steps, &mut |_, errors| {
+        Ok(errors.failed())
+    });
+    l.call.note(|f| {
+        f.ran = true;
+        f.running += t0.elapsed();
+    });
+    drop(locked);
+    let ran = Ran::new(outcome, written_slots(&plan.modes));
+    Ok(match ran.outcome {
+        // A body that wrote a table reconnaissance saw only read: plan again next call.
+        Err(Error::AccessOutsidePlan { .. }) => ran,
+        _ => ran.keeping(Keep::Plan(l.key.clone(), Cached { plan, dist: None })),
+    })
+}
+
+/// Where a log comes from.
+pub(super) enum LogSource {
+    /// Reconnaissance, which took this long.
+    Reconnoitred(std::time::Duration),
+    /// A recorded run, with the planner's first pass perhaps done already.
+    Recorded(Option<plan::GatherAhead>),
+}
+
+/// Plans from an access log, reporting what it found (`threads`: workers over the whole
+/// job).
+pub(super) fn make_plan<Task, I>(
+    l: &Loop<'_, '_, Task, I>,
+    log: AccessLog,
+    source: LogSource,
+    tables: Vec<TableInfo>,
+    threads: usize,
+) -> Plan {
+    let (site, opts, start, n) = (l.call.site, l.opts, l.start, l.n);
+    let ctx = context();
+    let t1 = Instant::now();
+    let config = PlanConfig {
+        threads,
+        blocks: opts.blocks,
+        seed: opts.seed.unwrap_or(ctx.config().seed),
+        first_index: start,
+    };
+    let (recon, ahead, source) = match source {
+        LogSource::Reconnoitred(t) => (
+            t,
+            None,
+            format!("reconnaissance of {n} tasks in {:.3} s", t.as_secs_f64()),
+        ),
+        LogSource::Recorded(ahead) => (
+            std::time::Duration::ZERO,
+            ahead,
+            format!("a recorded run of {n} tasks"),
+        ),
+    };
+    let plan = l
+        .call
+        .here
+        .pool(ctx.config().threads.max(1))
+        .install(|| plan::plan_ahead(log, &tables, &config, ahead));
+    let t2 = Instant::now();
+    let summary = format!(
+        "{site}: {source}; {} plan with {} groups in {} batches, largest {} tasks, in {:.3} s",
+        plan.stats.strategy,
+        plan.stats.groups,
+        plan.stats.batches,
+        plan.stats.largest_group,
+        (t2 - t1).as_secs_f64()
+    );
+    // Long set-up work is always worth a line: the first call of a loop is slower than the
+    // rest, and a user should know why.
+    if ctx.config().verbose || recon + (t2 - t1) > std::time::Duration::from_secs(2) {
+        eprintln!("strads-ap: {summary}");
+    }
+    tracing::debug!("{summary}");
+    if threads > 1 && plan.stats.largest_group * 2 > n && n >= 64 {
+        tracing::warn!(
+            "{site}: most tasks conflict with each other ({} of {n} in one group), so the \
+             loop runs nearly serially; declare the hot table relaxed if approximate \
+             merging is acceptable",
+            plan.stats.largest_group
+        );
+    }
+    l.call.note(|f| {
+        f.recon += recon;
+        f.planning += t2 - t1;
+        f.strategy = Some(plan.stats.strategy);
+        f.groups = Some(plan.stats.groups);
+    });
+    plan
+}

@@ -1,0 +1,133 @@
+//! Recorded first calls: in a world of one with one or two workers, a loop's first call
+//! runs its indices in loop order on one worker, with views that write the tables in
+//! place and log every access, so that one pass both runs the call and reconnoitres it;
+//! the log then plans the later calls (or, for a re-checked loop, gives the locking runs'
+//! table modes).
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use super::planned::{make_plan, LogSource};
+use super::reconnoitre::chunk_ranges;
+use super::{table_infos, written_slots, Loop};
+use crate::engine::cache::{Cached, Keep};
+use crate::engine::ctx::LoopIndex;
+use crate::engine::pipeline::Ran;
+use crate::engine::{body_error, Base};
+use crate::error::Result;
+use crate::plan::{self, TableInfo};
+use crate::recon::{AccessLog, LogRoom, RecordIndices, Recorder};
+
+/// A recorded run whose log plans the later calls.
+pub(super) fn run_for_plan<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+    let locked = l.call.lock()?;
+    let bases = &locked.bases;
+    let tables = table_infos(&l.call.registry, bases);
+    let log = recorded_call(l, bases, Some(&tables));
+    drop(locked);
+    let (log, ahead) = log?;
+    let plan = make_plan(l, log, LogSource::Recorded(ahead), tables, l.call.threads);
+    let written = written_slots(&plan.modes);
+    let cached = Cached { plan, dist: None };
+    Ok(Ran::new(Ok(()), written).keeping(Keep::Plan(l.key.clone(), cached)))
+}
+
+/// A recorded run of a re-checked loop, whose log gives the locking runs' table modes.
+pub(super) fn run_for_modes<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+    let locked = l.call.lock()?;
+    let log = recorded_call(l, &locked.bases, None);
+    let tables = table_infos(&l.call.registry, &locked.bases);
+    drop(locked);
+    let modes = plan::slot_modes(&log?.0, &tables);
+    let written = written_slots(&modes);
+    Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), modes)))
+}
+
+/// A recorded run: every index of `start..start + n` in loop order on this thread, with
+/// views that write the tables in place and log each task's accesses (see
+/// [`Recorder::in_place`]), so that one pass runs the call and reconnoitres it. Its time
+/// is reported as [`LoopStats::recorded`](super::LoopStats::recorded).
+///
+/// The log is made in chunks of `2^RECORDED_SHIFT` tasks. A pool thread helps: it maps
+/// the memory of the next chunks' logs beforehand (the recording thread would otherwise
+/// take a page fault every few hundred tasks), sorts and deduplicates each finished
+/// chunk's task logs, and with `tables` does the planner's first pass on it (see
+/// [`plan::GatherAhead`]). The less the recording thread does between tasks, the more of
+/// their cache misses its CPU overlaps.
+fn recorded_call<Task, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    bases: &[Base],
+    tables: Option<&[TableInfo]>,
+) -> Result<(AccessLog, Option<plan::GatherAhead>)> {
+    let (site, start, n) = (l.call.site, l.start, l.n);
+    let (task, record) = (l.call.task(), l.record);
+    use std::sync::mpsc::channel;
+    let t0 = Instant::now();
+    const RECORDED_SHIFT: u32 = 16;
+    let chunks = chunk_ranges(start, n, 1 << RECORDED_SHIFT);
+    let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
+    let per_task = bases.len();
+    let (room_tx, rooms) = channel::<LogRoom>();
+    let (done, done_rx) = channel::<AccessLog>();
+    let (back_tx, back) = channel::<(Vec<AccessLog>, Option<plan::GatherAhead>)>();
+    let mut ahead = tables.map(|t| plan::GatherAhead::new(t, start));
+    let mut outcome = Ok(());
+    l.call.here.pool(1).in_place_scope(|scope| {
+        scope.spawn(move |_| {
+            // Two rooms ahead, one more for each chunk finished. The first chunk maps its
+            // own: it starts before this helper can have made one.
+            let mut next = 1;
+            let send_room = |next: &mut usize| {
+                if let Some(&tasks) = sizes.get(*next) {
+                    // The recording thread may have stopped (a body failed): no matter.
+                    let _ = room_tx.send(LogRoom::new(tasks, per_task));
+                    *next += 1;
+                }
+            };
+            send_room(&mut next);
+            send_room(&mut next);
+            let mut logs = Vec::with_capacity(sizes.len());
+            while let Ok(mut log) = done_rx.recv() {
+                send_room(&mut next);
+                log.settle();
+                if let Some(a) = &mut ahead {
+                    a.add(&log);
+                }
+                logs.push(log);
+            }
+            let _ = back_tx.send((logs, ahead));
+        });
+        for (i, r) in chunks.iter().enumerate() {
+            // Never wait for the helper: it may not have started (its pool is busy, or
+            // this thread is that pool's), and then we map our own room.
+            let made = if i == 0 { None } else { rooms.try_recv().ok() };
+            let room = made.unwrap_or_else(|| LogRoom::new(r.len(), per_task));
+            let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room);
+            let ran = catch_unwind(AssertUnwindSafe(|| {
+                record(task, &rec, RecordIndices::new(r.clone(), &rec));
+            }));
+            if let Err(payload) = ran {
+                outcome = Err(body_error(site, rec.index(), payload));
+                break;
+            }
+            // The helper lives until `done` is dropped below.
+            let _ = done.send(rec.into_log());
+        }
+        // Ends the helper's loop (and unblocks it if we stopped early).
+        drop(done);
+        drop(rooms);
+    });
+    l.call.note(|f| {
+        f.ran = true;
+        f.recorded = Some(t0.elapsed());
+        f.strategy = Some("recorded");
+        f.groups = Some(1);
+        f.workers = Some(1);
+    });
+    outcome?;
+    let (logs, ahead) = back
+        .recv()
+        .expect("the recording helper returns the logs it was sent");
+    Ok((AccessLog::from_chunks(RECORDED_SHIFT, logs), ahead))
+}

@@ -1,0 +1,82 @@
+//! One worker in a world of one: the loop order is a serial order, so the call needs no
+//! plan and uses the tables directly.
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use super::reconnoitre::reconnoitre;
+use super::Loop;
+use crate::engine::cache::kept;
+use crate::engine::ctx::{ExecCtx, Indices, LoopIndex};
+use crate::engine::pipeline::Ran;
+use crate::engine::{body_error, Base, CallSite};
+use crate::error::Result;
+
+/// Runs the call serially; with checkpoints on, learns once which tables it writes.
+pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+    let locked = l.call.lock()?;
+    let t0 = Instant::now();
+    let outcome = run_serially(
+        l.call.site,
+        l.start..l.start + l.n,
+        l.call.task(),
+        l.run,
+        &locked.bases,
+    );
+    l.call.note(|f| {
+        f.ran = true;
+        f.running += t0.elapsed();
+        f.strategy = Some("serial");
+        f.groups = Some(1);
+    });
+    outcome?;
+    let written = match l.call.checkpointing() {
+        true => serial_written(l, &locked.bases)?,
+        false => Vec::new(),
+    };
+    Ok(Ran::new(Ok(()), written))
+}
+
+/// Runs every index in order on this thread (one worker, one process).
+fn run_serially<Task, I: LoopIndex>(
+    site: &CallSite,
+    range: Range<usize>,
+    task: &Task,
+    run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    bases: &[Base],
+) -> Result<()> {
+    let ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
+    catch_unwind(AssertUnwindSafe(|| {
+        run(task, &ctx, Indices::range(range, &ctx))
+    }))
+    .map_err(|payload| body_error(site, ctx.current(), payload))
+}
+
+/// Which tables a loop run serially (no plan) may write, for its checkpoint: found by
+/// reconnaissance once per call site and tables, then cached.
+fn serial_written<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    bases: &[Base],
+) -> Result<Vec<bool>> {
+    let (site, start, n) = (l.call.site, l.start, l.n);
+    let key = (
+        site as *const CallSite as usize,
+        bases.iter().map(|b| (b.id, b.shape)).collect(),
+        start,
+        n,
+    );
+    let kept = kept();
+    if let Some(w) = kept.serial_written.get(&key) {
+        return Ok(w.clone());
+    }
+    let t0 = Instant::now();
+    let log = reconnoitre(site, start, n, l.call.task(), l.record, bases, 1)?;
+    let written: Vec<bool> = (0..l.call.registry.entries.len())
+        .map(|s| log.writes(s))
+        .collect();
+    // Set-up work, like planning: reported with reconnaissance.
+    l.call.note(|f| f.recon += t0.elapsed());
+    kept.serial_written.insert(key, written.clone());
+    Ok(written)
+}

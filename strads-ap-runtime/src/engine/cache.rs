@@ -1,0 +1,173 @@
+//! What a rank keeps of its loop calls between calls: plans, locking runs' table modes,
+//! which tables serial runs write, and `sync_for!`'s reconnaissance logs.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+
+use super::{CallSite, Opts, Registry};
+use crate::plan::{DistPlan, Plan, SlotMode};
+use crate::recon::AccessLog;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PlanKey {
+    site: usize,
+    /// The call site's file and line (see [`cached_plans`]).
+    at: (&'static str, u32),
+    start: usize,
+    end: usize,
+    threads: usize,
+    blocks: Option<usize>,
+    tables: Vec<(u64, u64)>,
+}
+
+impl PlanKey {
+    /// The key of a loop call: call site, index range, workers, blocks, and the captured
+    /// tables with their shapes.
+    pub fn new(
+        site: &CallSite,
+        range: Range<usize>,
+        threads: usize,
+        opts: &Opts,
+        registry: &Registry,
+    ) -> Self {
+        PlanKey {
+            site: site as *const CallSite as usize,
+            at: (site.file, site.line),
+            start: range.start,
+            end: range.end,
+            threads,
+            blocks: opts.blocks,
+            tables: registry
+                .entries
+                .iter()
+                .map(|e| (e.table.id(), e.table.shape()))
+                .collect(),
+        }
+    }
+}
+
+/// A cached plan and, across ranks, its cutting into steps.
+pub(crate) struct Cached {
+    pub plan: Plan,
+    pub dist: Option<DistPlan>,
+}
+
+/// Plans (or locking runs' table modes) kept per call site and rank: the most recently
+/// used. A call site run over ever-changing index ranges would otherwise keep a plan, and
+/// its access log, for every range it ever saw.
+pub const KEPT_PER_SITE: usize = 8;
+
+/// Values kept per loop call between calls: plans, and locking runs' table modes; at
+/// most [`KEPT_PER_SITE`] per call site, the least recently used going first.
+pub(crate) struct Cache<V> {
+    /// Each value with the clock reading of its last use.
+    entries: DashMap<PlanKey, (u64, V)>,
+    clock: AtomicU64,
+}
+
+impl<V> Default for Cache<V> {
+    fn default() -> Self {
+        Cache {
+            entries: DashMap::new(),
+            clock: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<V> Cache<V> {
+    /// Whether a value is kept for `key`.
+    pub fn contains(&self, key: &PlanKey) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    pub fn take(&self, key: &PlanKey) -> Option<V> {
+        self.entries.remove(key).map(|(_, (_, v))| v)
+    }
+
+    /// Keeps `value` for `key`, dropping the least recently used value of the same call
+    /// site if there are more than [`KEPT_PER_SITE`].
+    pub fn put(&self, key: PlanKey, value: V) {
+        let used = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        let site = key.site;
+        self.entries.insert(key, (used, value));
+        let mut same = 0;
+        let mut oldest: Option<(u64, PlanKey)> = None;
+        for e in self.entries.iter().filter(|e| e.key().site == site) {
+            same += 1;
+            if oldest.as_ref().is_none_or(|(u, _)| e.value().0 < *u) {
+                oldest = Some((e.value().0, e.key().clone()));
+            }
+        }
+        if let Some((_, k)) = oldest.filter(|_| same > KEPT_PER_SITE) {
+            self.entries.remove(&k);
+        }
+    }
+
+    /// How many values are kept for the call site at `file:line`.
+    fn count_at(&self, file: &str, line: u32) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.key().at.0 == file && e.key().at.1 == line)
+            .count()
+    }
+}
+
+/// What a rank keeps of its `async_for!` calls between calls.
+#[derive(Default)]
+pub(crate) struct Kept {
+    pub plans: Cache<Cached>,
+    /// Table modes of locking runs.
+    pub modes: Cache<Vec<SlotMode>>,
+    /// Which tables a loop run serially writes, by [`TablesKey`].
+    pub serial_written: DashMap<TablesKey, Vec<bool>>,
+    /// `sync_for!`'s reconnaissance logs (with `Opts::re`), one task per mini-batch, by
+    /// [`TablesKey`] (the data's length and the mini-batch size as the range).
+    pub sync_logs: DashMap<TablesKey, Arc<AccessLog>>,
+}
+
+/// A loop call by call site, captured tables with their shapes, and two numbers that
+/// stand for its range.
+pub(crate) type TablesKey = (usize, Vec<(u64, u64)>, usize, usize);
+
+/// What this thread's rank keeps of its loop calls between calls.
+pub(crate) fn kept() -> Arc<Kept> {
+    crate::cluster::here().local::<Kept>()
+}
+
+/// How many plans (and locking runs' table modes) this thread's rank keeps for the
+/// `async_for!` call at `file:line`: at most [`KEPT_PER_SITE`].
+///
+/// ```
+/// assert_eq!(strads_ap_runtime::engine::cached_plans("nowhere.rs", 1), 0);
+/// ```
+pub fn cached_plans(file: &str, line: u32) -> usize {
+    let kept = kept();
+    kept.plans.count_at(file, line) + kept.modes.count_at(file, line)
+}
+
+/// What a finished call leaves for the next (see [`super::pipeline::Ran`]).
+pub(crate) enum Keep {
+    /// A plan (and its cutting across ranks) for the next call with this key.
+    Plan(PlanKey, Cached),
+    /// A locking run's table modes.
+    Modes(PlanKey, Vec<SlotMode>),
+    /// `sync_for!`'s reconnaissance log, which a body just contradicted: learn again.
+    ForgetSyncLog(TablesKey),
+}
+
+impl Keep {
+    /// Keeps (or forgets) it in this thread's rank.
+    pub fn apply(self) {
+        let kept = kept();
+        match self {
+            Keep::Plan(key, cached) => kept.plans.put(key, cached),
+            Keep::Modes(key, modes) => kept.modes.put(key, modes),
+            Keep::ForgetSyncLog(key) => {
+                kept.sync_logs.remove(&key);
+            }
+        }
+    }
+}

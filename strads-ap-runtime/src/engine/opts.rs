@@ -1,0 +1,85 @@
+//! Options of a loop call: [`Opts`] and [`SyncMode`].
+
+/// Options of one loop operator call, passed as the macros' last argument.
+///
+/// # Examples
+/// ```
+/// use strads_ap_runtime::Opts;
+/// let opts = Opts::new().threads(2).recheck(true);
+/// assert_eq!(opts.get_threads(), Some(2));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Opts {
+    pub(super) threads: Option<usize>,
+    pub(super) recheck: bool,
+    pub(super) re: bool,
+    pub(super) blocks: Option<usize>,
+    pub(super) seed: Option<u64>,
+}
+
+impl Opts {
+    /// Defaults: all the process's threads, plan cached per call site and range,
+    /// reconnaissance off for `sync_for!`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Worker threads for this call (default: the process's thread count).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads.max(1));
+        self
+    }
+
+    /// The thread count set, if any.
+    pub fn get_threads(&self) -> Option<usize> {
+        self.threads
+    }
+
+    /// For bodies whose accesses change between calls (values they depend on change, or
+    /// they draw random keys).
+    ///
+    /// `async_for!` in a world of one then runs with per-element locks instead of a plan:
+    /// reconnaissance once, to learn which tables are written, then every call locks each
+    /// element a task touches, undoes and retries a task that meets an element another
+    /// worker holds (the run stays serializable; [`LoopStats::retried`] counts them).
+    /// Across ranks, and for `sync_for!`, reconnaissance (and planning) is redone on every
+    /// call.
+    pub fn recheck(mut self, recheck: bool) -> Self {
+        self.recheck = recheck;
+        self
+    }
+
+    /// `sync_for!`: run reconnaissance once per call site, so that tables the body never
+    /// writes are shared read-only instead of copied per worker, and, in
+    /// [`SyncMode::Hybrid`], workers refresh and merge only the keys each mini-batch
+    /// touches (what makes large sparse models such as word embeddings cheap).
+    pub fn re(mut self, re: bool) -> Self {
+        self.re = re;
+        self
+    }
+
+    /// `async_for!`: blocks per rotated table (default: 4 × threads).
+    pub fn blocks(mut self, blocks: usize) -> Self {
+        self.blocks = Some(blocks.max(1));
+        self
+    }
+
+    /// `async_for!`: seed of the planner's task shuffle (default: the job's seed).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+/// Synchronisation of `sync_for!`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// Bulk-synchronous: in each sub-iteration every worker processes one mini-batch on
+    /// its own copy of the parameters; the copies' deltas are then aggregated (averaged
+    /// by default, see [`Aggregation`](crate::Aggregation)).
+    Bsp,
+    /// Workers inside a process share progress asynchronously: each worker's delta is
+    /// added to the process's parameters after every mini-batch and the worker continues
+    /// from the fresh values; processes synchronise at sub-iteration ends.
+    Hybrid,
+}

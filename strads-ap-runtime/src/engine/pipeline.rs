@@ -1,0 +1,228 @@
+//! One pipeline per loop call: every `async_for!` and `sync_for!` call goes through
+//! [`enter`], one strategy (chosen by [`super::choose`]), and [`finish`].
+//!
+//! * [`enter`] collects the captured tables and refuses bad captures, asks the checkpoints
+//!   whether recovery skips the call, and across ranks ships the driver's task to every
+//!   rank. [`Call::lock`] then locks the captured tables for the strategy (a strategy that
+//!   first gathers tables across ranks locks after that).
+//! * A strategy runs the call and says what it ran ([`Ran`]): which tables it may have
+//!   written, and what to keep for the next call (a plan, locking modes) or forget. Its
+//!   figures go into the call's [`Figures`] as it goes.
+//! * [`finish`] records the figures, keeps or forgets what the strategy said, and tells the
+//!   checkpoints which tables the call wrote.
+//!
+//! This is the only engine file that names the checkpoint module.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use super::cache::Keep;
+use super::registry::{Base, Registry};
+use super::stats::Figures;
+use super::{CallSite, Opts};
+use crate::cluster::collective::Comm;
+use crate::cluster::RankCtx;
+use crate::dds::table::TableLock;
+use crate::error::{Error, Result};
+
+/// The task a call runs: the driver's, or on other ranks the copy shipped from it.
+enum Task<'a, T> {
+    Local(&'a T),
+    Shipped(Box<T>),
+}
+
+/// A loop call between [`enter`] and [`finish`].
+pub(crate) struct Call<'a, T> {
+    pub site: &'static CallSite,
+    task: Task<'a, T>,
+    /// The captured tables.
+    pub registry: Registry,
+    /// Workers of this rank.
+    pub threads: usize,
+    /// The rank the call runs on.
+    pub here: Arc<RankCtx>,
+    checkpointing: bool,
+    figures: RefCell<Figures>,
+}
+
+/// A call's figures as strategies add to them.
+pub(crate) type Notes = RefCell<Figures>;
+
+/// What a strategy ran.
+pub(crate) struct Ran {
+    /// How the run went (a failure after the strategy had something to keep or forget).
+    pub outcome: Result<()>,
+    /// Per captured table: whether the call may have written it.
+    pub written: Vec<bool>,
+    /// What to keep for (or forget before) the next call.
+    pub keep: Option<Keep>,
+}
+
+impl Ran {
+    /// A run that went as `outcome` and keeps nothing.
+    pub fn new(outcome: Result<()>, written: Vec<bool>) -> Self {
+        Ran {
+            outcome,
+            written,
+            keep: None,
+        }
+    }
+
+    /// The same, keeping (or forgetting) `keep`.
+    pub fn keeping(mut self, keep: Keep) -> Self {
+        self.keep = Some(keep);
+        self
+    }
+}
+
+/// The captured tables, locked for a call: where their elements are, per slot.
+pub(crate) struct Locked<'r> {
+    _locks: Vec<Box<dyn TableLock + 'r>>,
+    pub bases: Vec<Base>,
+}
+
+/// Starts a loop call: collects the captured tables of `task` (refusing two handles of
+/// one table, or more than `max_tables`), lets recovery skip the call (`None`), and in a
+/// job of several ranks makes every rank run the driver's task.
+pub(crate) fn enter<'a, T: serde::Serialize + serde::de::DeserializeOwned>(
+    site: &'static CallSite,
+    task: &'a T,
+    opts: &Opts,
+    register: fn(&T, &mut Registry),
+    max_tables: usize,
+) -> Result<Option<Call<'a, T>>> {
+    let mut registry = Registry::default();
+    register(task, &mut registry);
+    registry.check(site)?;
+    if registry.entries.len() > max_tables {
+        return Err(Error::invalid(
+            site.operator(),
+            format!("{site}: the body captures more than {max_tables} DDSs"),
+        ));
+    }
+    // With checkpoints on, recovery may skip this call; after it, the tables it wrote are
+    // checkpointed (see `crate::checkpoint`).
+    let checkpointing = crate::checkpoint::active();
+    if checkpointing && crate::checkpoint::enter_loop(&site.to_string())? {
+        return Ok(None);
+    }
+    let here = crate::cluster::here();
+    let task = match here.is_distributed() {
+        true => match ship_task(here.comm_for(site.operator())?, site, task)? {
+            Some(shipped) => Task::Shipped(Box::new(shipped)),
+            None => Task::Local(task),
+        },
+        false => Task::Local(task),
+    };
+    Ok(Some(Call {
+        site,
+        task,
+        registry,
+        threads: opts
+            .threads
+            .unwrap_or(crate::cluster::context().config().threads),
+        here,
+        checkpointing,
+        figures: RefCell::default(),
+    }))
+}
+
+impl<T> Call<'_, T> {
+    /// The task to run.
+    pub fn task(&self) -> &T {
+        match &self.task {
+            Task::Local(t) => t,
+            Task::Shipped(t) => t,
+        }
+    }
+
+    /// The collectives, in a job of several ranks.
+    pub fn comm(&self) -> Result<Option<&Comm>> {
+        match self.here.is_distributed() {
+            true => self.here.comm_for(self.site.operator()).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// Whether the checkpoints will want to know which tables the call wrote.
+    pub fn checkpointing(&self) -> bool {
+        self.checkpointing
+    }
+
+    /// Adds to this call's figures.
+    pub fn note(&self, f: impl FnOnce(&mut Figures)) {
+        f(&mut self.figures.borrow_mut());
+    }
+
+    /// This call's figures, for helpers that are not generic over the task.
+    pub fn notes(&self) -> &Notes {
+        &self.figures
+    }
+
+    /// Locks every captured table for the rest of the call (a table in use by another
+    /// running operator is refused: loop operators do not nest).
+    pub fn lock(&self) -> Result<Locked<'_>> {
+        let (locks, bases) = self.registry.lock_all(self.site)?;
+        Ok(Locked {
+            _locks: locks,
+            bases,
+        })
+    }
+}
+
+/// Ends a loop call that ran (or failed) as `ran`: records its figures, keeps or forgets
+/// what the strategy said, and has the tables it wrote checkpointed if due.
+pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
+    call.figures.into_inner().record(call.site);
+    let ran = ran?;
+    if let Some(keep) = ran.keep {
+        keep.apply();
+    }
+    ran.outcome?;
+    if !call.checkpointing {
+        return Ok(());
+    }
+    let tables: Vec<_> = call
+        .registry
+        .entries
+        .iter()
+        .zip(&ran.written)
+        .filter(|(_, w)| **w)
+        .map(|(e, _)| e.table.clone())
+        .collect();
+    crate::checkpoint::leave_loop(&call.site.to_string(), &tables)
+}
+
+/// Enters a loop operator across ranks and ships the driver's task: every rank must reach
+/// the same call site (a divergence error naming both sites otherwise), and every rank but
+/// the driver (rank 0) runs the driver's captures, returned here. Whatever fails on one
+/// rank (a capture that does not encode or decode) fails every rank alike.
+pub(crate) fn ship_task<Task: serde::Serialize + serde::de::DeserializeOwned>(
+    comm: &crate::cluster::collective::Comm,
+    site: &CallSite,
+    task: &Task,
+) -> crate::Result<Option<Task>> {
+    let me = comm.rank();
+    let codec = |e: postcard::Error| Error::Codec {
+        what: format!("the captures of {site}"),
+        message: e.to_string(),
+    };
+    let (captures, mut local) = match me {
+        0 => match postcard::to_stdvec(task) {
+            Ok(bytes) => (bytes, Ok(None)),
+            Err(e) => (Vec::new(), Err(codec(e))),
+        },
+        _ => (Vec::new(), Ok(None)),
+    };
+    let shipped = comm.enter_operator(&site.to_string(), site.task, captures)?;
+    if me != 0 {
+        local = postcard::from_bytes(&shipped).map(Some).map_err(codec);
+    }
+    // Every rank learns whether the task reached every rank.
+    let (ok, task) = match local {
+        Ok(task) => (Ok(()), task),
+        Err(e) => (Err(e), None),
+    };
+    comm.gather_outcomes(ok)?;
+    Ok(task)
+}

@@ -1,0 +1,147 @@
+//! Loop figures: what each call site did, per rank.
+
+use std::time::Duration;
+
+use super::CallSite;
+
+/// Figures about one loop call site, for the bench and progress output.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoopStats {
+    /// `async_for!`/`sync_for!` and where.
+    pub site: String,
+    /// Calls so far.
+    pub calls: u64,
+    /// Time spent in reconnaissance execution.
+    pub recon: Duration,
+    /// Time spent planning.
+    pub planning: Duration,
+    /// Time spent running bodies (including merges).
+    pub running: Duration,
+    /// How the last call ran: the plan's strategy (`rotation`, `components`, `bsp`,
+    /// `hybrid`), `serial` (one worker), `locks` (a locking run), or `recorded` (a
+    /// recorded run that did not yield a plan, as for a re-checked loop).
+    pub strategy: &'static str,
+    /// Task groups in the plan (chunks of tasks, for a locking run).
+    pub groups: usize,
+    /// Tasks a locking run abandoned on a conflict and ran again.
+    pub retried: u64,
+    /// Time the workers spent merging their replicas into the shared tables, or waiting
+    /// to (`sync_for!`, and relaxed tables of `async_for!`), summed over the workers.
+    pub merging: Duration,
+    /// Workers of the last call.
+    pub workers: usize,
+    /// Time of recorded runs: first calls that ran serially in loop order while logging
+    /// their accesses, so that the run was also the reconnaissance (not in `running`).
+    pub recorded: Duration,
+    /// Calls that were recorded runs (counted in `calls`).
+    pub recorded_calls: u64,
+}
+
+impl LoopStats {
+    /// The loop's one-off set-up cost so far: reconnaissance and planning, plus what its
+    /// recorded runs took beyond an ordinary call (their time less the mean time of the
+    /// other calls; all of it while there is no other call yet).
+    ///
+    /// ```
+    /// let setup: std::time::Duration =
+    ///     strads_ap_runtime::loop_stats().iter().map(|s| s.setup()).sum();
+    /// assert!(setup.as_secs_f64() >= 0.0);
+    /// ```
+    pub fn setup(&self) -> Duration {
+        let ordinary = self.calls.saturating_sub(self.recorded_calls);
+        let excess = match u32::try_from(ordinary) {
+            Ok(0) | Err(_) => self.recorded,
+            Ok(calls) => self.recorded.saturating_sub(
+                (self.running / calls)
+                    .saturating_mul(u32::try_from(self.recorded_calls).unwrap_or(u32::MAX)),
+            ),
+        };
+        self.recon + self.planning + excess
+    }
+
+    /// The share of the workers' time (`running` × `workers`) spent on merges: near 1, the
+    /// loop does little else, and larger mini-batches (fewer merges of the same rows) or an
+    /// `async_for!` (no replicas) will likely be faster. `None` when nothing was merged.
+    ///
+    /// ```
+    /// for s in strads_ap_runtime::loop_stats() {
+    ///     if s.merge_share().is_some_and(|share| share > 0.5) {
+    ///         eprintln!("{}: the workers mostly merge replicas", s.site);
+    ///     }
+    /// }
+    /// ```
+    pub fn merge_share(&self) -> Option<f64> {
+        let worker_secs = self.running.as_secs_f64() * self.workers as f64;
+        (worker_secs > 0.0 && !self.merging.is_zero())
+            .then(|| (self.merging.as_secs_f64() / worker_secs).min(1.0))
+    }
+}
+
+/// A rank's loop figures by call site.
+#[derive(Default)]
+struct Stats(dashmap::DashMap<String, LoopStats>);
+
+pub(crate) fn record_stats(site: &CallSite, f: impl FnOnce(&mut LoopStats)) {
+    let key = site.to_string();
+    let stats = crate::cluster::here().local::<Stats>();
+    let mut entry = stats.0.entry(key.clone()).or_insert_with(|| LoopStats {
+        site: key,
+        ..LoopStats::default()
+    });
+    f(&mut entry);
+}
+
+/// Figures of every loop call site this rank ran so far, sorted by site.
+pub fn loop_stats() -> Vec<LoopStats> {
+    let stats = crate::cluster::here().local::<Stats>();
+    let mut all: Vec<LoopStats> = stats.0.iter().map(|e| e.value().clone()).collect();
+    all.sort_by(|a, b| a.site.cmp(&b.site));
+    all
+}
+
+/// What one loop call adds to its site's [`LoopStats`]: gathered by the strategy that ran
+/// it, recorded once when the call finishes.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Figures {
+    /// The call ran (or failed running) rather than stopping before its tasks.
+    pub ran: bool,
+    pub recon: Duration,
+    pub planning: Duration,
+    pub running: Duration,
+    pub merging: Duration,
+    pub recorded: Option<Duration>,
+    pub retried: u64,
+    pub strategy: Option<&'static str>,
+    pub groups: Option<usize>,
+    pub workers: Option<usize>,
+}
+
+impl Figures {
+    /// Adds these figures to the site's (a call that did nothing leaves no trace).
+    pub fn record(self, site: &CallSite) {
+        if self == Figures::default() {
+            return;
+        }
+        record_stats(site, |s| {
+            s.calls += u64::from(self.ran);
+            s.recon += self.recon;
+            s.planning += self.planning;
+            s.running += self.running;
+            s.merging += self.merging;
+            s.retried += self.retried;
+            if let Some(t) = self.recorded {
+                s.recorded += t;
+                s.recorded_calls += 1;
+            }
+            if let Some(strategy) = self.strategy {
+                s.strategy = strategy;
+            }
+            if let Some(groups) = self.groups {
+                s.groups = groups;
+            }
+            if let Some(workers) = self.workers {
+                s.workers = workers;
+            }
+        });
+    }
+}

@@ -1,0 +1,237 @@
+//! [`DistPlan`] on small cases worked out by hand.
+
+use super::*;
+use crate::plan::{Batch, Cell, Group, PlanStats, Rotation};
+use crate::recon::{Access, AccessLog};
+
+/// A plan of `schedule` over tasks given as (slot, key, write) accesses.
+fn plan_of(modes: Vec<SlotMode>, schedule: Schedule, tasks: &[&[(usize, u64, bool)]]) -> Plan {
+    let log = AccessLog::from_tasks(tasks.iter().map(|t| {
+        t.iter()
+            .map(|&(s, k, w)| Access::new(s, k, w))
+            .collect::<Vec<_>>()
+    }));
+    Plan {
+        tags: vec![Vec::new(); modes.len()],
+        modes,
+        schedule,
+        stats: PlanStats {
+            strategy: "test",
+            tasks: tasks.len(),
+            ..PlanStats::default()
+        },
+        log,
+        indexed_by_task: Vec::new(),
+    }
+}
+
+/// Per peer, per slot: no keys.
+fn nothing(world: usize, slots: usize) -> Vec<Transfer> {
+    vec![vec![Vec::new(); slots]; world]
+}
+
+/// Per peer, per slot: `keys` at (`peer`, `slot`) only.
+fn only(world: usize, slots: usize, peer: usize, slot: usize, keys: &[u64]) -> Vec<Transfer> {
+    let mut t = nothing(world, slots);
+    t[peer][slot] = keys.to_vec();
+    t
+}
+
+/// Two groups of one batch, each writing a key the other rank owns (table of 4 keys:
+/// rank 0 owns 0..2, rank 1 owns 2..4): each rank fetches its key before the step and
+/// sends it home after.
+fn crossed_components() -> Plan {
+    let schedule = Schedule::Components(vec![Batch {
+        groups: vec![
+            Group {
+                id: 0,
+                tasks: vec![0],
+            },
+            Group {
+                id: 1,
+                tasks: vec![1],
+            },
+        ],
+    }]);
+    plan_of(
+        vec![SlotMode::Checked],
+        schedule,
+        &[&[(0, 3, true)], &[(0, 0, true)]],
+    )
+}
+
+#[test]
+fn components_fetch_what_a_step_writes_and_send_it_home() {
+    let plan = crossed_components();
+    let d0 = DistPlan::new(&plan, &[4], &[None], 2, 0, Transfers::Written);
+    let d1 = DistPlan::new(&plan, &[4], &[None], 2, 1, Transfers::Written);
+    // Longest processing time first, ties to the lower rank: group 0 on rank 0.
+    assert_eq!(
+        d0.steps,
+        vec![Work::Groups {
+            batch: 0,
+            groups: vec![0]
+        }]
+    );
+    assert_eq!(
+        d1.steps,
+        vec![Work::Groups {
+            batch: 0,
+            groups: vec![1]
+        }]
+    );
+    assert_eq!(
+        d0.exchanges.len(),
+        2,
+        "one exchange per step and a final one"
+    );
+    // Before the step: rank 0 gets key 3 from rank 1 and gives it key 0.
+    assert_eq!(d0.exchanges[0].recv, only(2, 1, 1, 0, &[3]));
+    assert_eq!(d0.exchanges[0].send, only(2, 1, 1, 0, &[0]));
+    assert_eq!(d1.exchanges[0].recv, only(2, 1, 0, 0, &[0]));
+    assert_eq!(d1.exchanges[0].send, only(2, 1, 0, 0, &[3]));
+    // After it: both written keys go home.
+    assert_eq!(d0.exchanges[1].send, only(2, 1, 1, 0, &[3]));
+    assert_eq!(d0.exchanges[1].recv, only(2, 1, 1, 0, &[0]));
+    assert_eq!(d1.exchanges[1].send, only(2, 1, 0, 0, &[0]));
+    assert_eq!(d1.exchanges[1].recv, only(2, 1, 0, 0, &[3]));
+    assert_eq!(d0.fingerprint, d1.fingerprint, "ranks agree on the cutting");
+    assert_eq!(d0.received, 1);
+}
+
+#[test]
+fn one_rank_moves_nothing() {
+    let plan = crossed_components();
+    let d = DistPlan::new(&plan, &[4], &[None], 1, 0, Transfers::Written);
+    assert_eq!(
+        d.steps,
+        vec![Work::Groups {
+            batch: 0,
+            groups: vec![0, 1]
+        }]
+    );
+    assert!(d.exchanges.iter().all(|e| e.send == nothing(1, 1)));
+    assert!(d.exchanges.iter().all(|e| e.recv == nothing(1, 1)));
+}
+
+#[test]
+fn map_owners_replace_the_ranges() {
+    // Keys 0 and 3 both owned by rank 0: rank 1's task fetches key 0 from it, rank 0's
+    // task needs nothing.
+    let plan = crossed_components();
+    let owners = vec![Some(vec![0u16, 1, 1, 0])];
+    let d1 = DistPlan::new(&plan, &[4], &owners, 2, 1, Transfers::Written);
+    assert_eq!(d1.exchanges[0].recv, only(2, 1, 0, 0, &[0]));
+    assert_eq!(d1.exchanges[0].send, nothing(2, 1));
+    assert_eq!(d1.exchanges[1].send, only(2, 1, 0, 0, &[0]));
+}
+
+/// A 2×2 rotation of a row table of 4 keys (rank 0 owns 0..2) and a column table of 2
+/// (rank 0 owns key 0): cell (r, c)'s task writes row key `2r + c` and column key `c`.
+fn rotation() -> Plan {
+    let cell = |row: u32, col: u32, task: u32| Cell {
+        row,
+        col,
+        tasks: vec![task],
+    };
+    let schedule = Schedule::Rotation(Rotation {
+        row_slot: 0,
+        col_slot: Some(1),
+        rows: 2,
+        cols: 2,
+        cells: vec![cell(0, 0, 0), cell(0, 1, 1), cell(1, 0, 2), cell(1, 1, 3)],
+    });
+    let task = |r: u64, c: u64| [(0, 2 * r + c, true), (1, c, true)];
+    plan_of(
+        vec![SlotMode::Checked, SlotMode::Checked],
+        schedule,
+        &[&task(0, 0), &task(0, 1), &task(1, 0), &task(1, 1)],
+    )
+}
+
+#[test]
+fn rotation_keeps_the_larger_table_and_moves_the_other_around_the_ring() {
+    let plan = rotation();
+    let lens = [4, 2];
+    let owners = [None, None];
+    let d0 = DistPlan::new(&plan, &lens, &owners, 2, 0, Transfers::Written);
+    let d1 = DistPlan::new(&plan, &lens, &owners, 2, 1, Transfers::Written);
+    // Rank p runs row block p; in step s, column block (p + s) mod 2.
+    assert_eq!(d0.steps, vec![Work::Cells(vec![0]), Work::Cells(vec![1])]);
+    assert_eq!(d1.steps, vec![Work::Cells(vec![3]), Work::Cells(vec![2])]);
+    // Step 0 touches only what each rank owns.
+    assert_eq!(d0.exchanges[0].recv, nothing(2, 2));
+    assert_eq!(d0.exchanges[0].send, nothing(2, 2));
+    // Step 1 swaps the column keys; the row table never moves.
+    assert_eq!(d0.exchanges[1].recv, only(2, 2, 1, 1, &[1]));
+    assert_eq!(d0.exchanges[1].send, only(2, 2, 1, 1, &[0]));
+    // Then they go home.
+    assert_eq!(d0.exchanges[2].send, only(2, 2, 1, 1, &[1]));
+    assert_eq!(d0.exchanges[2].recv, only(2, 2, 1, 1, &[0]));
+    assert_eq!(d1.exchanges[2].send, only(2, 2, 0, 1, &[0]));
+    assert_eq!(d0.fingerprint, d1.fingerprint);
+    let d3 = DistPlan::new(&plan, &lens, &owners, 1, 0, Transfers::Written);
+    assert_ne!(
+        d0.fingerprint, d3.fingerprint,
+        "another world, another cutting"
+    );
+}
+
+#[test]
+fn read_only_tables_are_fetched_once_and_never_sent_home() {
+    // Slot 1 is read-only; both tasks (one per rank) read key 1 of it (owned by rank 0).
+    let schedule = Schedule::Components(vec![Batch {
+        groups: vec![
+            Group {
+                id: 0,
+                tasks: vec![0],
+            },
+            Group {
+                id: 1,
+                tasks: vec![1],
+            },
+        ],
+    }]);
+    let plan = plan_of(
+        vec![SlotMode::Checked, SlotMode::ReadOnly],
+        schedule,
+        &[
+            &[(0, 0, true), (1, 1, false)],
+            &[(0, 3, true), (1, 1, false)],
+        ],
+    );
+    let (lens, owners) = ([4, 4], [None, None]);
+    let written = DistPlan::new(&plan, &lens, &owners, 2, 1, Transfers::Written);
+    // The written table's keys stay home; the read-only table is not worked out yet.
+    assert!(written.exchanges.iter().all(|e| e.recv == nothing(2, 2)));
+    assert!(!written.read_only);
+    let read = DistPlan::new(&plan, &lens, &owners, 2, 1, Transfers::ReadOnly);
+    assert_eq!(read.exchanges[0].recv, only(2, 2, 0, 1, &[1]));
+    assert_eq!(
+        read.exchanges[1].send,
+        nothing(2, 2),
+        "read-only keys stay put"
+    );
+    let mut both = written.clone();
+    both.add_read_only(read);
+    assert!(both.read_only);
+    assert_eq!(both.exchanges[0].recv, only(2, 2, 0, 1, &[1]));
+    assert_eq!(both.steps, written.steps);
+}
+
+#[test]
+fn work_all_lists_every_group_of_a_world_of_one() {
+    let plan = rotation();
+    assert_eq!(
+        Work::all(&plan.schedule),
+        vec![Work::Cells(vec![0, 1, 2, 3])]
+    );
+    let plan = crossed_components();
+    assert_eq!(
+        Work::all(&plan.schedule),
+        vec![Work::Groups {
+            batch: 0,
+            groups: vec![0, 1]
+        }]
+    );
+}
