@@ -16,7 +16,7 @@ mod pipeline;
 mod registry;
 mod site;
 mod stats;
-mod sync_engine;
+mod sync_for;
 mod workers;
 
 pub use async_for::run_async_for;
@@ -26,7 +26,6 @@ pub use opts::{Opts, SyncMode};
 pub(crate) use registry::Base;
 pub use registry::Registry;
 pub use site::{CallSite, LoopKind};
-pub(crate) use stats::record_stats;
 pub use stats::{loop_stats, LoopStats};
-pub use sync_engine::run_sync_for;
+pub use sync_for::run_sync_for;
 pub(crate) use workers::{body_error, FirstError, Merges};

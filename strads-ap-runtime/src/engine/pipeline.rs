@@ -45,9 +45,6 @@ pub(crate) struct Call<'a, T> {
     figures: RefCell<Figures>,
 }
 
-/// A call's figures as strategies add to them.
-pub(crate) type Notes = RefCell<Figures>;
-
 /// What a strategy ran.
 pub(crate) struct Ran {
     /// How the run went (a failure after the strategy had something to keep or forget).
@@ -152,11 +149,6 @@ impl<T> Call<'_, T> {
     /// Adds to this call's figures.
     pub fn note(&self, f: impl FnOnce(&mut Figures)) {
         f(&mut self.figures.borrow_mut());
-    }
-
-    /// This call's figures, for helpers that are not generic over the task.
-    pub fn notes(&self) -> &Notes {
-        &self.figures
     }
 
     /// Locks every captured table for the rest of the call (a table in use by another

@@ -81,7 +81,7 @@ impl LoopStats {
 #[derive(Default)]
 struct Stats(dashmap::DashMap<String, LoopStats>);
 
-pub(crate) fn record_stats(site: &CallSite, f: impl FnOnce(&mut LoopStats)) {
+fn record_stats(site: &CallSite, f: impl FnOnce(&mut LoopStats)) {
     let key = site.to_string();
     let stats = crate::cluster::here().local::<Stats>();
     let mut entry = stats.0.entry(key.clone()).or_insert_with(|| LoopStats {

@@ -1,0 +1,207 @@
+//! `sync_for!` in Hybrid mode: workers inside a process share progress asynchronously.
+//! Each worker runs a mini-batch on its replica, then adds its delta to the masters and
+//! goes on from the fresh values; across ranks, the ranks combine their changes at the end
+//! of every window of mini-batches.
+//!
+//! Without reconnaissance, workers note the keys they write (in their views) and push only
+//! those; before each mini-batch they refresh only the keys others pushed since. With
+//! reconnaissance (`Opts::re`), they refresh and push the keys the mini-batch's log names,
+//! and views refuse any other. Either way each mini-batch starts from the masters' current
+//! values, at a cost that follows the keys touched, not the tables' sizes.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use super::cross::{steps_everywhere, CrossRank, HYBRID_SYNCS, HYBRID_WINDOW};
+use super::keys::Tracked;
+use super::Minibatches;
+use crate::cluster::collective::Comm;
+use crate::dds::table::Replica;
+use crate::dds::Element;
+use crate::engine::ctx::{ExecCtx, UNTOUCHED};
+use crate::error::Result;
+
+/// Runs the call's mini-batches in windows (one window in a world of one).
+pub(super) fn run<Task: Sync, D: Element>(
+    m: &Minibatches<'_, Task, D>,
+    mut cross: Option<&mut CrossRank<'_>>,
+    comm: Option<&Comm>,
+) -> Result<()> {
+    // Across ranks: the local mini-batches in about `HYBRID_SYNCS` windows (at least a few
+    // mini-batches per thread each), each ending in a synchronisation point.
+    let window = if comm.is_some() {
+        (m.threads * HYBRID_WINDOW).max(m.batches.len().div_ceil(HYBRID_SYNCS))
+    } else {
+        m.batches.len().max(1)
+    };
+    let windows = steps_everywhere(comm, m.batches.len().div_ceil(window))?;
+    for w in 0..windows {
+        let lo = (w * window).min(m.batches.len());
+        let hi = ((w + 1) * window).min(m.batches.len());
+        let next = AtomicUsize::new(lo);
+        m.merges
+            .with(|pushed| *pushed = vec![Vec::new(); m.replicate.iter().filter(|&&r| r).count()]);
+        if hi > lo && !m.errors.failed() {
+            m.pool
+                .on_workers(m.threads.min(hi - lo), &|| work(m, &next, hi));
+        }
+        let stop = match &mut cross {
+            // SAFETY: the window's workers have all returned.
+            Some(c) => unsafe { c.sync(m.registry, m.bases, hi - lo, &m.errors)? },
+            None => m.errors.failed(),
+        };
+        if stop {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A Hybrid worker: its context, its replicas, and per replica what it tracks (without
+/// reconnaissance) or the tag of every key (with: the mini-batch that may touch it now).
+struct Worker {
+    ctx: ExecCtx,
+    replicas: Vec<(usize, Replica)>,
+    tracked: Vec<Tracked>,
+    tags: Vec<Vec<u32>>,
+}
+
+impl Worker {
+    fn new<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>) -> Self {
+        let (mut ctx, replicas) = m.new_worker();
+        let tracked: Vec<Tracked> = match m.sparse {
+            None => replicas
+                .iter()
+                .map(|(slot, _)| Tracked::new(m.bases[*slot].len))
+                .collect(),
+            Some(_) => Vec::new(),
+        };
+        for ((slot, _), t) in replicas.iter().zip(&tracked) {
+            ctx.bindings[*slot].dirty = t.dirty;
+        }
+        let tags: Vec<Vec<u32>> = match m.sparse {
+            Some(_) => replicas
+                .iter()
+                .map(|(slot, _)| vec![UNTOUCHED; m.bases[*slot].len])
+                .collect(),
+            None => Vec::new(),
+        };
+        // The tags' buffers stay where they are when the worker moves.
+        for ((slot, _), t) in replicas.iter().zip(&tags) {
+            ctx.bindings[*slot].tags = t.as_ptr();
+        }
+        Worker {
+            ctx,
+            replicas,
+            tracked,
+            tags,
+        }
+    }
+}
+
+/// A worker's loop: takes mini-batches below `hi` until none is left (or a run failed).
+fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize, hi: usize) {
+    let mut w = Worker::new(m);
+    loop {
+        let b = next.fetch_add(1, Ordering::Relaxed);
+        if b >= hi || m.errors.failed() {
+            break;
+        }
+        let t_merge = Instant::now();
+        refresh(m, &mut w, b);
+        m.merges.add(t_merge.elapsed());
+        m.run_batch(&w.ctx, b);
+        let t_merge = Instant::now();
+        push(m, &mut w, b);
+        m.merges.add(t_merge.elapsed());
+    }
+}
+
+/// Before mini-batch `b`: refreshes the worker's replicas from the masters.
+fn refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, b: usize) {
+    match m.sparse.as_deref() {
+        None => {
+            // The keys others pushed since this worker last looked.
+            let fresh: Vec<Vec<usize>> = m.merges.with(|pushed| {
+                w.tracked
+                    .iter_mut()
+                    .zip(pushed.iter())
+                    .map(|(t, log)| t.news(log))
+                    .collect()
+            });
+            let _shared = m.masters.read();
+            for (((t, (slot, r)), keys), locks) in w
+                .tracked
+                .iter_mut()
+                .zip(&mut w.replicas)
+                .zip(&fresh)
+                .zip(&m.key_locks)
+            {
+                let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
+                let master = m.bases[*slot].ptr;
+                // SAFETY: every merge of an element holds the element's lock, which
+                // `catch_up` takes, and replicas are made only while no merge runs
+                // (`masters`, held shared here).
+                unsafe { t.catch_up(keys, &**merger, master, r, b, locks) };
+            }
+        }
+        Some(log) => {
+            let touched = log.task(b);
+            let _shared = m.masters.read();
+            for (((slot, r), t), locks) in w.replicas.iter_mut().zip(&mut w.tags).zip(&m.key_locks)
+            {
+                let keys = || {
+                    touched
+                        .iter()
+                        .filter(|a| a.slot() == *slot)
+                        .map(|a| a.key() as usize)
+                };
+                for k in keys() {
+                    t[k] = b as u32;
+                }
+                w.ctx.bindings[*slot].allowed = b as u32;
+                let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
+                let master = m.bases[*slot].ptr;
+                // SAFETY: as above, each key locked while it is refreshed;
+                // reconnaissance keys are below the table's length.
+                unsafe { merger.refresh_keys(master, r, &mut locks.each(keys())) };
+            }
+        }
+    }
+}
+
+/// After mini-batch `b`: pushes the worker's changes into the masters (and, without
+/// reconnaissance, tells the other workers which keys).
+fn push<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, b: usize) {
+    {
+        let _shared = m.masters.read();
+        for (k, (slot, r)) in w.replicas.iter_mut().enumerate() {
+            let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
+            let master = m.bases[*slot].ptr;
+            let locks = &m.key_locks[k];
+            match m.sparse.as_deref() {
+                Some(log) => {
+                    let written = log
+                        .task(b)
+                        .iter()
+                        .filter(|a| a.slot() == *slot && a.write())
+                        .map(|a| a.key() as usize);
+                    // SAFETY: every merge of an element holds the element's lock, taken
+                    // here while the key is pushed; replicas are made only while no merge
+                    // runs (`masters`, held shared here).
+                    unsafe { merger.push_keys(master, r, &mut locks.each(written)) };
+                }
+                // SAFETY: as above; the body has returned, so no view holds the worker's
+                // note of written keys.
+                None => unsafe { w.tracked[k].push(&**merger, master, r, locks) },
+            }
+        }
+    }
+    if m.sparse.is_none() {
+        m.merges.with(|pushed| {
+            for (t, log) in w.tracked.iter_mut().zip(pushed.iter_mut()) {
+                t.announce(log);
+            }
+        });
+    }
+}
