@@ -11,17 +11,20 @@
 //! * [`engine`] — the serializable engine (`async_for!`) and the data-parallel engine
 //!   (`sync_for!`).
 
+mod access;
 pub mod checkpoint;
 pub mod cluster;
 pub mod dds;
 pub mod engine;
 mod error;
 pub mod plan;
+pub mod rank;
 pub mod recon;
 pub mod store;
 mod sync;
 pub mod transport;
 mod util;
+mod value;
 pub mod wire;
 
 #[doc(hidden)]

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use super::table::{lookup_table, register_table, TableHandle, TableLock};
 use super::view::{RecordVectorView, VectorView};
 use super::Element;
-use crate::engine::ctx::{raise, ExecCtx, Fault};
+use crate::access::{raise, ExecCtx, Fault};
 use crate::error::{Error, Result};
 use crate::recon::Recorder;
 use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -5,10 +5,10 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::aggregate::{Aggregate, Aggregation};
 use crate::cluster::collective::Comm;
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::value::{Aggregate, Aggregation};
 
 /// A rank's live tables by id, so that a handle deserialized from the wire finds its table
 /// and checkpoints can save and restore tables by id (kept per rank, see

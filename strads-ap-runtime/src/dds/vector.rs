@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::aggregate::{Aggregate, Aggregation};
 use super::map::DMap;
 use super::table::{lookup_table, VectorTable};
 use super::Element;
@@ -14,6 +13,7 @@ use crate::cluster::collective::Comm;
 use crate::cluster::{context, RankCtx};
 use crate::error::{Error, Result};
 use crate::store::RangePartition;
+use crate::value::{Aggregate, Aggregation};
 
 /// Elements per chunk of a parallel reduction.
 const REDUCE_CHUNK: usize = 4096;

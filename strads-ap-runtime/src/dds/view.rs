@@ -12,7 +12,7 @@ use std::ops::{Index, IndexMut};
 use std::sync::atomic::Ordering;
 
 use super::vector::VectorRef;
-use crate::engine::ctx::{raise, Binding, Conflict, Dirty, ExecCtx, Fault, LockWord, FREE, SHARED};
+use crate::access::{raise, Binding, Conflict, Dirty, ExecCtx, Fault, LockWord, FREE, SHARED};
 use crate::recon::Recorder;
 
 /// A DVector as a loop body sees it: indexable like a `Vec`.
@@ -184,7 +184,7 @@ impl<'a, T: Clone> VectorView<'a, T> {
     #[inline(never)]
     fn outside(&self, i: usize, write: bool, tag: u32) -> ! {
         let reason = match tag {
-            crate::engine::ctx::UNTOUCHED => "no task touched this element during reconnaissance",
+            crate::access::UNTOUCHED => "no task touched this element during reconnaissance",
             SHARED => "reconnaissance saw only reads of this element",
             _ => "the element belongs to another task group of the plan",
         };

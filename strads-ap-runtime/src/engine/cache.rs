@@ -151,7 +151,7 @@ pub fn cached_plans(file: &str, line: u32) -> usize {
 /// What a finished call leaves for the next (see [`super::pipeline::Ran`]).
 pub(crate) enum Keep {
     /// A plan (and its cutting across ranks) for the next call with this key.
-    Plan(PlanKey, Cached),
+    Plan(PlanKey, Box<Cached>),
     /// A locking run's table modes.
     Modes(PlanKey, Vec<SlotMode>),
     /// `sync_for!`'s reconnaissance log, which a body just contradicted: learn again.
@@ -163,7 +163,7 @@ impl Keep {
     pub fn apply(self) {
         let kept = kept();
         match self {
-            Keep::Plan(key, cached) => kept.plans.put(key, cached),
+            Keep::Plan(key, cached) => kept.plans.put(key, *cached),
             Keep::Modes(key, modes) => kept.modes.put(key, modes),
             Keep::ForgetSyncLog(key) => {
                 kept.sync_logs.remove(&key);

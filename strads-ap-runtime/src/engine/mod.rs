@@ -10,7 +10,6 @@
 mod async_for;
 mod cache;
 mod choose;
-pub(crate) mod ctx;
 mod opts;
 mod pipeline;
 mod registry;
@@ -19,9 +18,9 @@ mod stats;
 mod sync_for;
 mod workers;
 
+pub use crate::access::{ExecCtx, Indices, LoopIndex};
 pub use async_for::run_async_for;
 pub use cache::{cached_plans, KEPT_PER_SITE};
-pub use ctx::{ExecCtx, Indices, LoopIndex};
 pub use opts::{Opts, SyncMode};
 pub(crate) use registry::Base;
 pub use registry::Registry;

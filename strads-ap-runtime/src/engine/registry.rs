@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use super::ctx;
 use super::CallSite;
+use crate::access::Binding;
 use crate::dds::table::{Merger, TableHandle, TableLock};
 use crate::error::Error;
 
@@ -119,8 +119,8 @@ unsafe impl Sync for Base {}
 
 impl Base {
     /// A binding that reads and writes the table directly, unchecked.
-    pub fn binding(&self) -> ctx::Binding {
-        ctx::Binding {
+    pub fn binding(&self) -> Binding {
+        Binding {
             id: self.id,
             ptr: self.ptr,
             len: self.len,

@@ -5,8 +5,8 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::ctx::Fault;
 use super::CallSite;
+use crate::access::Fault;
 use crate::error::Error;
 use crate::sync::Mutex;
 use crate::util::panic_message;

@@ -113,203 +113,19 @@ impl DistPlan {
         which: Transfers,
     ) -> DistPlan {
         assert!((1..=MAX_RANKS).contains(&world));
-        let slots = lens.len();
-        // Per step, per rank: the task lists it runs (as slices of the plan).
-        let mut per_rank: Vec<Vec<Work>> = vec![Vec::new(); world];
         let mut hasher = DefaultHasher::new();
         plan.stats.hash(&mut hasher);
         world.hash(&mut hasher);
-        match &plan.schedule {
-            Schedule::Rotation(rot) => {
-                let share = |b: u32, blocks: usize| b as usize * world / blocks.max(1);
-                let one_dim = rot.col_slot.is_none() || rot.cols == 1;
-                let steps = if one_dim { 1 } else { world };
-                for w in &mut per_rank {
-                    *w = vec![Work::Cells(Vec::new()); steps];
-                }
-                // The larger rotated table stays; the other moves around the ring.
-                let col_stays = match rot.col_slot {
-                    Some(c) if !one_dim => lens[c] > lens[rot.row_slot],
-                    _ => false,
-                };
-                for (i, cell) in rot.cells.iter().enumerate() {
-                    let (stay, stay_blocks, moving, moving_blocks) = if col_stays {
-                        (cell.col, rot.cols, cell.row, rot.rows)
-                    } else {
-                        (cell.row, rot.rows, cell.col, rot.cols)
-                    };
-                    let rank = share(stay, stay_blocks);
-                    let step = if one_dim {
-                        0
-                    } else {
-                        (share(moving, moving_blocks) + world - rank) % world
-                    };
-                    if let Work::Cells(cells) = &mut per_rank[rank][step] {
-                        cells.push(i);
-                    }
-                    (i, rank, step).hash(&mut hasher);
-                }
-            }
-            Schedule::Components(batches) => {
-                for w in &mut per_rank {
-                    *w = Vec::with_capacity(batches.len());
-                }
-                for (b, batch) in batches.iter().enumerate() {
-                    let mut load = vec![0usize; world];
-                    let mut groups: Vec<Vec<usize>> = vec![Vec::new(); world];
-                    // Groups come heaviest first: longest processing time first.
-                    for (g, group) in batch.groups.iter().enumerate() {
-                        let rank = (0..world).min_by_key(|&r| (load[r], r)).expect("ranks");
-                        load[rank] += group.tasks.len();
-                        groups[rank].push(g);
-                        (b, g, rank).hash(&mut hasher);
-                    }
-                    for (r, groups) in groups.into_iter().enumerate() {
-                        per_rank[r].push(Work::Groups { batch: b, groups });
-                    }
-                }
-            }
-        }
+        // Per rank, per step: the task lists it runs (as slices of the plan).
+        let mut per_rank = cut_steps(plan, lens, world, &mut hasher);
         let steps = per_rank[0].len();
-
-        // Who holds the latest value of each element, step by step.
-        // (Read-only elements never change holder and written ones never meet them, so
-        // the two kinds are simulated apart.)
-        let tracked: Vec<bool> = (0..slots)
-            .map(|s| {
-                lens[s] > 0
-                    && match which {
-                        Transfers::Written => plan.modes[s] == SlotMode::Checked,
-                        Transfers::ReadOnly => plan.modes[s] == SlotMode::ReadOnly,
-                    }
-            })
-            .collect();
-        // Each element's owner, looked up rather than computed (a division) per access.
-        let owner_of: Vec<Vec<u8>> = (0..slots)
-            .map(|s| match (&owners[s], tracked[s]) {
-                (_, false) => Vec::new(),
-                (Some(o), true) => o.iter().map(|&r| r as u8).collect(),
-                (None, true) => {
-                    let part = RangePartition::new(lens[s], world);
-                    let mut of = vec![0u8; lens[s]];
-                    for r in 0..world {
-                        of[part.range(r)].fill(r as u8);
-                    }
-                    of
-                }
-            })
-            .collect();
-        let owner = |slot: usize, key: usize| owner_of[slot][key] as usize;
-        let mut holders: Vec<Vec<u64>> = owner_of
-            .iter()
-            .map(|of| of.iter().map(|&r| 1u64 << r).collect())
-            .collect();
-        let empty = || Exchange {
-            send: vec![vec![Vec::new(); slots]; world],
-            recv: vec![vec![Vec::new(); slots]; world],
-        };
-        let mut exchanges: Vec<Exchange> = (0..=steps).map(|_| empty()).collect();
-        let mut received = 0usize;
-        // Ranks that get an element in the current step's exchange: they cannot be its
-        // source in that same exchange.
-        let mut arriving: Vec<Vec<u64>> = holders.iter().map(|h| vec![0; h.len()]).collect();
-        let mut arrived: Vec<(usize, usize)> = Vec::new();
-        // Within a step the order of tasks does not matter (an element one rank writes in
-        // a step is touched by no other rank in it, and read-only elements never change
-        // holder), so the step's tasks are visited in task order: the log, and the
-        // holders of tables indexed like the loop, are then read sequentially rather than
-        // at random (which made this simulation cost more than a serial epoch).
-        let n_tasks = plan.log.tasks();
-        let mut rank_of: Vec<u8> = Vec::new();
-        let mut listed: Vec<u64> = Vec::new();
-        for (step, exchange) in exchanges.iter_mut().enumerate().take(steps) {
-            let mut count = 0usize;
-            for works in &per_rank {
-                for_tasks(plan, &works[step], |_| count += 1);
-            }
-            let mut visit = |t: usize, q: usize| {
-                let bit = 1u64 << q;
-                for a in plan.log.task(t) {
-                    let (slot, key) = (a.slot(), a.key() as usize);
-                    if !tracked[slot] || key >= lens[slot] {
-                        continue;
-                    }
-                    let held = &mut holders[slot][key];
-                    if *held & bit == 0 {
-                        let sources = *held & !arriving[slot][key];
-                        let home = owner(slot, key);
-                        let src = if sources >> home & 1 == 1 {
-                            home
-                        } else {
-                            sources.trailing_zeros() as usize
-                        };
-                        debug_assert!(src < world, "an element with no holder");
-                        if src == me {
-                            exchange.send[q][slot].push(key as u64);
-                        }
-                        if q == me {
-                            exchange.recv[src][slot].push(key as u64);
-                            received += 1;
-                        }
-                        *held |= bit;
-                        if arriving[slot][key] == 0 {
-                            arrived.push((slot, key));
-                        }
-                        arriving[slot][key] |= bit;
-                    }
-                    if a.write() {
-                        *held = bit;
-                    }
-                }
-            };
-            if count.saturating_mul(16) >= n_tasks {
-                // A large step: mark its tasks, then scan all tasks in order.
-                rank_of.resize(n_tasks, u8::MAX);
-                for (q, works) in per_rank.iter().enumerate() {
-                    for_tasks(plan, &works[step], |t| rank_of[t as usize] = q as u8);
-                }
-                for (t, q) in rank_of.iter_mut().enumerate() {
-                    if *q != u8::MAX {
-                        visit(t, *q as usize);
-                        *q = u8::MAX;
-                    }
-                }
-            } else {
-                // A small one: sort its (task, rank) pairs.
-                listed.clear();
-                for (q, works) in per_rank.iter().enumerate() {
-                    for_tasks(plan, &works[step], |t| {
-                        listed.push(u64::from(t) << 8 | q as u64)
-                    });
-                }
-                listed.sort_unstable();
-                for &e in &listed {
-                    visit((e >> 8) as usize, (e & 0xff) as usize);
-                }
-            }
-            for (slot, key) in arrived.drain(..) {
-                arriving[slot][key] = 0;
-            }
-        }
-        // Written elements go home.
-        let last = &mut exchanges[steps];
-        for slot in (0..slots).filter(|&s| tracked[s] && plan.modes[s] == SlotMode::Checked) {
-            for (key, &held) in holders[slot].iter().enumerate() {
-                let home = owner(slot, key);
-                if held >> home & 1 == 0 {
-                    let src = held.trailing_zeros() as usize;
-                    if src == me {
-                        last.send[home][slot].push(key as u64);
-                    }
-                    if home == me {
-                        last.recv[src][slot].push(key as u64);
-                    }
-                }
-            }
-        }
+        let mut sim = Simulation::new(plan, lens, owners, world, me, which);
+        let mut exchanges: Vec<Exchange> =
+            (0..steps).map(|step| sim.step(&per_rank, step)).collect();
+        exchanges.push(sim.home());
         DistPlan {
             steps: std::mem::take(&mut per_rank[me]),
-            received: received / steps.max(1),
+            received: sim.received / steps.max(1),
             exchanges,
             fingerprint: hasher.finish(),
             read_only: which == Transfers::ReadOnly,
@@ -337,6 +153,269 @@ impl DistPlan {
         }
         self.received += other.received;
         self.read_only = true;
+    }
+}
+
+/// Which work each rank runs in each step (see the module docs), hashing the cutting into
+/// `hasher`.
+fn cut_steps(
+    plan: &Plan,
+    lens: &[usize],
+    world: usize,
+    hasher: &mut DefaultHasher,
+) -> Vec<Vec<Work>> {
+    let mut per_rank: Vec<Vec<Work>> = vec![Vec::new(); world];
+    match &plan.schedule {
+        Schedule::Rotation(rot) => {
+            let share = |b: u32, blocks: usize| b as usize * world / blocks.max(1);
+            let one_dim = rot.col_slot.is_none() || rot.cols == 1;
+            let steps = if one_dim { 1 } else { world };
+            for w in &mut per_rank {
+                *w = vec![Work::Cells(Vec::new()); steps];
+            }
+            // The larger rotated table stays; the other moves around the ring.
+            let col_stays = match rot.col_slot {
+                Some(c) if !one_dim => lens[c] > lens[rot.row_slot],
+                _ => false,
+            };
+            for (i, cell) in rot.cells.iter().enumerate() {
+                let (stay, stay_blocks, moving, moving_blocks) = if col_stays {
+                    (cell.col, rot.cols, cell.row, rot.rows)
+                } else {
+                    (cell.row, rot.rows, cell.col, rot.cols)
+                };
+                let rank = share(stay, stay_blocks);
+                let step = if one_dim {
+                    0
+                } else {
+                    (share(moving, moving_blocks) + world - rank) % world
+                };
+                if let Work::Cells(cells) = &mut per_rank[rank][step] {
+                    cells.push(i);
+                }
+                (i, rank, step).hash(hasher);
+            }
+        }
+        Schedule::Components(batches) => {
+            for w in &mut per_rank {
+                *w = Vec::with_capacity(batches.len());
+            }
+            for (b, batch) in batches.iter().enumerate() {
+                let mut load = vec![0usize; world];
+                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); world];
+                // Groups come heaviest first: longest processing time first.
+                for (g, group) in batch.groups.iter().enumerate() {
+                    let rank = (0..world).min_by_key(|&r| (load[r], r)).expect("ranks");
+                    load[rank] += group.tasks.len();
+                    groups[rank].push(g);
+                    (b, g, rank).hash(hasher);
+                }
+                for (r, groups) in groups.into_iter().enumerate() {
+                    per_rank[r].push(Work::Groups { batch: b, groups });
+                }
+            }
+        }
+    }
+    per_rank
+}
+
+/// Who holds the latest value of each element, step by step, from one rank's point of
+/// view. At first that is the owner; a rank that touches an element it does not hold
+/// fetches it before the step, from a rank that held it before; a rank that writes an
+/// element becomes its only holder. (Read-only elements never change holder and written
+/// ones never meet them, so the two kinds are simulated apart: `which`.)
+struct Simulation<'p> {
+    plan: &'p Plan,
+    lens: &'p [usize],
+    world: usize,
+    me: usize,
+    /// Per slot: simulated (by `which`).
+    tracked: Vec<bool>,
+    /// Each element's owner, looked up rather than computed (a division) per access.
+    owner_of: Vec<Vec<u8>>,
+    /// Per slot, per key: the ranks holding its latest value (a bit set).
+    holders: Vec<Vec<u64>>,
+    /// Ranks that get an element in the current step's exchange: they cannot be its
+    /// source in that same exchange.
+    arriving: Vec<Vec<u64>>,
+    arrived: Vec<(usize, usize)>,
+    /// Elements this rank received so far.
+    received: usize,
+    /// Scratch: per task, the rank running it in a large step.
+    rank_of: Vec<u8>,
+    /// Scratch: (task, rank) pairs of a small step.
+    listed: Vec<u64>,
+}
+
+impl<'p> Simulation<'p> {
+    fn new(
+        plan: &'p Plan,
+        lens: &'p [usize],
+        owners: &[Option<Vec<u16>>],
+        world: usize,
+        me: usize,
+        which: Transfers,
+    ) -> Self {
+        let tracked: Vec<bool> = (0..lens.len())
+            .map(|s| {
+                lens[s] > 0
+                    && match which {
+                        Transfers::Written => plan.modes[s] == SlotMode::Checked,
+                        Transfers::ReadOnly => plan.modes[s] == SlotMode::ReadOnly,
+                    }
+            })
+            .collect();
+        let owner_of: Vec<Vec<u8>> = (0..lens.len())
+            .map(|s| match (&owners[s], tracked[s]) {
+                (_, false) => Vec::new(),
+                (Some(o), true) => o.iter().map(|&r| r as u8).collect(),
+                (None, true) => {
+                    let part = RangePartition::new(lens[s], world);
+                    let mut of = vec![0u8; lens[s]];
+                    for r in 0..world {
+                        of[part.range(r)].fill(r as u8);
+                    }
+                    of
+                }
+            })
+            .collect();
+        let holders: Vec<Vec<u64>> = owner_of
+            .iter()
+            .map(|of| of.iter().map(|&r| 1u64 << r).collect())
+            .collect();
+        let arriving = holders.iter().map(|h| vec![0; h.len()]).collect();
+        Simulation {
+            plan,
+            lens,
+            world,
+            me,
+            tracked,
+            owner_of,
+            holders,
+            arriving,
+            arrived: Vec::new(),
+            received: 0,
+            rank_of: Vec::new(),
+            listed: Vec::new(),
+        }
+    }
+
+    /// An exchange with nothing to move.
+    fn empty(&self) -> Exchange {
+        Exchange {
+            send: vec![vec![Vec::new(); self.lens.len()]; self.world],
+            recv: vec![vec![Vec::new(); self.lens.len()]; self.world],
+        }
+    }
+
+    /// The exchange before `step`, in which each rank runs `per_rank[rank][step]`.
+    ///
+    /// Within a step the order of tasks does not matter (an element one rank writes in a
+    /// step is touched by no other rank in it, and read-only elements never change
+    /// holder), so the step's tasks are visited in task order: the log, and the holders of
+    /// tables indexed like the loop, are then read sequentially rather than at random
+    /// (which made this simulation cost more than a serial epoch).
+    fn step(&mut self, per_rank: &[Vec<Work>], step: usize) -> Exchange {
+        let plan = self.plan;
+        let mut exchange = self.empty();
+        let mut count = 0usize;
+        for works in per_rank {
+            for_tasks(plan, &works[step], |_| count += 1);
+        }
+        let n_tasks = plan.log.tasks();
+        if count.saturating_mul(16) >= n_tasks {
+            // A large step: mark its tasks, then scan all tasks in order.
+            let mut rank_of = std::mem::take(&mut self.rank_of);
+            rank_of.resize(n_tasks, u8::MAX);
+            for (q, works) in per_rank.iter().enumerate() {
+                for_tasks(plan, &works[step], |t| rank_of[t as usize] = q as u8);
+            }
+            for (t, q) in rank_of.iter_mut().enumerate() {
+                if *q != u8::MAX {
+                    self.visit(&mut exchange, t, *q as usize);
+                    *q = u8::MAX;
+                }
+            }
+            self.rank_of = rank_of;
+        } else {
+            // A small one: sort its (task, rank) pairs.
+            let mut listed = std::mem::take(&mut self.listed);
+            listed.clear();
+            for (q, works) in per_rank.iter().enumerate() {
+                for_tasks(plan, &works[step], |t| {
+                    listed.push(u64::from(t) << 8 | q as u64)
+                });
+            }
+            listed.sort_unstable();
+            for &e in &listed {
+                self.visit(&mut exchange, (e >> 8) as usize, (e & 0xff) as usize);
+            }
+            self.listed = listed;
+        }
+        for (slot, key) in self.arrived.drain(..) {
+            self.arriving[slot][key] = 0;
+        }
+        exchange
+    }
+
+    /// Task `t`, run by rank `q`: fetches what `q` does not hold, then `q` alone holds
+    /// what the task writes.
+    fn visit(&mut self, exchange: &mut Exchange, t: usize, q: usize) {
+        let bit = 1u64 << q;
+        let plan = self.plan;
+        for a in plan.log.task(t) {
+            let (slot, key) = (a.slot(), a.key() as usize);
+            if !self.tracked[slot] || key >= self.lens[slot] {
+                continue;
+            }
+            let held = &mut self.holders[slot][key];
+            if *held & bit == 0 {
+                let sources = *held & !self.arriving[slot][key];
+                let home = self.owner_of[slot][key] as usize;
+                let src = if sources >> home & 1 == 1 {
+                    home
+                } else {
+                    sources.trailing_zeros() as usize
+                };
+                debug_assert!(src < self.world, "an element with no holder");
+                if src == self.me {
+                    exchange.send[q][slot].push(key as u64);
+                }
+                if q == self.me {
+                    exchange.recv[src][slot].push(key as u64);
+                    self.received += 1;
+                }
+                *held |= bit;
+                if self.arriving[slot][key] == 0 {
+                    self.arrived.push((slot, key));
+                }
+                self.arriving[slot][key] |= bit;
+            }
+            if a.write() {
+                *held = bit;
+            }
+        }
+    }
+
+    /// The final exchange: written elements go back to their owners.
+    fn home(&self) -> Exchange {
+        let mut last = self.empty();
+        let checked = |s: &usize| self.tracked[*s] && self.plan.modes[*s] == SlotMode::Checked;
+        for slot in (0..self.lens.len()).filter(checked) {
+            for (key, &held) in self.holders[slot].iter().enumerate() {
+                let home = self.owner_of[slot][key] as usize;
+                if held >> home & 1 == 0 {
+                    let src = held.trailing_zeros() as usize;
+                    if src == self.me {
+                        last.send[home][slot].push(key as u64);
+                    }
+                    if home == self.me {
+                        last.recv[src][slot].push(key as u64);
+                    }
+                }
+            }
+        }
+        last
     }
 }
 

@@ -21,7 +21,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rayon::prelude::*;
 
-use crate::engine::ctx::{SHARED, UNTOUCHED};
+use crate::access::{SHARED, UNTOUCHED};
 use crate::recon::{Access, AccessLog};
 
 pub(crate) mod dist;

@@ -122,7 +122,7 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
                 let tag = tags[a.slot()][a.key() as usize];
                 let allowed = plan.allowed(a.slot(), *g);
                 assert!(
-                    tag == allowed || (!a.write() && tag == crate::engine::ctx::SHARED),
+                    tag == allowed || (!a.write() && tag == crate::access::SHARED),
                     "task {t}'s access {a:?} refused by its own plan"
                 );
             }

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ops::Range;
 
-use crate::engine::LoopIndex;
+use crate::access::LoopIndex;
 
 /// Most tables one loop may capture.
 pub const MAX_TABLES: usize = 255;

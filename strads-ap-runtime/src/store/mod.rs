@@ -1,6 +1,13 @@
-//! The partitioned store, sans-IO: which rank owns which element, and what a rank's shard
-//! does with a batched request. No sockets here: the engines move the bytes (over a
-//! [`crate::transport::Transport`]) and call [`Shard::handle`] on the owner.
+//! Where elements live across ranks, sans-IO: which rank owns which element, and the
+//! batched requests an owner answers.
+//!
+//! What runs today: every DDS and engine places elements by these partitions (a DVector's
+//! range per rank, a map key's owner, each rank's share of an `async_for!`'s tasks).
+//! What does not, yet: no engine sends [`Request`]s. Across ranks a loop gathers whole
+//! tables or moves exactly the elements its plan needs (`engine/async_for/exchange.rs`),
+//! and driver operators gather or combine with collectives. [`Shard`] and [`Request`] are
+//! the get/put/add protocol that partitioned storage (each rank holding only its share)
+//! will move elements through; they are tested here and by property tests, not wired in.
 //!
 //! * A `DVector` of `len` elements is cut into contiguous ranges, one per rank, of sizes
 //!   differing by at most one ([`RangePartition`]): no per-element hashing, and an
@@ -29,9 +36,9 @@ use std::ops::Range;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::dds::Aggregate;
 use crate::error::{Error, Result};
-use crate::transport::Rank;
+use crate::rank::Rank;
+use crate::value::Aggregate;
 
 /// Contiguous, balanced ranges of a vector's indices, one per rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

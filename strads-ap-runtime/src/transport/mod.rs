@@ -26,8 +26,7 @@ pub mod quic;
 
 pub use quic::{QuicOptions, QuicTransport};
 
-/// A rank: `0..world_size`.
-pub type Rank = usize;
+pub use crate::rank::Rank;
 
 /// The kind of traffic a tag belongs to (its top byte).
 pub mod tags {

@@ -320,6 +320,33 @@ impl std::fmt::Debug for QuicTransport {
     }
 }
 
+/// The accept loop: hands authenticated connections over; refuses the rest.
+fn spawn_accept_loop(
+    runtime: &tokio::runtime::Runtime,
+    endpoint: &Endpoint,
+    opts: &Arc<QuicOptions>,
+) -> mpsc::UnboundedReceiver<Joined> {
+    let (joined_tx, joined_rx) = mpsc::unbounded_channel::<Joined>();
+    let endpoint = endpoint.clone();
+    let opts = opts.clone();
+    runtime.spawn(async move {
+        while let Some(incoming) = endpoint.accept().await {
+            let opts = opts.clone();
+            let tx = joined_tx.clone();
+            tokio::spawn(async move {
+                let from = incoming.remote_address();
+                match accept_peer(incoming, &opts).await {
+                    Ok(j) => {
+                        let _ = tx.send(j);
+                    }
+                    Err(reason) => refused(opts.rank, from, &reason),
+                }
+            });
+        }
+    });
+    joined_rx
+}
+
 /// A connection that passed the handshake, with the peer's rank.
 struct Joined {
     rank: Rank,
@@ -359,27 +386,7 @@ impl QuicTransport {
         let mailbox = Arc::new(Mailbox::new(opts.world));
         let closed = Arc::new(AtomicBool::new(false));
 
-        // Accept loop: hands authenticated connections over; refuses the rest.
-        let (joined_tx, mut joined_rx) = mpsc::unbounded_channel::<Joined>();
-        {
-            let endpoint = endpoint.clone();
-            let opts = opts.clone();
-            runtime.spawn(async move {
-                while let Some(incoming) = endpoint.accept().await {
-                    let opts = opts.clone();
-                    let tx = joined_tx.clone();
-                    tokio::spawn(async move {
-                        let from = incoming.remote_address();
-                        match accept_peer(incoming, &opts).await {
-                            Ok(j) => {
-                                let _ = tx.send(j);
-                            }
-                            Err(reason) => refused(opts.rank, from, &reason),
-                        }
-                    });
-                }
-            });
-        }
+        let mut joined_rx = spawn_accept_loop(&runtime, &endpoint, &opts);
 
         let t = QuicTransport {
             rank: opts.rank,
@@ -393,46 +400,34 @@ impl QuicTransport {
             local,
             runtime,
         };
-        let wait_joined = |t: &QuicTransport,
-                           rx: &mut mpsc::UnboundedReceiver<Joined>,
-                           want: &[Rank]|
-         -> Result<()> {
-            let mut missing: Vec<Rank> = want.to_vec();
-            while !missing.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let got = t
-                    .runtime
-                    .block_on(async { tokio::time::timeout(left, rx.recv()).await });
-                match got {
-                    Ok(Some(j)) => {
-                        if let Some(pos) = missing.iter().position(|&r| r == j.rank) {
-                            missing.remove(pos);
-                            t.attach(j.rank, j.conn);
-                        } else {
-                            let reason = format!("rank {} is already connected", j.rank);
-                            j.conn
-                                .close(VarInt::from_u32(codes::REFUSED), reason.as_bytes());
-                            refused(t.rank, j.conn.remote_address(), &reason);
-                        }
-                    }
-                    Ok(None) => return Err(Error::Transport("the accept loop stopped".into())),
-                    Err(_) => {
-                        return Err(Error::Timeout {
-                            what: format!(
-                                "rank(s) {missing:?} to connect to rank {} at {}",
-                                t.rank, t.local
-                            ),
-                            secs: opts.startup_timeout.as_secs_f64(),
-                        })
-                    }
-                }
+        t.meet_ranks(&mut joined_rx, &opts, deadline)?;
+        // Later connections (intruders, duplicates) are refused by the accept loop's
+        // handshake or here.
+        let rank = t.rank;
+        t.runtime.spawn(async move {
+            while let Some(j) = joined_rx.recv().await {
+                let reason = format!("rank {} is already connected", j.rank);
+                j.conn
+                    .close(VarInt::from_u32(codes::REFUSED), reason.as_bytes());
+                refused(rank, j.conn.remote_address(), &reason);
             }
-            Ok(())
-        };
+        });
+        Ok(Arc::new(t))
+    }
 
+    /// Rank 0 waits for every rank and sends them the rank table (the addresses it saw
+    /// them connect from); the others join rank 0, connect to the ranks below them and
+    /// wait for those above.
+    fn meet_ranks(
+        &self,
+        joined_rx: &mut mpsc::UnboundedReceiver<Joined>,
+        opts: &QuicOptions,
+        deadline: Instant,
+    ) -> Result<()> {
+        let t = self;
         if t.rank == 0 {
             let others: Vec<Rank> = (1..t.world).collect();
-            wait_joined(&t, &mut joined_rx, &others)?;
+            t.wait_joined(joined_rx, &others, opts, deadline)?;
             let table: Vec<SocketAddr> = {
                 let conns = t.conns.lock();
                 (0..t.world)
@@ -447,7 +442,7 @@ impl QuicTransport {
                 t.send_shared(r, tags::RANK_TABLE, bytes.clone())?;
             }
         } else {
-            let conn = connect_with_retry(&t, &opts, opts.rendezvous, 0, deadline)?;
+            let conn = connect_with_retry(t, opts, opts.rendezvous, 0, deadline)?;
             t.attach(0, conn);
             let bytes = t.mailbox.take(0, tags::RANK_TABLE, deadline)?;
             let table: Vec<SocketAddr> = postcard::from_bytes(&bytes)
@@ -458,24 +453,56 @@ impl QuicTransport {
                     reason: "sent a malformed rank table".into(),
                 })?;
             for (j, &addr) in table.iter().enumerate().take(t.rank).skip(1) {
-                let conn = connect_with_retry(&t, &opts, addr, j, deadline)?;
+                let conn = connect_with_retry(t, opts, addr, j, deadline)?;
                 t.attach(j, conn);
             }
             let higher: Vec<Rank> = (t.rank + 1..t.world).collect();
-            wait_joined(&t, &mut joined_rx, &higher)?;
+            t.wait_joined(joined_rx, &higher, opts, deadline)?;
         }
-        // Later connections (intruders, duplicates) are refused by the accept loop's
-        // handshake or here.
-        let rank = t.rank;
-        t.runtime.spawn(async move {
-            while let Some(j) = joined_rx.recv().await {
-                let reason = format!("rank {} is already connected", j.rank);
-                j.conn
-                    .close(VarInt::from_u32(codes::REFUSED), reason.as_bytes());
-                refused(rank, j.conn.remote_address(), &reason);
+        Ok(())
+    }
+
+    /// Waits until the ranks `want` have connected (and passed the handshake); refuses a
+    /// rank that connects twice.
+    fn wait_joined(
+        &self,
+        rx: &mut mpsc::UnboundedReceiver<Joined>,
+        want: &[Rank],
+        opts: &QuicOptions,
+        deadline: Instant,
+    ) -> Result<()> {
+        let t = self;
+        let mut missing: Vec<Rank> = want.to_vec();
+        while !missing.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let got = t
+                .runtime
+                .block_on(async { tokio::time::timeout(left, rx.recv()).await });
+            match got {
+                Ok(Some(j)) => {
+                    if let Some(pos) = missing.iter().position(|&r| r == j.rank) {
+                        missing.remove(pos);
+                        t.attach(j.rank, j.conn);
+                    } else {
+                        let reason = format!("rank {} is already connected", j.rank);
+                        j.conn
+                            .close(VarInt::from_u32(codes::REFUSED), reason.as_bytes());
+                        refused(t.rank, j.conn.remote_address(), &reason);
+                    }
+                }
+                Ok(None) => return Err(Error::Transport("the accept loop stopped".into())),
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        what: format!(
+                            "rank(s) {missing:?} to connect to rank {} at {}",
+                            t.rank, t.local
+                        ),
+                        secs: opts.startup_timeout.as_secs_f64(),
+                    })
+                }
             }
-        });
-        Ok(Arc::new(t))
+        }
+        Ok(())
     }
 
     /// Starts a transport from the launcher's environment (see [`mod@env`]).

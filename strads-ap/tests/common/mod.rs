@@ -177,23 +177,16 @@ pub fn check_serializable(
     );
 }
 
-/// Whether the graph (adjacency lists) has no cycle: Kahn's algorithm removes every node.
+/// Whether the graph (adjacency lists) has no cycle.
 pub fn acyclic(edges: &[Vec<usize>]) -> bool {
-    let n = edges.len();
-    let mut indegree = vec![0usize; n];
-    edges.iter().flatten().for_each(|&t| indegree[t] += 1);
-    let mut ready: Vec<usize> = (0..n).filter(|&t| indegree[t] == 0).collect();
-    let mut removed = 0;
-    while let Some(t) = ready.pop() {
-        removed += 1;
-        for &u in &edges[t] {
-            indegree[u] -= 1;
-            if indegree[u] == 0 {
-                ready.push(u);
-            }
+    let mut graph = petgraph::graph::DiGraph::<(), ()>::new();
+    let nodes: Vec<_> = (0..edges.len()).map(|_| graph.add_node(())).collect();
+    for (from, tos) in edges.iter().enumerate() {
+        for &to in tos {
+            graph.add_edge(nodes[from], nodes[to], ());
         }
     }
-    removed == n
+    !petgraph::algo::is_cyclic_directed(&graph)
 }
 
 /// Runs `job` as every rank of a `world`-rank in-process cluster (one thread per rank over

@@ -15,11 +15,11 @@ use super::execute::execute;
 use super::planned::{make_plan, LogSource};
 use super::reconnoitre::reconnoitre;
 use super::{table_infos, written_slots, Loop};
+use crate::access::LoopIndex;
 use crate::cluster::collective::Comm;
 use crate::cluster::context;
 use crate::dds::table::{ShadowValidity, TableHandle};
 use crate::engine::cache::{kept, Cached, Keep};
-use crate::engine::ctx::LoopIndex;
 use crate::engine::pipeline::Ran;
 use crate::engine::Base;
 use crate::error::{Error, Result};
@@ -339,7 +339,7 @@ fn run_steps<Task: Sync, I: LoopIndex>(
             plan,
             dist: Some(dist),
         };
-        ran = ran.keeping(Keep::Plan(l.key.clone(), cached));
+        ran = ran.keeping(Keep::Plan(l.key.clone(), Box::new(cached)));
     }
     Steps {
         ran,

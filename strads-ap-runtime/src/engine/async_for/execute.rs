@@ -6,8 +6,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Loop;
+use crate::access::{Binding, ExecCtx, Indices, LoopIndex};
 use crate::dds::table::Replica;
-use crate::engine::ctx::{Binding, ExecCtx, Indices, LoopIndex};
 use crate::engine::{body_error, Base, FirstError, Merges, Registry};
 use crate::error::Result;
 use crate::plan::{self, GroupRef, Plan, Schedule, SlotMode, Work};

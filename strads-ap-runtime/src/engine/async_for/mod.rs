@@ -14,9 +14,9 @@ use std::ops::Range;
 
 use super::cache::{kept, PlanKey};
 use super::choose::{async_strategy, AsyncCall, AsyncStrategy};
-use super::ctx::{ExecCtx, Indices, LoopIndex};
 use super::pipeline::{self, Call};
 use super::{Base, CallSite, Opts, Registry};
+use crate::access::{ExecCtx, Indices, LoopIndex};
 use crate::error::{Error, Result};
 use crate::plan::{SlotMode, TableInfo};
 use crate::recon::{RecordIndices, Recorder, MAX_TABLES};

@@ -6,9 +6,9 @@ use std::time::Instant;
 use super::execute::execute;
 use super::reconnoitre::reconnoitre;
 use super::{table_infos, written_slots, Loop};
+use crate::access::LoopIndex;
 use crate::cluster::context;
 use crate::engine::cache::{kept, Cached, Keep};
-use crate::engine::ctx::LoopIndex;
 use crate::engine::pipeline::Ran;
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan, PlanConfig, TableInfo, Work};
@@ -54,7 +54,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     Ok(match ran.outcome {
         // A body that wrote a table reconnaissance saw only read: plan again next call.
         Err(Error::AccessOutsidePlan { .. }) => ran,
-        _ => ran.keeping(Keep::Plan(l.key.clone(), Cached { plan, dist: None })),
+        _ => ran.keeping(Keep::Plan(
+            l.key.clone(),
+            Box::new(Cached { plan, dist: None }),
+        )),
     })
 }
 

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rayon::prelude::*;
 
-use crate::engine::ctx::LoopIndex;
+use crate::access::LoopIndex;
 use crate::engine::{body_error, Base, CallSite};
 use crate::error::Result;
 use crate::recon::{AccessLog, LogRoom, RecordIndices, Recorder};

@@ -11,8 +11,8 @@ use std::time::Instant;
 use super::planned::{make_plan, LogSource};
 use super::reconnoitre::chunk_ranges;
 use super::{table_infos, written_slots, Loop};
+use crate::access::LoopIndex;
 use crate::engine::cache::{Cached, Keep};
-use crate::engine::ctx::LoopIndex;
 use crate::engine::pipeline::Ran;
 use crate::engine::{body_error, Base};
 use crate::error::Result;
@@ -30,7 +30,7 @@ pub(super) fn run_for_plan<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Res
     let plan = make_plan(l, log, LogSource::Recorded(ahead), tables, l.call.threads);
     let written = written_slots(&plan.modes);
     let cached = Cached { plan, dist: None };
-    Ok(Ran::new(Ok(()), written).keeping(Keep::Plan(l.key.clone(), cached)))
+    Ok(Ran::new(Ok(()), written).keeping(Keep::Plan(l.key.clone(), Box::new(cached))))
 }
 
 /// A recorded run of a re-checked loop, whose log gives the locking runs' table modes.

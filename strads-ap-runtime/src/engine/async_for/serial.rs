@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use super::reconnoitre::reconnoitre;
 use super::Loop;
+use crate::access::{ExecCtx, Indices, LoopIndex};
 use crate::engine::cache::kept;
-use crate::engine::ctx::{ExecCtx, Indices, LoopIndex};
 use crate::engine::pipeline::Ran;
 use crate::engine::{body_error, Base, CallSite};
 use crate::error::Result;

@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use super::cross::{steps_everywhere, CrossRank};
 use super::Minibatches;
+use crate::access::ExecCtx;
 use crate::cluster::collective::Comm;
 use crate::dds::table::Replica;
 use crate::dds::Element;
-use crate::engine::ctx::ExecCtx;
 use crate::error::Result;
 
 /// A worker's context and replicas, moved between rayon threads.

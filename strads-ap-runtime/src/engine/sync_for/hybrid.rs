@@ -15,10 +15,10 @@ use std::time::Instant;
 use super::cross::{steps_everywhere, CrossRank, HYBRID_SYNCS, HYBRID_WINDOW};
 use super::keys::Tracked;
 use super::Minibatches;
+use crate::access::{ExecCtx, UNTOUCHED};
 use crate::cluster::collective::Comm;
 use crate::dds::table::Replica;
 use crate::dds::Element;
-use crate::engine::ctx::{ExecCtx, UNTOUCHED};
 use crate::error::Result;
 
 /// Runs the call's mini-batches in windows (one window in a world of one).

@@ -4,8 +4,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::access::Dirty;
 use crate::dds::table::{Merger, Replica};
-use crate::engine::ctx::Dirty;
 
 /// A Hybrid worker's bookkeeping for one replica when there is no reconnaissance: the
 /// keys it wrote since its last push (noted by its views), how much of the call's push log

@@ -17,9 +17,9 @@ use std::time::Instant;
 
 use super::cache::{kept, Keep, TablesKey};
 use super::choose::{sync_strategy, SyncCall, SyncStrategy};
-use super::ctx::{Binding, ExecCtx};
 use super::pipeline::{self, Call, Ran};
 use super::{body_error, Base, CallSite, FirstError, Merges, Opts, Registry, SyncMode};
+use crate::access::{Binding, ExecCtx};
 use crate::cluster::collective::Comm;
 use crate::cluster::Pool;
 use crate::dds::table::{Replica, TableHandle};

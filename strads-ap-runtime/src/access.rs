@@ -1,4 +1,10 @@
-//! What a loop body sees while it runs: the bindings of its captured DDSs.
+//! What a loop body sees while it runs: the bindings of its captured DDSs, and the
+//! faults a view raises.
+//!
+//! This layer sits below the DDS views and the engines and imports neither: an engine
+//! hands each view a [`Binding`] (where the table's elements are, and the mode the plan
+//! gives the table: read-only, tag-checked, locked, replicated), and the view checks every
+//! access against it.
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -26,7 +32,7 @@ pub(crate) struct Binding {
     pub read_only_reason: &'static str,
     /// Where a worker's replica notes the keys it writes (Hybrid `sync_for!`), or null.
     pub dirty: *mut Dirty,
-    /// Locking runs (see [`crate::engine::locks`]): per key, the task epoch in which this
+    /// Locking runs (`engine/async_for/locking.rs`): per key, the task epoch in which this
     /// worker last touched it (first touches lock and save the element), or null.
     pub stamps: *mut u32,
     /// Locking runs: per-key lock words shared by the workers (0 free, else the holder's

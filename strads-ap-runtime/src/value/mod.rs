@@ -1,0 +1,31 @@
+//! What DDS elements are: plain serialisable data ([`Element`]), and how concurrent
+//! updates of one element merge ([`Aggregate`], [`Aggregation`]).
+//!
+//! This layer is below the store and the DDSs, which both name these traits.
+
+mod aggregate;
+
+pub use aggregate::{Aggregate, AggregateFn, Aggregation};
+
+/// What a DDS can hold: plain data that can be copied and shipped between ranks.
+///
+/// Implemented for every `Serialize + DeserializeOwned + Clone + Send + Sync + 'static`
+/// type. DDS handles themselves are not elements: a DDS inside a DDS (a *nested* DDS) is
+/// refused at compile time.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an element of a DDS",
+    label = "not plain serialisable data",
+    note = "DDS elements must be Serialize + Deserialize + Clone + Send + Sync + 'static \
+            (derive serde's Serialize and Deserialize, and Clone)",
+    note = "a DDS handle cannot be stored inside a DDS (nested DDSs are not supported): \
+            use a Vec inside the element, or a second DDS indexed by the same key"
+)]
+pub trait Element:
+    serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static
+{
+}
+
+impl<T> Element for T where
+    T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static
+{
+}
