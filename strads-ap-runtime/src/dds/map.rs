@@ -510,8 +510,8 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// and every rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let pairs = self.to_vec()?;
-        super::io::on_driver(self.table.dist("DMap::save")?, "DMap::save", || {
-            super::io::save_snapshot(path.as_ref(), "DMap", &pairs)
+        super::snapshot::on_driver(self.table.dist("DMap::save")?, "DMap::save", || {
+            super::snapshot::save_snapshot(path.as_ref(), "DMap", &pairs)
         })
     }
 
@@ -527,8 +527,9 @@ impl<K: MapKey, V: Element> DMap<K, V> {
                 true => Some(ctx.comm_for(op)?),
                 false => None,
             };
-            let pairs: Vec<(K, V)> =
-                super::io::on_driver(comm, op, || super::io::load_snapshot(path.as_ref(), "DMap"))?;
+            let pairs: Vec<(K, V)> = super::snapshot::on_driver(comm, op, || {
+                super::snapshot::load_snapshot(path.as_ref(), "DMap")
+            })?;
             let table = MapTable::create(Entries::from_pairs(pairs));
             table.check_same(op)?;
             Ok(table)

@@ -6,14 +6,15 @@
 //! body the macros bind each captured DDS to a *view* that indexes like a `Vec` or a
 //! `HashMap`.
 
-mod io;
 mod map;
+mod snapshot;
 pub(crate) mod table;
+mod text;
 mod vector;
 mod view;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
-pub use io::{read_from_file, ReadOptions, ReadReport};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
+pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};
 pub use view::{EnterFallback, Plain, RecordFallback, RecordVectorView, VectorView};

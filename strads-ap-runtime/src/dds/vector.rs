@@ -478,12 +478,12 @@ impl<T: Element> DVector<T> {
         let op = "DVector::save";
         let path = path.as_ref();
         match self.dist(op)? {
-            None => super::io::save_snapshot(path, "DVector", &self.table.read(op)?),
+            None => super::snapshot::save_snapshot(path, "DVector", &self.table.read(op)?),
             Some(comm) => {
                 let parts = comm.gather(0, self.table.read(op)?.clone())?;
-                super::io::on_driver(Some(comm), op, || {
+                super::snapshot::on_driver(Some(comm), op, || {
                     let all = parts.map(|p| p.concat()).unwrap_or_default();
-                    super::io::save_snapshot(path, "DVector", &all)
+                    super::snapshot::save_snapshot(path, "DVector", &all)
                 })
             }
         }
@@ -501,8 +501,8 @@ impl<T: Element> DVector<T> {
                 true => Some(ctx.comm_for(op)?),
                 false => None,
             };
-            let data: Vec<T> = super::io::on_driver(comm, op, || {
-                super::io::load_snapshot(path.as_ref(), "DVector")
+            let data: Vec<T> = super::snapshot::on_driver(comm, op, || {
+                super::snapshot::load_snapshot(path.as_ref(), "DVector")
             })?;
             Ok(Self::from_data(data))
         })
