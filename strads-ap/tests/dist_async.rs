@@ -463,3 +463,40 @@ fn ranks_at_different_loops_fail_with_both_call_sites() {
         assert_eq!(msg.matches("dist_async.rs:").count(), 2, "{msg}");
     }
 }
+
+/// Each rank of an in-process cluster keeps its own loop figures: two calls on 3 ranks
+/// are two calls on each rank (not six on one shared table), and a thread outside the
+/// simulated ranks sees none of them.
+#[test]
+fn ranks_in_one_process_keep_their_own_loop_figures() {
+    let line = line!() + 4;
+    let figures = on_ranks(3, move || {
+        let v = DVector::from_fn(300, |i| i as u64)?;
+        for _ in 0..2 {
+            async_for!(
+                0..v.len(),
+                |k| {
+                    v[k] += 1;
+                },
+                Opts::new().threads(2)
+            )?;
+        }
+        let mine: Vec<_> = strads_ap::loop_stats()
+            .into_iter()
+            .filter(|s| s.site.contains(&format!("dist_async.rs:{line}:")))
+            .collect();
+        Ok((mine, v.to_vec()?))
+    });
+    for (rank, r) in figures.into_iter().enumerate() {
+        let (mine, values) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert_eq!(mine.len(), 1, "rank {rank}: one site");
+        assert_eq!(mine[0].calls, 2, "rank {rank}: its own two calls");
+        assert_eq!(values, (2..302).collect::<Vec<u64>>());
+    }
+    assert!(
+        strads_ap::loop_stats()
+            .iter()
+            .all(|s| !s.site.contains(&format!("dist_async.rs:{line}:"))),
+        "the test's own thread is not one of the simulated ranks"
+    );
+}
