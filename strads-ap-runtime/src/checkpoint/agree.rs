@@ -230,3 +230,277 @@ pub(super) fn delete(root: &Path, pruned: &Pruned, rank: usize, world: usize) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::checkpoint::format::{
+        input_file, manifest_file, rank_file, write_manifest, write_tables, Tables,
+    };
+    use crate::cluster::{here, simulate};
+
+    /// Commits checkpoint `seq` as a job of `world` ranks does: each rank's file holds
+    /// the tables whose latest state `tables` (table → checkpoint) puts in `seq`, and the
+    /// manifest lists them all.
+    fn commit(root: &Path, seq: u64, world: usize, tables: &[(u64, u64)]) {
+        for rank in 0..world {
+            let own: Tables = tables
+                .iter()
+                .filter(|(_, f)| *f == seq)
+                .map(|(id, _)| (*id, vec![rank as u8; 3]))
+                .collect();
+            write_tables(&rank_file(root, seq, rank, world), &own, false).unwrap();
+        }
+        let manifest = Manifest {
+            seq,
+            site: format!("loop {seq}"),
+            world,
+            tables: tables.iter().copied().collect(),
+            checksums: vec![0; world],
+            inputs: BTreeMap::new(),
+        };
+        write_manifest(&manifest_file(root, seq), &manifest, false).unwrap();
+    }
+
+    /// Checkpoints 1, 2 and 3 of a 2-rank job: table 1 is written every time, table 2
+    /// only at 1 (so checkpoint 2 refers to checkpoint 1's files).
+    fn three_checkpoints(root: &Path) {
+        commit(root, 1, 2, &[(1, 1), (2, 1)]);
+        commit(root, 2, 2, &[(1, 2), (2, 1)]);
+        commit(root, 3, 2, &[(1, 3), (2, 1)]);
+    }
+
+    fn tear(path: &Path) {
+        let bytes = std::fs::read(path).unwrap();
+        std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+
+    fn seqs(manifests: &BTreeMap<u64, Manifest>) -> Vec<u64> {
+        manifests.keys().copied().collect()
+    }
+
+    #[test]
+    fn checkpoints_are_found_by_their_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(found(&dir.path().join("none")).unwrap(), Vec::<u64>::new());
+        commit(dir.path(), 3, 1, &[(1, 3)]);
+        commit(dir.path(), 1, 1, &[(1, 1)]);
+        std::fs::create_dir(dir.path().join("input-000001")).unwrap();
+        std::fs::write(dir.path().join("ckpt-notes.txt"), b"").unwrap();
+        assert_eq!(found(dir.path()).unwrap(), [1, 3]);
+    }
+
+    #[test]
+    fn a_rank_can_load_a_checkpoint_whose_files_all_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        tear(&rank_file(root, 3, 1, 2));
+        let all = found(root).unwrap();
+        assert_eq!(seqs(&loadable(root, &all, 0, 2)), [1, 2, 3]);
+        assert_eq!(seqs(&loadable(root, &all, 1, 2)), [1, 2]);
+        // Checkpoint 1's file holds table 2 for every later checkpoint too.
+        tear(&rank_file(root, 1, 0, 2));
+        assert_eq!(seqs(&loadable(root, &all, 0, 2)), Vec::<u64>::new());
+        std::fs::remove_file(rank_file(root, 1, 1, 2)).unwrap();
+        assert_eq!(seqs(&loadable(root, &all, 1, 2)), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn bad_manifests_and_other_jobs_manifests_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        // A job of three ranks, a torn manifest, a manifest in the wrong directory, and a
+        // checkpoint never committed.
+        commit(root, 4, 3, &[(1, 4), (2, 1)]);
+        tear(&manifest_file(root, 3));
+        std::fs::create_dir(format::ckpt_dir(root, 5)).unwrap();
+        std::fs::copy(manifest_file(root, 1), manifest_file(root, 5)).unwrap();
+        commit(root, 6, 2, &[(1, 6), (2, 1)]);
+        std::fs::remove_file(manifest_file(root, 6)).unwrap();
+        let all = found(root).unwrap();
+        assert_eq!(all, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(seqs(&loadable(root, &all, 0, 2)), [1, 2]);
+    }
+
+    #[test]
+    fn the_ranks_agree_on_the_checkpoints_every_rank_can_load() {
+        assert_eq!(common(&[]), BTreeSet::new());
+        assert_eq!(common(&[vec![]]), BTreeSet::new());
+        assert_eq!(common(&[vec![1, 2]]), BTreeSet::from([1, 2]));
+        assert_eq!(
+            common(&[vec![1, 2, 3], vec![2, 3], vec![3, 1, 2]]),
+            BTreeSet::from([2, 3])
+        );
+        assert_eq!(common(&[vec![1], vec![2]]), BTreeSet::new());
+    }
+
+    #[test]
+    fn ranks_resume_from_the_newest_checkpoint_all_of_them_can_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        // Rank 1 cannot load 3; rank 0 could.
+        tear(&rank_file(root, 3, 1, 2));
+        let agreed = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            seqs(&loadable_everywhere(root, here.comm(), rank, world).unwrap())
+        });
+        assert_eq!(agreed, [vec![1, 2], vec![1, 2]]);
+        // Alone, rank 0 would resume from 3.
+        assert_eq!(
+            seqs(&loadable_everywhere(root, None, 0, 2).unwrap()),
+            [1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn no_common_checkpoint_means_starting_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        commit(root, 1, 2, &[(1, 1)]);
+        commit(root, 2, 2, &[(1, 2)]);
+        tear(&rank_file(root, 1, 0, 2));
+        tear(&rank_file(root, 2, 1, 2));
+        let agreed = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            seqs(&loadable_everywhere(root, here.comm(), rank, world).unwrap())
+        });
+        assert_eq!(agreed, [Vec::<u64>::new(), Vec::new()]);
+    }
+
+    #[test]
+    fn inputs_load_only_where_every_rank_can_load_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let inputs: BTreeMap<u64, InputRecord> = (1..=3)
+            .map(|n| {
+                let site = format!("DVector::from_fn at src/main.rs:{n}:1");
+                (n, InputRecord { site, id: n })
+            })
+            .collect();
+        for n in 1..=3 {
+            for rank in 0..2 {
+                let tables = [(n, vec![1, 2, 3])];
+                write_tables(&input_file(root, n, rank, 2), &tables, false).unwrap();
+            }
+        }
+        tear(&input_file(root, 2, 1, 2));
+        std::fs::remove_file(input_file(root, 3, 0, 2)).unwrap();
+        let loadable = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            loadable_inputs(root, &inputs, here.comm(), rank, world).unwrap()
+        });
+        let first = BTreeMap::from([(1, inputs[&1].clone())]);
+        assert_eq!(loadable, [first.clone(), first]);
+    }
+
+    #[test]
+    fn every_rank_learns_whether_the_manifest_was_written() {
+        assert!(manifest_written(None, None).is_ok());
+        for failure in [None, Some("disk full")] {
+            let outcomes = simulate(2, || {
+                let here = here();
+                let job = (here.rank() == 0).then(|| {
+                    let outcome = failure.map_or(Ok(()), |e| Err(e.to_string()));
+                    (3, std::thread::spawn(move || outcome))
+                });
+                manifest_written(job, here.comm()).map_err(|e| e.to_string())
+            });
+            let expected = match failure {
+                None => Ok(()),
+                Some(e) => Err(format!("configuration: checkpoint 3 not committed: {e}")),
+            };
+            assert_eq!(outcomes, [expected.clone(), expected]);
+        }
+    }
+
+    /// Committed checkpoints `seqs`, those in `synced` forced to disk; table 1 is written
+    /// by every one, table 2 by the first only.
+    fn committed(seqs: &[u64], synced: &[u64]) -> Vec<Committed> {
+        seqs.iter()
+            .map(|&seq| Committed {
+                seq,
+                tables: BTreeMap::from([(1, seq), (2, seqs[0])]),
+                synced: synced.contains(&seq),
+            })
+            .collect()
+    }
+
+    fn kept(committed: &[Committed]) -> Vec<u64> {
+        committed.iter().map(|c| c.seq).collect()
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_and_the_newest_synced() {
+        let mut c = committed(&[1, 2, 3, 4, 5], &[1]);
+        let pruned = prune(&mut c, 2);
+        assert_eq!(kept(&c), [1, 4, 5]);
+        // Kept manifests refer to checkpoint 1's files (table 2), not to 2's or 3's.
+        let dropped = vec![2, 3];
+        assert_eq!(
+            pruned,
+            Pruned {
+                manifests: dropped.clone(),
+                files: dropped
+            }
+        );
+        // Only the newest synced one is kept beside the newest `keep`.
+        let mut c = committed(&[1, 2, 3, 4], &[1, 2]);
+        prune(&mut c, 2);
+        assert_eq!(kept(&c), [2, 3, 4]);
+        // A synced one among the newest adds nothing.
+        let mut c = committed(&[1, 2, 3], &[1, 3]);
+        prune(&mut c, 1);
+        assert_eq!(kept(&c), [3]);
+        // Nothing to prune.
+        let mut c = committed(&[1, 2], &[]);
+        assert_eq!(prune(&mut c, 2), Pruned::default());
+        assert_eq!(kept(&c), [1, 2]);
+    }
+
+    #[test]
+    fn files_a_kept_manifest_refers_to_stay() {
+        let mut c = committed(&[1, 2, 3, 4], &[]);
+        let pruned = prune(&mut c, 1);
+        assert_eq!(kept(&c), [4]);
+        assert_eq!(pruned.manifests, [1, 2, 3]);
+        // Checkpoint 4's manifest takes table 2 from checkpoint 1's files.
+        assert_eq!(pruned.files, [2, 3]);
+    }
+
+    #[test]
+    fn rank_0_deletes_manifests_and_every_rank_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        commit(root, 1, 2, &[(1, 1)]);
+        commit(root, 2, 2, &[(1, 2)]);
+        let pruned = Pruned {
+            manifests: vec![1],
+            files: vec![1],
+        };
+        delete(root, &pruned, 1, 2);
+        assert!(!rank_file(root, 1, 1, 2).exists());
+        assert!(rank_file(root, 1, 0, 2).exists() && manifest_file(root, 1).exists());
+        delete(root, &pruned, 0, 2);
+        assert!(!format::ckpt_dir(root, 1).exists());
+        assert!(manifest_file(root, 2).exists());
+        // A manifest dropped whose files are still needed: only the manifest goes.
+        let pruned = Pruned {
+            manifests: vec![2],
+            files: vec![],
+        };
+        for rank in [1, 0] {
+            delete(root, &pruned, rank, 2);
+        }
+        assert!(!manifest_file(root, 2).exists());
+        assert!(rank_file(root, 2, 0, 2).exists() && rank_file(root, 2, 1, 2).exists());
+    }
+}

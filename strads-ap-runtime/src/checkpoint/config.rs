@@ -132,3 +132,133 @@ impl CheckpointConfig {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+    use std::time::Duration;
+
+    use super::{env, CheckpointConfig};
+    use crate::error::{Error, Result};
+
+    /// `from_vars` over just `vars`.
+    fn parse(vars: &[(&str, &str)]) -> Result<Option<CheckpointConfig>> {
+        let vars: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        CheckpointConfig::from_vars(|name| vars.get(name).cloned())
+    }
+
+    fn config_error(vars: &[(&str, &str)]) -> String {
+        match parse(vars) {
+            Err(Error::Config(message)) => message,
+            other => panic!("{vars:?} gave {other:?}, not a configuration error"),
+        }
+    }
+
+    #[test]
+    fn no_directory_means_no_checkpoints() {
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(parse(&[(env::CHECKPOINT_DIR, "")]).unwrap(), None);
+        // The other variables are not even read without a directory.
+        assert_eq!(parse(&[(env::CHECKPOINT_EVERY, "x")]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_directory_alone_takes_the_defaults() {
+        let c = parse(&[(env::CHECKPOINT_DIR, "/ckpt")]).unwrap().unwrap();
+        assert_eq!(c, CheckpointConfig::new("/ckpt"));
+        assert_eq!(
+            (c.every, c.keep, c.sync_every, c.recover),
+            (1, 2, Duration::from_secs(10), false)
+        );
+    }
+
+    #[test]
+    fn every_variable_is_read_and_trimmed() {
+        let c = parse(&[
+            (env::CHECKPOINT_DIR, "/ckpt"),
+            (env::CHECKPOINT_EVERY, " 5 "),
+            (env::CHECKPOINT_KEEP, "3\n"),
+            (env::CHECKPOINT_SYNC, " 0.25"),
+            (env::RECOVER, "1"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c,
+            CheckpointConfig::new("/ckpt")
+                .every(5)
+                .keep(3)
+                .sync_every(Duration::from_millis(250))
+                .recover(true)
+        );
+        let zero_sync = parse(&[(env::CHECKPOINT_DIR, "d"), (env::CHECKPOINT_SYNC, "0")]);
+        assert_eq!(zero_sync.unwrap().unwrap().sync_every, Duration::ZERO);
+    }
+
+    #[test]
+    fn recover_is_any_number_but_zero() {
+        for (value, recover) in [("0", false), ("1", true), ("2", true)] {
+            let c = parse(&[(env::CHECKPOINT_DIR, "d"), (env::RECOVER, value)]);
+            assert_eq!(c.unwrap().unwrap().recover, recover, "{value}");
+        }
+    }
+
+    #[test]
+    fn zero_every_and_keep_are_raised_to_one() {
+        let c = parse(&[
+            (env::CHECKPOINT_DIR, "d"),
+            (env::CHECKPOINT_EVERY, "0"),
+            (env::CHECKPOINT_KEEP, "0"),
+        ]);
+        let c = c.unwrap().unwrap();
+        assert_eq!((c.every, c.keep), (1, 1));
+    }
+
+    #[test]
+    fn bad_numbers_are_refused_naming_the_variable_and_value() {
+        for (name, value) in [
+            (env::CHECKPOINT_EVERY, "five"),
+            (env::CHECKPOINT_EVERY, "-1"),
+            (env::CHECKPOINT_KEEP, "2.5"),
+            (env::RECOVER, "yes"),
+        ] {
+            let message = config_error(&[(env::CHECKPOINT_DIR, "d"), (name, value)]);
+            assert_eq!(
+                message,
+                format!("{name}={value:?} is not a non-negative integer")
+            );
+        }
+    }
+
+    #[test]
+    fn bad_sync_periods_are_refused() {
+        for value in ["-1", "soon", "1e400", "NaN", ""] {
+            let message =
+                config_error(&[(env::CHECKPOINT_DIR, "d"), (env::CHECKPOINT_SYNC, value)]);
+            assert_eq!(
+                message,
+                format!(
+                    "{}={value:?} is not a non-negative number of seconds",
+                    env::CHECKPOINT_SYNC
+                )
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn values_that_are_not_unicode_count_as_unset_except_the_directory() {
+        use std::os::unix::ffi::OsStringExt;
+        let odd = || OsString::from_vec(vec![b'd', 0xff]);
+        let c = CheckpointConfig::from_vars(|name| {
+            (name == env::CHECKPOINT_DIR || name == env::CHECKPOINT_EVERY).then(odd)
+        });
+        let c = c.unwrap().unwrap();
+        assert_eq!(c.dir.as_os_str(), odd().as_os_str());
+        assert_eq!(c.every, 1);
+    }
+}

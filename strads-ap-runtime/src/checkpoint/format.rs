@@ -227,3 +227,232 @@ pub(super) fn read_manifest(path: &Path) -> Result<Manifest, String> {
     let (_, bytes) = tables.pop().ok_or("an empty manifest")?;
     postcard::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn sample() -> Tables {
+        vec![
+            (3, b"three".to_vec()),
+            (7, Vec::new()),
+            (META, vec![0xab; 1000]),
+        ]
+    }
+
+    fn encoded(tables: &[(u64, Vec<u8>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_to(&mut out, tables).unwrap();
+        out
+    }
+
+    /// Recomputes the trailer of `bytes` after the body was edited: a file whose framing
+    /// and checksum are right but whose content is not.
+    fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
+        let body_len = bytes.len() - TRAILER_LEN;
+        bytes.truncate(body_len);
+        let sum = crc32fast::hash(&bytes);
+        bytes.extend((body_len as u64).to_le_bytes());
+        bytes.extend(sum.to_le_bytes());
+        bytes.extend(TRAILER);
+        bytes
+    }
+
+    #[test]
+    fn tables_round_trip_with_their_checksum() {
+        for tables in [sample(), Vec::new()] {
+            let mut out = Vec::new();
+            let sum = encode_to(&mut out, &tables).unwrap();
+            assert_eq!(decode(&out), Ok((tables, sum)));
+            assert_eq!(sum, crc32fast::hash(&out[..out.len() - TRAILER_LEN]));
+        }
+    }
+
+    #[test]
+    fn files_round_trip_and_leave_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt-0000000001").join("rank-0-of-1.bin");
+        for sync in [false, true] {
+            let sum = write_tables(&path, &sample(), sync).unwrap();
+            assert_eq!(read_tables(&path), Ok((sample(), sum)));
+        }
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["rank-0-of-1.bin"]);
+    }
+
+    #[test]
+    fn short_or_foreign_files_are_refused() {
+        let good = encoded(&sample());
+        assert_eq!(decode(&[]), Err(Corrupt::Foreign));
+        assert_eq!(
+            decode(&good[..HEADER_LEN + TRAILER_LEN - 1]),
+            Err(Corrupt::Foreign)
+        );
+        let mut foreign = good.clone();
+        foreign[0] = b'X';
+        assert_eq!(decode(&foreign), Err(Corrupt::Foreign));
+        assert_eq!(
+            Corrupt::Foreign.to_string(),
+            "not a strads-ap checkpoint file (torn or foreign)"
+        );
+    }
+
+    #[test]
+    fn a_file_cut_short_is_refused() {
+        let good = encoded(&sample());
+        for len in [good.len() - 1, good.len() / 2, HEADER_LEN + TRAILER_LEN] {
+            assert_eq!(decode(&good[..len]), Err(Corrupt::NoTrailer), "{len} bytes");
+        }
+        assert_eq!(Corrupt::NoTrailer.to_string(), "truncated (no trailer)");
+    }
+
+    #[test]
+    fn a_bad_end_mark_is_refused() {
+        let mut bad = encoded(&sample());
+        *bad.last_mut().unwrap() = b'?';
+        assert_eq!(decode(&bad), Err(Corrupt::NoTrailer));
+    }
+
+    #[test]
+    fn a_body_of_the_wrong_length_is_refused() {
+        let good = encoded(&sample());
+        // A byte lost in the middle, the trailer intact.
+        let mut short = good.clone();
+        short.remove(HEADER_LEN + 3);
+        let written = (good.len() - TRAILER_LEN) as u64;
+        let found = written - 1;
+        assert_eq!(decode(&short), Err(Corrupt::Length { found, written }));
+        assert_eq!(
+            Corrupt::Length { found, written }.to_string(),
+            format!("{found} bytes where {written} were written")
+        );
+    }
+
+    #[test]
+    fn a_flipped_bit_is_refused() {
+        let good = encoded(&sample());
+        for at in [8, HEADER_LEN, good.len() - TRAILER_LEN - 1, good.len() - 6] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            assert_eq!(decode(&bad), Err(Corrupt::Checksum), "byte {at}");
+        }
+        assert_eq!(
+            Corrupt::Checksum.to_string(),
+            "checksum mismatch (corrupted)"
+        );
+    }
+
+    #[test]
+    fn another_format_version_is_refused() {
+        let mut old = encoded(&sample());
+        old[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let old = reseal(old);
+        assert_eq!(decode(&old), Err(Corrupt::Version { found: 2 }));
+        assert_eq!(
+            Corrupt::Version { found: 2 }.to_string(),
+            format!("format version 2, expected {VERSION}")
+        );
+    }
+
+    #[test]
+    fn counts_and_lengths_past_the_end_are_refused() {
+        // One table more than there are.
+        let mut more = encoded(&sample());
+        more[12..20].copy_from_slice(&4u64.to_le_bytes());
+        assert_eq!(decode(&reseal(more)), Err(Corrupt::EndsInsideTable));
+        // A table longer than the file, up to the largest length there is.
+        for len in [6, u64::MAX] {
+            let mut long = encoded(&[(3, b"three".to_vec())]);
+            long[28..36].copy_from_slice(&len.to_le_bytes());
+            assert_eq!(
+                decode(&reseal(long)),
+                Err(Corrupt::EndsInsideTable),
+                "{len}"
+            );
+        }
+        assert_eq!(Corrupt::EndsInsideTable.to_string(), "ends inside a table");
+    }
+
+    #[test]
+    fn read_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rank-0-of-1.bin");
+        let missing = read_tables(&path).unwrap_err();
+        assert!(
+            missing.starts_with(&format!("{}: ", path.display())),
+            "{missing}"
+        );
+        let good = encoded(&sample());
+        std::fs::write(&path, &good[..good.len() / 2]).unwrap();
+        assert_eq!(
+            read_tables(&path),
+            Err(format!("{}: truncated (no trailer)", path.display()))
+        );
+    }
+
+    #[test]
+    fn manifests_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = Manifest {
+            seq: 12,
+            site: "src/main.rs:40:9".into(),
+            world: 3,
+            tables: BTreeMap::from([(1, 4), (2, 12)]),
+            checksums: vec![1, 2, 3],
+            inputs: BTreeMap::from([(
+                1,
+                InputRecord {
+                    site: "read_from_file at src/main.rs:12:5".into(),
+                    id: 1,
+                },
+            )]),
+        };
+        let path = manifest_file(dir.path(), 12);
+        write_manifest(&path, &manifest, true).unwrap();
+        assert_eq!(read_manifest(&path), Ok(manifest));
+    }
+
+    #[test]
+    fn a_manifest_without_its_entry_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = manifest_file(dir.path(), 1);
+        write_tables(&path, &[], false).unwrap();
+        assert_eq!(read_manifest(&path), Err("an empty manifest".to_string()));
+        write_tables(&path, &[(0, vec![0xff; 3])], false).unwrap();
+        let garbled = read_manifest(&path).unwrap_err();
+        assert!(
+            garbled.starts_with(&format!("{}: ", path.display())),
+            "{garbled}"
+        );
+    }
+
+    #[test]
+    fn paths_follow_the_layout_of_a_checkpoint_directory() {
+        let root = Path::new("/ckpt");
+        assert_eq!(ckpt_dir(root, 42), Path::new("/ckpt/ckpt-0000000042"));
+        assert_eq!(
+            manifest_file(root, 42),
+            Path::new("/ckpt/ckpt-0000000042/MANIFEST")
+        );
+        assert_eq!(
+            rank_file(root, 42, 1, 3),
+            Path::new("/ckpt/ckpt-0000000042/rank-1-of-3.bin")
+        );
+        assert_eq!(
+            input_file(root, 2, 0, 3),
+            Path::new("/ckpt/input-000002/rank-0-of-3.bin")
+        );
+        let name = ckpt_dir(root, 42);
+        let name = name.file_name().unwrap().to_str().unwrap();
+        assert_eq!(ckpt_seq(name), Some(42));
+        for other in ["input-000002", "ckpt-", "ckpt-x", "MANIFEST"] {
+            assert_eq!(ckpt_seq(other), None, "{other}");
+        }
+    }
+}

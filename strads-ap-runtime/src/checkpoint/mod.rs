@@ -226,3 +226,93 @@ pub fn time_spent() -> std::time::Duration {
 
 /// A rank's checkpointer, while checkpoints are on.
 type Slot = Mutex<Option<Checkpointer>>;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cluster::simulate;
+    use crate::dds::table::lookup_handle;
+    use crate::DVector;
+
+    /// Per loop call: whether `enter_loop` skipped it, and the elements after it.
+    type Calls = Vec<(bool, Vec<u64>)>;
+
+    /// Ranks of a fresh 2-rank job make a DVector (an input DDS, element `i` being
+    /// `i * scale`) and run `calls` loop calls at `site`, each adding 1 to every element;
+    /// each rank returns its [`Calls`].
+    fn job(config: &CheckpointConfig, calls: usize, site: &str, scale: u64) -> Vec<Result<Calls>> {
+        simulate(2, || {
+            configure(Some(config.clone()));
+            let v = DVector::from_fn(4, |i| i as u64 * scale)?;
+            let written = [lookup_handle(v.id()).expect("a live table")];
+            let mut seen = Vec::new();
+            for _ in 0..calls {
+                let skipped = enter_loop(site)?;
+                if !skipped {
+                    v.transform(|_, x| *x += 1)?;
+                    leave_loop(site, &written)?;
+                }
+                assert_eq!(last_call_replayed(), skipped);
+                seen.push((skipped, v.to_vec()?));
+            }
+            flush()?;
+            configure(None);
+            Ok(seen)
+        })
+    }
+
+    #[test]
+    fn checkpoints_are_off_until_configured() {
+        simulate(1, || {
+            assert!(!active());
+            assert!(!enter_loop("site").unwrap());
+            leave_loop("site", &[]).unwrap();
+            flush().unwrap();
+            configure(Some(CheckpointConfig::new("unused")));
+            assert!(active());
+            configure(None);
+            assert!(!active());
+        });
+    }
+
+    #[test]
+    fn a_replay_skips_the_checkpointed_calls_and_loads_their_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CheckpointConfig::new(dir.path()).sync_every(Duration::ZERO);
+        let first = job(&config, 3, "site", 10);
+        let ran = |k: u64| (false, (0..4).map(|i| i * 10 + k).collect::<Vec<u64>>());
+        for rank in first {
+            assert_eq!(rank.unwrap(), [ran(1), ran(2), ran(3)]);
+        }
+        // The replay loads the input DVector as it was made (not as its operator would
+        // make it now), skips calls 1 to 3, loading checkpoints 2 and 3 (the kept ones),
+        // and runs call 4 on the state after call 3.
+        let replay = job(&config.clone().recover(true), 4, "site", 1000);
+        let loaded = |k: u64| (true, ran(k).1);
+        let skipped_unloaded = (true, ran(0).1);
+        for rank in replay {
+            assert_eq!(
+                rank.unwrap(),
+                [skipped_unloaded.clone(), loaded(2), loaded(3), ran(4)]
+            );
+        }
+    }
+
+    #[test]
+    fn a_replay_of_another_program_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CheckpointConfig::new(dir.path());
+        for rank in job(&config, 2, "site", 1) {
+            rank.unwrap();
+        }
+        for rank in job(&config.recover(true), 2, "other site", 1) {
+            let e = rank.unwrap_err().to_string();
+            assert!(
+                e.contains("loop call 1 is other site, but the checkpoint was taken after site"),
+                "{e}"
+            );
+        }
+    }
+}

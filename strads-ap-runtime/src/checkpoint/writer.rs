@@ -181,3 +181,207 @@ impl SyncPolicy {
         std::mem::take(&mut self.unsynced)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::checkpoint::format::{read_manifest, read_tables, META};
+    use crate::cluster::simulate;
+    use crate::dds::table::lookup_handle;
+    use crate::DVector;
+
+    #[test]
+    fn the_writer_writes_every_table_then_the_extra_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt-0000000001").join("rank-0-of-1.bin");
+        simulate(1, || {
+            let a = DVector::from_fn(5, |i| i as u64 * 10).unwrap();
+            let b = DVector::from_fn(3, |i| format!("row {i}")).unwrap();
+            let tables = vec![
+                lookup_handle(a.id()).unwrap(),
+                lookup_handle(b.id()).unwrap(),
+            ];
+            let extra = vec![(META, b"the outcome".to_vec())];
+            let job = spawn_writer(tables.clone(), extra, Vec::new(), path.clone(), None);
+            let (outcome, buffers) = join_writer(job.unwrap(), "checkpoint 1");
+            let (written, sum) = read_tables(&path).unwrap();
+            assert_eq!(outcome, Ok(sum));
+            // The tables' buffers come back for the next checkpoint.
+            assert_eq!(buffers.len(), 2);
+            let ids: Vec<u64> = written.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, [a.id(), b.id(), META]);
+            assert_eq!(written[2].1, b"the outcome");
+            // Each entry is its table's snapshot: restoring it undoes later changes. The
+            // writes also show that the writer opened the tables' gates again.
+            a.transform(|_, x| *x = 0).unwrap();
+            b.set(1, "changed".into()).unwrap();
+            tables[0].restore("test", &written[0].1).unwrap();
+            tables[1].restore("test", &written[1].1).unwrap();
+            assert_eq!(a.to_vec().unwrap(), [0, 10, 20, 30, 40]);
+            assert_eq!(b.to_vec().unwrap(), ["row 0", "row 1", "row 2"]);
+        });
+    }
+
+    #[test]
+    fn reused_buffers_do_not_leak_old_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rank-0-of-1.bin");
+        simulate(1, || {
+            let a = DVector::from_fn(2, |i| i as u32).unwrap();
+            let table = lookup_handle(a.id()).unwrap();
+            let stale = vec![vec![0xee; 4096]];
+            let job = spawn_writer(vec![table.clone()], Vec::new(), stale, path.clone(), None);
+            assert!(join_writer(job.unwrap(), "checkpoint 1").0.is_ok());
+            let mut fresh = Vec::new();
+            table.snapshot_into(&mut fresh).unwrap();
+            assert_eq!(read_tables(&path).unwrap().0, [(a.id(), fresh)]);
+        });
+    }
+
+    #[test]
+    fn a_synced_checkpoint_syncs_the_earlier_files_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let earlier = dir.path().join("earlier.bin");
+        std::fs::write(&earlier, b"unsynced").unwrap();
+        // An earlier file pruned since is skipped.
+        let pruned = dir.path().join("pruned.bin");
+        let path = dir.path().join("ckpt").join("rank-0-of-1.bin");
+        simulate(1, || {
+            let a = DVector::from_fn(2, |i| i as u32).unwrap();
+            let table = lookup_handle(a.id()).unwrap();
+            let sync = Some(vec![earlier.clone(), pruned.clone()]);
+            let job = spawn_writer(vec![table], Vec::new(), Vec::new(), path.clone(), sync);
+            let (outcome, _) = join_writer(job.unwrap(), "checkpoint 1");
+            assert_eq!(outcome, Ok(read_tables(&path).unwrap().1));
+        });
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_synced_fails_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        // Not a directory: opening a file under it fails (also for root), unlike a
+        // missing file, which is skipped.
+        let under_a_file = file.join("rank-0-of-1.bin");
+        let missing = dir.path().join("missing.bin");
+        assert_eq!(sync_files(&[missing, file.clone()]), Ok(()));
+        let e = sync_files(std::slice::from_ref(&under_a_file)).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{}: ", under_a_file.display())),
+            "{e}"
+        );
+        simulate(1, || {
+            let a = DVector::from_fn(2, |i| i as u32).unwrap();
+            let table = lookup_handle(a.id()).unwrap();
+            let sync = Some(vec![under_a_file.clone()]);
+            let path = dir.path().join("ckpt").join("rank-0-of-1.bin");
+            let job = spawn_writer(vec![table], Vec::new(), Vec::new(), path, sync);
+            let (outcome, _) = join_writer(job.unwrap(), "checkpoint 1");
+            assert_eq!(outcome, Err(e.clone()));
+        });
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_fails_the_checkpoint_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let path = file.join("ckpt").join("rank-0-of-1.bin");
+        simulate(1, || {
+            let a = DVector::from_fn(2, |i| i as u32).unwrap();
+            let table = lookup_handle(a.id()).unwrap();
+            let job = spawn_writer(vec![table], Vec::new(), Vec::new(), path.clone(), None);
+            let (outcome, buffers) = join_writer(job.unwrap(), "checkpoint 1");
+            let e = outcome.unwrap_err();
+            assert!(e.starts_with(&format!("{}: ", path.display())), "{e}");
+            assert_eq!(buffers.len(), 1);
+            // The gate is open again: the table can be written.
+            a.set(0, 7).unwrap();
+        });
+    }
+
+    #[test]
+    fn the_manifest_writer_writes_the_manifest_or_says_which_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = Manifest {
+            seq: 4,
+            site: "src/main.rs:1:1".into(),
+            world: 1,
+            tables: BTreeMap::from([(1, 4)]),
+            checksums: vec![9],
+            inputs: BTreeMap::new(),
+        };
+        let path = dir.path().join("ckpt-0000000004").join("MANIFEST");
+        let job = spawn_manifest_writer(path.clone(), manifest.clone(), true).unwrap();
+        assert_eq!(join_manifest_writer(4, job), Ok(()));
+        assert_eq!(read_manifest(&path), Ok(manifest.clone()));
+
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let job = spawn_manifest_writer(file.join("MANIFEST"), manifest, false).unwrap();
+        let e = join_manifest_writer(5, job).unwrap_err();
+        assert!(e.starts_with("checkpoint 5 not committed: "), "{e}");
+    }
+
+    fn paths(names: &[&str]) -> Vec<PathBuf> {
+        names.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn the_first_checkpoint_is_synced_then_at_most_one_per_period() {
+        let t0 = Instant::now();
+        let secs = |s| t0 + Duration::from_secs(s);
+        let mut policy = SyncPolicy::new(Duration::from_secs(10));
+        assert!(policy.next());
+        assert_eq!(policy.start(Path::new("c1"), t0), Some(vec![]));
+        // Committing checkpoint 1 at 3 s: the next is not due.
+        assert!(!policy.due(secs(3)));
+        policy.decide(false);
+        assert_eq!(policy.start(Path::new("c2"), secs(3)), None);
+        assert!(!policy.due(secs(9)));
+        policy.decide(false);
+        assert_eq!(policy.start(Path::new("c3"), secs(9)), None);
+        // At 10 s the next one is due; it forces the files skipped since to disk.
+        assert!(policy.due(secs(10)));
+        policy.decide(true);
+        assert_eq!(
+            policy.start(Path::new("c4"), secs(10)),
+            Some(paths(&["c2", "c3"]))
+        );
+        assert!(!policy.due(secs(19)));
+        policy.decide(false);
+        assert_eq!(policy.start(Path::new("c5"), secs(19)), None);
+        // The end of the job forces what is left.
+        assert_eq!(policy.take_unsynced(), paths(&["c5"]));
+        assert_eq!(policy.take_unsynced(), paths(&[]));
+    }
+
+    #[test]
+    fn rank_0_decides_for_every_rank() {
+        let t0 = Instant::now();
+        let mut policy = SyncPolicy::new(Duration::from_secs(10));
+        policy.start(Path::new("c1"), t0);
+        // This rank finds it due, rank 0 did not: not synced here either.
+        assert!(policy.due(t0 + Duration::from_secs(11)));
+        policy.decide(false);
+        assert!(!policy.next());
+        assert_eq!(policy.start(Path::new("c2"), t0), None);
+    }
+
+    #[test]
+    fn a_zero_period_syncs_every_checkpoint() {
+        let t0 = Instant::now();
+        let mut policy = SyncPolicy::new(Duration::ZERO);
+        for name in ["c1", "c2", "c3"] {
+            assert!(policy.due(t0));
+            policy.decide(policy.due(t0));
+            assert_eq!(policy.start(Path::new(name), t0), Some(vec![]));
+        }
+        assert!(policy.take_unsynced().is_empty());
+    }
+}
