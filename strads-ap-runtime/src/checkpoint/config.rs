@@ -24,7 +24,8 @@ pub mod env {
     /// kills rank `R` (SIGKILL, like `kill -9`) at the start of its `N`-th loop call;
     /// `R:N:MSms` kills it `MS` milliseconds later, wherever it then is; `R:N:stop` stops
     /// it (SIGSTOP, a hung process that the others detect by the transport's idle
-    /// timeout).
+    /// timeout). Only builds with the test-only cargo feature `fault-injection` read it;
+    /// others ignore it with a warning.
     pub const FAULT_AT: &str = "STRADS_FAULT_AT";
 }
 
