@@ -57,7 +57,8 @@
 //! `STRADS_CHECKPOINT_SYNC`, and `STRADS_RECOVER=1` for recovery mode (see
 //! [`CheckpointConfig::from_env`]).
 //!
-//! *Layout.* [`CheckpointConfig`] and the [`mod@env`] names are in `config.rs`; the file
+//! *Layout.* [`CheckpointConfig`] and the [`mod@env`] names are in the leaf module
+//! `checkpoint_config.rs` beside this directory (the job's `Config` holds one); the file
 //! format (framing, checksums, manifests, paths) in `format.rs`; the background writer
 //! and when to force files to disk in `writer.rs`; what the ranks agree on (where a
 //! replay ends, which inputs load, that a manifest is durable, what to prune) in
@@ -74,13 +75,12 @@ use crate::sync::Mutex;
 
 mod agree;
 mod checkpointer;
-mod config;
 mod fault;
 mod format;
 mod writer;
 
+pub use crate::checkpoint_config::{env, CheckpointConfig};
 use checkpointer::{Checkpointer, Entry};
-pub use config::{env, CheckpointConfig};
 
 /// What an input operator (one that makes a DDS from outside data) should do.
 pub(crate) enum Input {

@@ -1,5 +1,10 @@
 //! Where and how often to checkpoint, and whether a run recovers: [`CheckpointConfig`],
 //! from code or from the launcher's environment variables ([`mod@env`]).
+//!
+//! A leaf module: it imports neither [`crate::cluster`] nor [`crate::checkpoint`], so the
+//! job's [`Config`](crate::Config) can carry a checkpoint configuration without the
+//! cluster knowing the checkpoints. It is public as `checkpoint::CheckpointConfig` and
+//! `checkpoint::env`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
