@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use super::agree::{self, Committed};
 use super::format::{self, InputRecord, Manifest, META};
 use super::writer::{self, ManifestWriter, SyncPolicy, Writer};
-use super::{fault, CheckpointConfig, Input};
+use super::{fault, CheckpointConfig};
 use crate::cluster::collective::Comm;
+use crate::dds::persist::Input;
 use crate::dds::table::{lookup_handle, TableHandle};
 use crate::error::{Error, Result};
 

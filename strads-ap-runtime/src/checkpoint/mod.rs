@@ -63,14 +63,17 @@
 //! and when to force files to disk in `writer.rs`; what the ranks agree on (where a
 //! replay ends, which inputs load, that a manifest is durable, what to prune) in
 //! `agree.rs`; a rank's state and the commit and replay protocol in `checkpointer.rs`;
-//! fault injection for tests in `fault.rs`. This file is the facade the loop engines,
-//! the DDS operators and [`crate::init`] call.
+//! fault injection for tests in `fault.rs`. This file is the facade the loop engines and
+//! [`crate::init`] call; the DDS operators reach the checkpoints only through the hook
+//! this file installs on the rank (`dds::persist`), so the DDS layer does not depend on
+//! this module.
 
 use std::sync::Arc;
 
 use crate::cluster::collective::Comm;
+use crate::dds::persist::{self, Input, Persist};
 use crate::dds::table::TableHandle;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::sync::Mutex;
 
 mod agree;
@@ -81,21 +84,6 @@ mod writer;
 
 pub use crate::checkpoint_config::{env, CheckpointConfig};
 use checkpointer::{Checkpointer, Entry};
-
-/// What an input operator (one that makes a DDS from outside data) should do.
-pub(crate) enum Input {
-    /// Checkpoints are off: just run.
-    Off,
-    /// Run, then hand the DDS to [`Input::made`] to be checkpointed.
-    Record { number: u64, site: String },
-    /// Recovery: don't run; make the DDS from this state (and return the operator's
-    /// extra outcome, `meta`) instead.
-    Load {
-        id: u64,
-        state: Vec<u8>,
-        meta: Vec<u8>,
-    },
-}
 
 fn warn(message: &str) {
     tracing::warn!("{message}");
@@ -114,7 +102,9 @@ fn with<R>(f: impl FnOnce(&mut Checkpointer) -> R) -> Option<R> {
 /// must do the same. [`crate::init`] does it from the environment.
 pub fn configure(config: Option<CheckpointConfig>) {
     let here = crate::cluster::here();
+    let on = config.is_some();
     *here.local::<Slot>().lock() = config.map(Checkpointer::new);
+    persist::install(on.then(|| Arc::new(Hook) as Arc<dyn Persist>));
 }
 
 /// Whether this thread's rank checkpoints.
@@ -156,47 +146,31 @@ pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result
     on_rank(|c, comm, rank, world| c.leave(site, written, comm, rank, world)).map(|_| ())
 }
 
-/// A driver operator (`transform`, `set`, `insert`, `remove`) is changing `table` outside
-/// the loops: the next checkpoint writes its state, so that a replay resuming after the
-/// change loads it rather than depending on the replayed driver code to redo it.
-pub(crate) fn modified<T: TableHandle + 'static>(table: &Arc<T>) {
-    // The handle is cloned only when checkpoints are on: driver loops of `insert`s pay
-    // nothing more otherwise.
-    with(|c| c.note_modified(&(table.clone() as Arc<dyn TableHandle>)));
-}
+/// The checkpoints' side of the DDS operators' [`persist`] hook, installed on a rank while
+/// its checkpoints are on: tables changed by driver code go into the next checkpoint,
+/// and DDSs made by data operators are checkpointed when made and loaded by a replay.
+struct Hook;
 
-/// Where an input operator was called, as its key in the checkpoints.
-pub(crate) fn input_site(op: &str, at: &std::panic::Location<'_>) -> String {
-    format!("{op} at {}:{}:{}", at.file(), at.line(), at.column())
-}
+impl Persist for Hook {
+    fn modified(&self, table: Arc<dyn TableHandle>) {
+        with(|c| c.note_modified(&table));
+    }
 
-/// An input operator `op`, called at `at`, starts: what to do (see [`Input`]).
-pub(crate) fn begin_input(op: &str, at: &std::panic::Location<'_>) -> Result<Input> {
-    let input =
-        on_rank(|c, comm, rank, world| c.begin_input(input_site(op, at), comm, rank, world))?;
-    Ok(input.unwrap_or(Input::Off))
-}
+    fn begin_input(&self, site: String) -> Result<Input> {
+        let input = on_rank(|c, comm, rank, world| c.begin_input(site, comm, rank, world))?;
+        Ok(input.unwrap_or(Input::Off))
+    }
 
-impl Input {
-    /// The operator made `table`: checkpoints it if asked to by [`begin_input`].
-    pub(crate) fn made(self, table: Arc<dyn TableHandle>, meta: Vec<u8>) -> Result<()> {
-        let Input::Record { number, site } = self else {
-            return Ok(());
-        };
+    fn made_input(
+        &self,
+        number: u64,
+        site: String,
+        table: Arc<dyn TableHandle>,
+        meta: Vec<u8>,
+    ) -> Result<()> {
         on_rank(|c, _, rank, world| c.made_input(number, site, table, meta, rank, world))
             .map(|_| ())
     }
-}
-
-/// Checks that a DDS made from an input checkpoint got the id it had when checkpointed.
-pub(crate) fn check_input_id(expected: u64, got: u64, site: &str) -> Result<()> {
-    if expected == got {
-        return Ok(());
-    }
-    Err(Error::Config(format!(
-        "recovery: {site} made DDS {got}, but its checkpoint holds DDS {expected} (the \
-         program changed since the checkpoint?)"
-    )))
 }
 
 /// Commits the checkpoint still being written (every rank of a job calls it, as

@@ -9,6 +9,7 @@
 mod aggregate;
 mod io;
 mod map;
+pub(crate) mod persist;
 pub(crate) mod table;
 mod vector;
 mod view;
