@@ -85,6 +85,7 @@ mod writer;
 pub use crate::checkpoint_config::{env, CheckpointConfig};
 use checkpointer::{Checkpointer, Entry};
 
+/// Says what recovery skipped or what a build ignores: on stderr, and through `tracing`.
 fn warn(message: &str) {
     tracing::warn!("{message}");
     eprintln!("strads-ap: warning: {message}");
