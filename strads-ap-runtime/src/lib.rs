@@ -4,19 +4,23 @@
 //! the `async_for!` and `sync_for!` macros. The modules follow the design
 //! (`DESIGN.md` §3):
 //!
-//! * [`cluster`] — the job: rank, world size, worker threads, [`init`].
+//! * [`cluster`] — the job: rank, world size, worker threads. [`init`] joins it (and
+//!   turns checkpoints on), [`finish`] leaves it.
 //! * [`dds`] — [`DVector`], [`DMap`], [`DMultiMap`], their views and data operators.
 //! * [`recon`] — reconnaissance execution's access logs.
 //! * [`plan`] — conflict-free schedules (rotation, components), sans-IO.
 //! * [`engine`] — the serializable engine (`async_for!`) and the data-parallel engine
 //!   (`sync_for!`).
+//! * [`checkpoint`] — checkpoints after loop calls, and recovery by fast re-execution.
 
 mod access;
 pub mod checkpoint;
+mod checkpoint_config;
 pub mod cluster;
 pub mod dds;
 pub mod engine;
 mod error;
+mod job;
 pub mod plan;
 pub mod rank;
 pub mod recon;
@@ -30,10 +34,11 @@ pub mod wire;
 #[doc(hidden)]
 pub mod __private;
 
-pub use cluster::{finish, init, init_with, is_driver, rank, threads, world_size, Config};
+pub use cluster::{is_driver, rank, threads, world_size, Config};
 pub use dds::{
     read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, ReadOptions,
     ReadReport, Relaxed,
 };
 pub use engine::{loop_stats, LoopStats, Opts, SyncMode};
 pub use error::{Error, Result};
+pub use job::{finish, init, init_with};

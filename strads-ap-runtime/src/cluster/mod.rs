@@ -1,14 +1,15 @@
 //! The job a process belongs to: its rank, the world size, its worker threads.
 //!
-//! A program calls [`init`] once (or lets the first operator do it). Without a launcher the
-//! job is a *world of one*: rank 0 of 1, using every core. The launcher describes a larger
-//! job through `STRADS_*` environment variables (see [`mod@env`]); the cluster runtime reads
-//! them here.
+//! A program calls [`crate::init`] once (or lets the first operator do it). Without a
+//! launcher the job is a *world of one*: rank 0 of 1, using every core. The launcher
+//! describes a larger job through `STRADS_*` environment variables (see [`mod@env`]); the
+//! cluster runtime reads them here.
 
 use std::any::{Any, TypeId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use crate::checkpoint_config::CheckpointConfig;
 use crate::error::{Error, Result};
 use crate::sync::Mutex;
 
@@ -49,8 +50,9 @@ pub struct Config {
     pub seed: u64,
     /// Print what the runtime does (reconnaissance, plans) to stderr.
     pub verbose: bool,
-    /// Checkpoints after loop operators and recovery (see [`crate::checkpoint`]).
-    pub checkpoint: Option<crate::checkpoint::CheckpointConfig>,
+    /// Checkpoints after loop operators and recovery (see [`crate::checkpoint`]), turned
+    /// on by [`crate::init_with`].
+    pub checkpoint: Option<CheckpointConfig>,
 }
 
 impl Default for Config {
@@ -94,10 +96,7 @@ impl Config {
     }
 
     /// The same job with checkpoints (or without, with `None`).
-    pub fn with_checkpoints(
-        mut self,
-        checkpoint: Option<crate::checkpoint::CheckpointConfig>,
-    ) -> Self {
+    pub fn with_checkpoints(mut self, checkpoint: Option<CheckpointConfig>) -> Self {
         self.checkpoint = checkpoint;
         self
     }
@@ -136,7 +135,7 @@ impl Config {
         if let Some(verbose) = read(env::VERBOSE)? {
             config.verbose = verbose != 0;
         }
-        config.checkpoint = crate::checkpoint::CheckpointConfig::from_env()?;
+        config.checkpoint = CheckpointConfig::from_env()?;
         if config.world_size == 0 || config.rank >= config.world_size {
             return Err(Error::Config(format!(
                 "rank {} is not in a world of {} processes",
@@ -154,28 +153,12 @@ pub struct Context {
 
 static CONTEXT: OnceLock<Context> = OnceLock::new();
 
-/// Joins the job the launcher described, or starts a world of one using all cores.
+/// Starts this process's runtime with `config` and, in a job of several processes, joins
+/// the other ranks: the cluster's part of [`crate::init_with`]. Returns whether this call
+/// started the runtime (`false`: it had been started, with the same job).
 ///
-/// In a job of several processes this connects to the other ranks (see
-/// [`crate::transport::quic`]) and returns once all have joined, or fails with a clear error
-/// at the start-up deadline. Calling it again with the same configuration is harmless;
-/// operators call it themselves if the program did not (in a world of one).
-///
-/// # Examples
-/// ```
-/// strads_ap_runtime::init().unwrap();
-/// assert!(strads_ap_runtime::is_driver());
-/// ```
-pub fn init() -> Result<()> {
-    let config = Config::from_env()?;
-    init_with(config)
-}
-
-/// Starts the runtime with an explicit configuration (tests, embedding).
-///
-/// Fails if the runtime was already started with a different configuration, except that
-/// the thread count may differ (operators can choose their thread count per call).
-pub fn init_with(config: Config) -> Result<()> {
+/// Fails if the runtime was already started with a different job (rank or world size).
+pub(crate) fn start(config: &Config) -> Result<bool> {
     let mut fresh = false;
     let ctx = CONTEXT.get_or_init(|| {
         fresh = true;
@@ -188,12 +171,9 @@ pub fn init_with(config: Config) -> Result<()> {
         )));
     }
     if config.world_size > 1 {
-        join_cluster(&config)?;
+        join_cluster(config)?;
     }
-    if fresh && config.checkpoint.is_some() {
-        crate::checkpoint::configure(config.checkpoint.clone());
-    }
-    Ok(())
+    Ok(fresh)
 }
 
 /// The connections of a job of several processes.
@@ -225,8 +205,8 @@ fn join_cluster(config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// The collectives of this job, once [`init`] joined a job of several processes; `None` in
-/// a world of one.
+/// The collectives of this job, once [`crate::init`] joined a job of several processes;
+/// `None` in a world of one.
 ///
 /// ```
 /// strads_ap_runtime::init().unwrap();
@@ -236,14 +216,11 @@ pub fn comm() -> Option<&'static collective::Comm> {
     CLUSTER.get().map(|c| &c.comm)
 }
 
-/// Leaves the job cleanly: says goodbye to every rank, waits until everything sent has been
-/// delivered and every rank has said goodbye, and closes the connections. Call it last, on
-/// every rank; a rank that exits without it looks lost to the others. Does nothing in a
-/// world of one.
-pub fn finish() -> Result<()> {
+/// Closes the connections of a job of several processes cleanly: the cluster's part of
+/// [`crate::finish`]. Says goodbye to every rank, waits until everything sent has been
+/// delivered and every rank has said goodbye. Does nothing in a world of one.
+pub(crate) fn leave() -> Result<()> {
     use crate::transport::Transport;
-    // The last checkpoint, still being written, is committed first.
-    crate::checkpoint::flush()?;
     match CLUSTER.get() {
         Some(c) => c.transport.shutdown(std::time::Duration::from_secs(60)),
         None => Ok(()),
@@ -253,13 +230,13 @@ pub fn finish() -> Result<()> {
 /// The rank a thread acts as: its place in the job, its collectives, and the counter that
 /// gives DDSs their ids (in program order, so every rank gives a DDS the same id).
 ///
-/// A process has one by default (from [`init`]). Tests and simulations run several ranks
-/// in one process: each thread enters its own with [`scoped`] (see
+/// A process has one by default (from [`crate::init`]). Tests and simulations run several
+/// ranks in one process: each thread enters its own with [`scoped`] (see
 /// [`crate::transport::mem`]).
 pub struct RankCtx {
     rank: usize,
     world: usize,
-    /// `None`: the process's cluster (after [`init`]), if any.
+    /// `None`: the process's cluster (after [`crate::init`]), if any.
     comm: Option<collective::Comm>,
     next_table: AtomicU64,
     /// State the layers above keep per rank (plan caches, loop figures, table registry,

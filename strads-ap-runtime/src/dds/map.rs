@@ -136,13 +136,13 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
         op: &'static str,
         make: impl FnOnce() -> Result<Arc<Self>>,
     ) -> Result<Arc<Self>> {
-        use crate::checkpoint::{self, Input};
+        use super::persist::{self, Input};
         let at = std::panic::Location::caller();
-        match checkpoint::begin_input(op, at)? {
+        match persist::begin_input(op, at)? {
             Input::Off => make(),
             Input::Load { id, state, .. } => {
                 let table = MapTable::create(Entries::new());
-                checkpoint::check_input_id(id, table.id, &checkpoint::input_site(op, at))?;
+                persist::check_input_id(id, table.id, &persist::input_site(op, at))?;
                 table.restore(op, &state)?;
                 Ok(table)
             }
@@ -407,7 +407,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// a key needs no communication, replacing one returns the owner's value.
     pub fn insert(&self, key: K, value: V) -> Result<Option<V>> {
         let owner = self.table.owner(&key);
-        crate::checkpoint::modified(&self.table);
+        super::persist::modified(&self.table);
         let old = self.table.write("DMap::insert")?.insert(key, value);
         if old.is_none() {
             self.table.changed_keys();
@@ -423,7 +423,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// Removes `key`; returns its value (the owner's).
     pub fn remove(&self, key: &K) -> Result<Option<V>> {
         let owner = self.table.owner(key);
-        crate::checkpoint::modified(&self.table);
+        super::persist::modified(&self.table);
         let old = self.table.write("DMap::remove")?.remove(key);
         if old.is_some() {
             self.table.changed_keys();
@@ -757,7 +757,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
 
     /// Adds `value` under `key`, after the values already there.
     pub fn insert(&self, key: K, value: V) -> Result<()> {
-        crate::checkpoint::modified(&self.table);
+        super::persist::modified(&self.table);
         let mut entries = self.table.write("DMultiMap::insert")?;
         match entries.get_mut(&key) {
             Some(list) => list.push(value),

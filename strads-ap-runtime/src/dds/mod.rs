@@ -7,6 +7,7 @@
 //! `HashMap`.
 
 mod map;
+pub(crate) mod persist;
 mod snapshot;
 pub(crate) mod table;
 mod text;

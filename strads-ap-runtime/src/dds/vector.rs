@@ -107,17 +107,17 @@ impl<T: Element> DVector<T> {
     where
         M: serde::Serialize + serde::de::DeserializeOwned,
     {
-        use crate::checkpoint::{self, Input};
+        use super::persist::{self, Input};
         let at = std::panic::Location::caller();
         let codec = |e: postcard::Error| Error::Codec {
             what: format!("the outcome of {op}"),
             message: e.to_string(),
         };
-        match checkpoint::begin_input(op, at)? {
+        match persist::begin_input(op, at)? {
             Input::Off => make(),
             Input::Load { id, state, meta } => {
                 let v = Self::from_snapshot(op, &state)?;
-                checkpoint::check_input_id(id, v.id(), &checkpoint::input_site(op, at))?;
+                persist::check_input_id(id, v.id(), &persist::input_site(op, at))?;
                 Ok((v, postcard::from_bytes(&meta).map_err(codec)?))
             }
             record @ Input::Record { .. } => {
@@ -284,7 +284,7 @@ impl<T: Element> DVector<T> {
     /// Replaces element `i` (its owner does; every rank calls it with the same value).
     pub fn set(&self, i: usize, value: T) -> Result<()> {
         self.check_index("DVector::set", i)?;
-        crate::checkpoint::modified(&self.table);
+        super::persist::modified(&self.table);
         let mut data = self.table.write("DVector::set")?;
         if let Some(slot) = i
             .checked_sub(self.table.offset)
@@ -400,7 +400,7 @@ impl<T: Element> DVector<T> {
         F: Fn(usize, &mut T) + Send + Sync,
     {
         let offset = self.table.offset;
-        crate::checkpoint::modified(&self.table);
+        super::persist::modified(&self.table);
         let mut guard = self.table.write("DVector::transform")?;
         let data: &mut Vec<T> = &mut guard;
         self.install(|| {

@@ -1,0 +1,506 @@
+//! What the ranks agree on: at recovery, the newest checkpoint every rank can load and the
+//! input DDSs every rank can load; while checkpointing, that a manifest is durable, and
+//! which checkpoints to keep.
+//!
+//! Each function takes the rank's collectives as an `Option<&Comm>` (`None`: a world of
+//! one) and calls the same collectives on every rank.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::format::{self, InputRecord, Manifest};
+use super::warn;
+use super::writer::{self, ManifestWriter};
+use crate::cluster::collective::Comm;
+use crate::error::{Error, Result};
+
+/// The checkpoints found in `root` (by their directories' names), oldest first; none if
+/// `root` does not exist.
+pub(super) fn found(root: &Path) -> Result<Vec<u64>> {
+    let mut found: Vec<u64> = match std::fs::read_dir(root) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(format::ckpt_seq))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return Err(Error::Io {
+                path: root.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// The manifests among checkpoints `found` that `rank` can load: the manifest verifies,
+/// was made by a job of `world` ranks, and every file of this rank it refers to verifies.
+/// The others are skipped with a warning.
+pub(super) fn loadable(
+    root: &Path,
+    found: &[u64],
+    rank: usize,
+    world: usize,
+) -> BTreeMap<u64, Manifest> {
+    let mut manifests = BTreeMap::new();
+    let mut checked: BTreeMap<u64, bool> = BTreeMap::new();
+    for &seq in found.iter().rev() {
+        let path = format::manifest_file(root, seq);
+        let manifest = match format::read_manifest(&path) {
+            Ok(m) if m.world == world && m.seq == seq => m,
+            Ok(m) => {
+                warn(&format!(
+                    "checkpoint {seq} was made by {} ranks, this job has {world}; ignored",
+                    m.world
+                ));
+                continue;
+            }
+            Err(e) => {
+                if path.exists() {
+                    warn(&format!("checkpoint {seq} is not usable: {e}"));
+                }
+                continue;
+            }
+        };
+        let files: BTreeSet<u64> = manifest.tables.values().copied().collect();
+        let bad = files.iter().find_map(|&f| {
+            let ok = *checked.entry(f).or_insert_with(|| {
+                format::read_tables(&format::rank_file(root, f, rank, world)).is_ok()
+            });
+            (!ok).then_some(f)
+        });
+        match bad {
+            None => {
+                manifests.insert(seq, manifest);
+            }
+            Some(f) => warn(&format!(
+                "checkpoint {seq} cannot be loaded on rank {rank} (its file of checkpoint \
+                 {f} is missing, torn or corrupted); using an earlier one"
+            )),
+        }
+    }
+    manifests
+}
+
+/// The checkpoints in every one of the ranks' lists `all`.
+pub(super) fn common(all: &[Vec<u64>]) -> BTreeSet<u64> {
+    let Some((first, others)) = all.split_first() else {
+        return BTreeSet::new();
+    };
+    let mut common: BTreeSet<u64> = first.iter().copied().collect();
+    for other in others {
+        let other: BTreeSet<u64> = other.iter().copied().collect();
+        common = common.intersection(&other).copied().collect();
+    }
+    common
+}
+
+/// The manifests in `root` that every rank can load (a collective when `comm` is given):
+/// the newest of them is where a replay ends.
+pub(super) fn loadable_everywhere(
+    root: &Path,
+    comm: Option<&Comm>,
+    rank: usize,
+    world: usize,
+) -> Result<BTreeMap<u64, Manifest>> {
+    let mut manifests = loadable(root, &found(root)?, rank, world);
+    let mine: Vec<u64> = manifests.keys().copied().collect();
+    let usable = match comm {
+        Some(c) => common(&c.allgather(mine)?),
+        None => mine.into_iter().collect(),
+    };
+    manifests.retain(|s, _| usable.contains(s));
+    Ok(manifests)
+}
+
+/// Of the input DDSs `inputs` of the agreed checkpoint, those every rank can load (a
+/// collective when `comm` is given); the others are made again (their operators run), with
+/// a warning.
+pub(super) fn loadable_inputs(
+    root: &Path,
+    inputs: &BTreeMap<u64, InputRecord>,
+    comm: Option<&Comm>,
+    rank: usize,
+    world: usize,
+) -> Result<BTreeMap<u64, InputRecord>> {
+    let bad: Vec<(u64, String)> = inputs
+        .keys()
+        .filter_map(|&n| {
+            format::read_tables(&format::input_file(root, n, rank, world))
+                .err()
+                .map(|e| (n, e))
+        })
+        .collect();
+    let bad: BTreeMap<u64, String> = match comm {
+        Some(c) => c.allgather(bad)?.into_iter().flatten().collect(),
+        None => bad.into_iter().collect(),
+    };
+    for (n, why) in &bad {
+        if rank == 0 {
+            warn(&format!(
+                "the checkpoint of input {n} ({}) is not usable ({why}); its operator \
+                 runs again",
+                inputs[n].site
+            ));
+        }
+    }
+    Ok(inputs
+        .iter()
+        .filter(|(n, _)| !bad.contains_key(n))
+        .map(|(&n, r)| (n, r.clone()))
+        .collect())
+}
+
+/// Waits until rank 0's manifest being written (`job`, on rank 0) is durable; every rank
+/// learns whether it is (a collective when `comm` is given), and fails if it is not.
+pub(super) fn manifest_written(
+    job: Option<(u64, ManifestWriter)>,
+    comm: Option<&Comm>,
+) -> Result<()> {
+    let outcome = match job {
+        Some((seq, job)) => writer::join_manifest_writer(seq, job),
+        None => Ok(()),
+    };
+    let outcome = match comm {
+        Some(c) => c.broadcast(0, outcome)?,
+        None => outcome,
+    };
+    outcome.map_err(Error::Config)
+}
+
+/// A committed checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Committed {
+    pub seq: u64,
+    /// Each table → the checkpoint holding its state.
+    pub tables: BTreeMap<u64, u64>,
+    /// Whether its files were forced to disk.
+    pub synced: bool,
+}
+
+/// What pruning drops: the checkpoints whose manifests go, and of those, the ones whose
+/// files go too (no kept manifest refers to them).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Pruned {
+    pub manifests: Vec<u64>,
+    pub files: Vec<u64>,
+}
+
+/// Keeps the newest `keep` of `committed` (oldest first) and the newest synced one (what
+/// survives a power loss); says what to delete.
+pub(super) fn prune(committed: &mut Vec<Committed>, keep: usize) -> Pruned {
+    if committed.len() <= keep {
+        return Pruned::default();
+    }
+    let cut = committed.len() - keep;
+    let newest_synced = committed.iter().rposition(|c| c.synced);
+    let mut manifests = Vec::new();
+    let mut i = 0;
+    committed.retain(|c| {
+        let kept = i >= cut || Some(i) == newest_synced;
+        i += 1;
+        if !kept {
+            manifests.push(c.seq);
+        }
+        kept
+    });
+    let needed: BTreeSet<u64> = committed
+        .iter()
+        .flat_map(|c| c.tables.values().copied())
+        .collect();
+    let files = manifests
+        .iter()
+        .copied()
+        .filter(|seq| !needed.contains(seq))
+        .collect();
+    Pruned { manifests, files }
+}
+
+/// Deletes what [`prune`] dropped: rank 0 the manifests, every rank its files.
+pub(super) fn delete(root: &Path, pruned: &Pruned, rank: usize, world: usize) {
+    for &seq in &pruned.manifests {
+        if rank == 0 {
+            let _ = std::fs::remove_file(format::manifest_file(root, seq));
+        }
+        if pruned.files.contains(&seq) {
+            let _ = std::fs::remove_file(format::rank_file(root, seq, rank, world));
+            // Empty once every rank removed its file (on a shared file system).
+            let _ = std::fs::remove_dir(format::ckpt_dir(root, seq));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::checkpoint::format::{
+        input_file, manifest_file, rank_file, write_manifest, write_tables, Tables,
+    };
+    use crate::cluster::{here, simulate};
+
+    /// Commits checkpoint `seq` as a job of `world` ranks does: each rank's file holds
+    /// the tables whose latest state `tables` (table → checkpoint) puts in `seq`, and the
+    /// manifest lists them all.
+    fn commit(root: &Path, seq: u64, world: usize, tables: &[(u64, u64)]) {
+        for rank in 0..world {
+            let own: Tables = tables
+                .iter()
+                .filter(|(_, f)| *f == seq)
+                .map(|(id, _)| (*id, vec![rank as u8; 3]))
+                .collect();
+            write_tables(&rank_file(root, seq, rank, world), &own, false).unwrap();
+        }
+        let manifest = Manifest {
+            seq,
+            site: format!("loop {seq}"),
+            world,
+            tables: tables.iter().copied().collect(),
+            checksums: vec![0; world],
+            inputs: BTreeMap::new(),
+        };
+        write_manifest(&manifest_file(root, seq), &manifest, false).unwrap();
+    }
+
+    /// Checkpoints 1, 2 and 3 of a 2-rank job: table 1 is written every time, table 2
+    /// only at 1 (so checkpoint 2 refers to checkpoint 1's files).
+    fn three_checkpoints(root: &Path) {
+        commit(root, 1, 2, &[(1, 1), (2, 1)]);
+        commit(root, 2, 2, &[(1, 2), (2, 1)]);
+        commit(root, 3, 2, &[(1, 3), (2, 1)]);
+    }
+
+    fn tear(path: &Path) {
+        let bytes = std::fs::read(path).unwrap();
+        std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+
+    fn seqs(manifests: &BTreeMap<u64, Manifest>) -> Vec<u64> {
+        manifests.keys().copied().collect()
+    }
+
+    #[test]
+    fn checkpoints_are_found_by_their_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(found(&dir.path().join("none")).unwrap(), Vec::<u64>::new());
+        commit(dir.path(), 3, 1, &[(1, 3)]);
+        commit(dir.path(), 1, 1, &[(1, 1)]);
+        std::fs::create_dir(dir.path().join("input-000001")).unwrap();
+        std::fs::write(dir.path().join("ckpt-notes.txt"), b"").unwrap();
+        assert_eq!(found(dir.path()).unwrap(), [1, 3]);
+    }
+
+    #[test]
+    fn a_rank_can_load_a_checkpoint_whose_files_all_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        tear(&rank_file(root, 3, 1, 2));
+        let all = found(root).unwrap();
+        assert_eq!(seqs(&loadable(root, &all, 0, 2)), [1, 2, 3]);
+        assert_eq!(seqs(&loadable(root, &all, 1, 2)), [1, 2]);
+        // Checkpoint 1's file holds table 2 for every later checkpoint too.
+        tear(&rank_file(root, 1, 0, 2));
+        assert_eq!(seqs(&loadable(root, &all, 0, 2)), Vec::<u64>::new());
+        std::fs::remove_file(rank_file(root, 1, 1, 2)).unwrap();
+        assert_eq!(seqs(&loadable(root, &all, 1, 2)), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn bad_manifests_and_other_jobs_manifests_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        // A job of three ranks, a torn manifest, a manifest in the wrong directory, and a
+        // checkpoint never committed.
+        commit(root, 4, 3, &[(1, 4), (2, 1)]);
+        tear(&manifest_file(root, 3));
+        std::fs::create_dir(format::ckpt_dir(root, 5)).unwrap();
+        std::fs::copy(manifest_file(root, 1), manifest_file(root, 5)).unwrap();
+        commit(root, 6, 2, &[(1, 6), (2, 1)]);
+        std::fs::remove_file(manifest_file(root, 6)).unwrap();
+        let all = found(root).unwrap();
+        assert_eq!(all, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(seqs(&loadable(root, &all, 0, 2)), [1, 2]);
+    }
+
+    #[test]
+    fn the_ranks_agree_on_the_checkpoints_every_rank_can_load() {
+        assert_eq!(common(&[]), BTreeSet::new());
+        assert_eq!(common(&[vec![]]), BTreeSet::new());
+        assert_eq!(common(&[vec![1, 2]]), BTreeSet::from([1, 2]));
+        assert_eq!(
+            common(&[vec![1, 2, 3], vec![2, 3], vec![3, 1, 2]]),
+            BTreeSet::from([2, 3])
+        );
+        assert_eq!(common(&[vec![1], vec![2]]), BTreeSet::new());
+    }
+
+    #[test]
+    fn ranks_resume_from_the_newest_checkpoint_all_of_them_can_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        // Rank 1 cannot load 3; rank 0 could.
+        tear(&rank_file(root, 3, 1, 2));
+        let agreed = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            seqs(&loadable_everywhere(root, here.comm(), rank, world).unwrap())
+        });
+        assert_eq!(agreed, [vec![1, 2], vec![1, 2]]);
+        // Alone, rank 0 would resume from 3.
+        assert_eq!(
+            seqs(&loadable_everywhere(root, None, 0, 2).unwrap()),
+            [1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn no_common_checkpoint_means_starting_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        commit(root, 1, 2, &[(1, 1)]);
+        commit(root, 2, 2, &[(1, 2)]);
+        tear(&rank_file(root, 1, 0, 2));
+        tear(&rank_file(root, 2, 1, 2));
+        let agreed = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            seqs(&loadable_everywhere(root, here.comm(), rank, world).unwrap())
+        });
+        assert_eq!(agreed, [Vec::<u64>::new(), Vec::new()]);
+    }
+
+    #[test]
+    fn inputs_load_only_where_every_rank_can_load_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let inputs: BTreeMap<u64, InputRecord> = (1..=3)
+            .map(|n| {
+                let site = format!("DVector::from_fn at src/main.rs:{n}:1");
+                (n, InputRecord { site, id: n })
+            })
+            .collect();
+        for n in 1..=3 {
+            for rank in 0..2 {
+                let tables = [(n, vec![1, 2, 3])];
+                write_tables(&input_file(root, n, rank, 2), &tables, false).unwrap();
+            }
+        }
+        tear(&input_file(root, 2, 1, 2));
+        std::fs::remove_file(input_file(root, 3, 0, 2)).unwrap();
+        let loadable = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            loadable_inputs(root, &inputs, here.comm(), rank, world).unwrap()
+        });
+        let first = BTreeMap::from([(1, inputs[&1].clone())]);
+        assert_eq!(loadable, [first.clone(), first]);
+    }
+
+    #[test]
+    fn every_rank_learns_whether_the_manifest_was_written() {
+        assert!(manifest_written(None, None).is_ok());
+        for failure in [None, Some("disk full")] {
+            let outcomes = simulate(2, || {
+                let here = here();
+                let job = (here.rank() == 0).then(|| {
+                    let outcome = failure.map_or(Ok(()), |e| Err(e.to_string()));
+                    (3, std::thread::spawn(move || outcome))
+                });
+                manifest_written(job, here.comm()).map_err(|e| e.to_string())
+            });
+            let expected = match failure {
+                None => Ok(()),
+                Some(e) => Err(format!("configuration: checkpoint 3 not committed: {e}")),
+            };
+            assert_eq!(outcomes, [expected.clone(), expected]);
+        }
+    }
+
+    /// Committed checkpoints `seqs`, those in `synced` forced to disk; table 1 is written
+    /// by every one, table 2 by the first only.
+    fn committed(seqs: &[u64], synced: &[u64]) -> Vec<Committed> {
+        seqs.iter()
+            .map(|&seq| Committed {
+                seq,
+                tables: BTreeMap::from([(1, seq), (2, seqs[0])]),
+                synced: synced.contains(&seq),
+            })
+            .collect()
+    }
+
+    fn kept(committed: &[Committed]) -> Vec<u64> {
+        committed.iter().map(|c| c.seq).collect()
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_and_the_newest_synced() {
+        let mut c = committed(&[1, 2, 3, 4, 5], &[1]);
+        let pruned = prune(&mut c, 2);
+        assert_eq!(kept(&c), [1, 4, 5]);
+        // Kept manifests refer to checkpoint 1's files (table 2), not to 2's or 3's.
+        let dropped = vec![2, 3];
+        assert_eq!(
+            pruned,
+            Pruned {
+                manifests: dropped.clone(),
+                files: dropped
+            }
+        );
+        // Only the newest synced one is kept beside the newest `keep`.
+        let mut c = committed(&[1, 2, 3, 4], &[1, 2]);
+        prune(&mut c, 2);
+        assert_eq!(kept(&c), [2, 3, 4]);
+        // A synced one among the newest adds nothing.
+        let mut c = committed(&[1, 2, 3], &[1, 3]);
+        prune(&mut c, 1);
+        assert_eq!(kept(&c), [3]);
+        // Nothing to prune.
+        let mut c = committed(&[1, 2], &[]);
+        assert_eq!(prune(&mut c, 2), Pruned::default());
+        assert_eq!(kept(&c), [1, 2]);
+    }
+
+    #[test]
+    fn files_a_kept_manifest_refers_to_stay() {
+        let mut c = committed(&[1, 2, 3, 4], &[]);
+        let pruned = prune(&mut c, 1);
+        assert_eq!(kept(&c), [4]);
+        assert_eq!(pruned.manifests, [1, 2, 3]);
+        // Checkpoint 4's manifest takes table 2 from checkpoint 1's files.
+        assert_eq!(pruned.files, [2, 3]);
+    }
+
+    #[test]
+    fn rank_0_deletes_manifests_and_every_rank_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        commit(root, 1, 2, &[(1, 1)]);
+        commit(root, 2, 2, &[(1, 2)]);
+        let pruned = Pruned {
+            manifests: vec![1],
+            files: vec![1],
+        };
+        delete(root, &pruned, 1, 2);
+        assert!(!rank_file(root, 1, 1, 2).exists());
+        assert!(rank_file(root, 1, 0, 2).exists() && manifest_file(root, 1).exists());
+        delete(root, &pruned, 0, 2);
+        assert!(!format::ckpt_dir(root, 1).exists());
+        assert!(manifest_file(root, 2).exists());
+        // A manifest dropped whose files are still needed: only the manifest goes.
+        let pruned = Pruned {
+            manifests: vec![2],
+            files: vec![],
+        };
+        for rank in [1, 0] {
+            delete(root, &pruned, rank, 2);
+        }
+        assert!(!manifest_file(root, 2).exists());
+        assert!(rank_file(root, 2, 0, 2).exists() && rank_file(root, 2, 1, 2).exists());
+    }
+}

@@ -1,0 +1,51 @@
+//! Starting and ending a job: [`init`], [`init_with`] and [`finish`] (re-exported at the
+//! crate root).
+//!
+//! They orchestrate the layers below, which know nothing of each other: the cluster
+//! (this process's rank, world and connections, [`crate::cluster`]) and the checkpoints
+//! ([`crate::checkpoint`]).
+
+use crate::checkpoint;
+use crate::cluster::{self, Config};
+use crate::error::Result;
+
+/// Joins the job the launcher described, or starts a world of one using all cores.
+///
+/// In a job of several processes this connects to the other ranks (see
+/// [`crate::transport::quic`]) and returns once all have joined, or fails with a clear error
+/// at the start-up deadline. Calling it again with the same configuration is harmless;
+/// operators call it themselves if the program did not (in a world of one).
+///
+/// # Examples
+/// ```
+/// strads_ap_runtime::init().unwrap();
+/// assert!(strads_ap_runtime::is_driver());
+/// ```
+pub fn init() -> Result<()> {
+    let config = Config::from_env()?;
+    init_with(config)
+}
+
+/// Starts the runtime with an explicit configuration (tests, embedding).
+///
+/// Fails if the runtime was already started with a different configuration, except that
+/// the thread count may differ (operators can choose their thread count per call).
+/// Checkpoints ([`Config::checkpoint`]) are turned on by the call that starts the
+/// runtime.
+pub fn init_with(config: Config) -> Result<()> {
+    let fresh = cluster::start(&config)?;
+    if fresh && config.checkpoint.is_some() {
+        checkpoint::configure(config.checkpoint.clone());
+    }
+    Ok(())
+}
+
+/// Leaves the job cleanly: says goodbye to every rank, waits until everything sent has been
+/// delivered and every rank has said goodbye, and closes the connections. Call it last, on
+/// every rank; a rank that exits without it looks lost to the others. Does nothing in a
+/// world of one.
+pub fn finish() -> Result<()> {
+    // The last checkpoint, still being written, is committed first.
+    checkpoint::flush()?;
+    cluster::leave()
+}
