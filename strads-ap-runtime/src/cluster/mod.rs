@@ -176,18 +176,12 @@ pub(crate) fn start(config: &Config) -> Result<bool> {
     Ok(fresh)
 }
 
-/// The connections of a job of several processes.
-struct Cluster {
-    transport: Arc<crate::transport::QuicTransport>,
-    comm: collective::Comm,
-}
-
-static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-static JOINING: Mutex<()> = Mutex::new(());
-
+/// The process's own rank joins the job of several processes `config` describes: its
+/// connections and collectives are kept on that rank (see [`RankCtx::process`]).
 fn join_cluster(config: &Config) -> Result<()> {
-    let _one_at_a_time = JOINING.lock();
-    if CLUSTER.get().is_some() {
+    let me = RankCtx::process();
+    let _one_at_a_time = me.joining.lock();
+    if me.comm.get().is_some() {
         return Ok(());
     }
     let transport = crate::transport::QuicTransport::from_env(config.rank, config.world_size)?;
@@ -201,7 +195,8 @@ fn join_cluster(config: &Config) -> Result<()> {
             transport.local_addr()
         );
     }
-    let _ = CLUSTER.set(Cluster { transport, comm });
+    let _ = me.transport.set(transport);
+    let _ = me.comm.set(comm);
     Ok(())
 }
 
@@ -213,7 +208,7 @@ fn join_cluster(config: &Config) -> Result<()> {
 /// assert!(strads_ap_runtime::cluster::comm().is_none());
 /// ```
 pub fn comm() -> Option<&'static collective::Comm> {
-    CLUSTER.get().map(|c| &c.comm)
+    RankCtx::process().comm.get()
 }
 
 /// Closes the connections of a job of several processes cleanly: the cluster's part of
@@ -221,8 +216,8 @@ pub fn comm() -> Option<&'static collective::Comm> {
 /// delivered and every rank has said goodbye. Does nothing in a world of one.
 pub(crate) fn leave() -> Result<()> {
     use crate::transport::Transport;
-    match CLUSTER.get() {
-        Some(c) => c.transport.shutdown(std::time::Duration::from_secs(60)),
+    match RankCtx::process().transport.get() {
+        Some(t) => t.shutdown(std::time::Duration::from_secs(60)),
         None => Ok(()),
     }
 }
@@ -236,8 +231,13 @@ pub(crate) fn leave() -> Result<()> {
 pub struct RankCtx {
     rank: usize,
     world: usize,
-    /// `None`: the process's cluster (after [`crate::init`]), if any.
-    comm: Option<collective::Comm>,
+    /// The collectives: set when the rank is made (ranks simulated in one process), or
+    /// when the process's own rank joins its job ([`crate::init`]); unset in a world of one.
+    comm: OnceLock<collective::Comm>,
+    /// The process's own rank in a job of several processes: its connections.
+    transport: OnceLock<Arc<crate::transport::QuicTransport>>,
+    /// Joins happen one at a time.
+    joining: Mutex<()>,
     next_table: AtomicU64,
     /// State the layers above keep per rank (plan caches, loop figures, table registry,
     /// checkpointer), one value per type: see [`RankCtx::local`].
@@ -261,28 +261,36 @@ impl RankCtx {
         Arc::new(RankCtx {
             rank: comm.rank(),
             world: comm.world_size(),
-            comm: Some(comm),
+            comm: OnceLock::from(comm),
+            transport: OnceLock::new(),
+            joining: Mutex::new(()),
             next_table: AtomicU64::new(1),
             locals: Default::default(),
             pools: Default::default(),
         })
     }
 
-    fn process_default() -> Arc<RankCtx> {
-        static DEFAULT: OnceLock<Arc<RankCtx>> = OnceLock::new();
-        DEFAULT
-            .get_or_init(|| {
-                let config = &context().config;
-                Arc::new(RankCtx {
-                    rank: config.rank,
-                    world: config.world_size,
-                    comm: None,
-                    next_table: AtomicU64::new(1),
-                    locals: Default::default(),
-                    pools: Default::default(),
-                })
+    /// The process's own rank (the rank of every thread not in a [`scoped`] rank).
+    fn process_arc() -> &'static Arc<RankCtx> {
+        static PROCESS: OnceLock<Arc<RankCtx>> = OnceLock::new();
+        PROCESS.get_or_init(|| {
+            let config = &context().config;
+            Arc::new(RankCtx {
+                rank: config.rank,
+                world: config.world_size,
+                comm: OnceLock::new(),
+                transport: OnceLock::new(),
+                joining: Mutex::new(()),
+                next_table: AtomicU64::new(1),
+                locals: Default::default(),
+                pools: Default::default(),
             })
-            .clone()
+        })
+    }
+
+    /// The process's own rank.
+    fn process() -> &'static RankCtx {
+        Self::process_arc()
     }
 
     /// This rank.
@@ -324,7 +332,7 @@ impl RankCtx {
 
     /// The collectives, in a job of several ranks.
     pub fn comm(&self) -> Option<&collective::Comm> {
-        self.comm.as_ref().or_else(|| comm())
+        self.comm.get()
     }
 
     /// The collectives of a job of several ranks, or an error naming `op` if the job has
@@ -416,7 +424,7 @@ pub fn scoped<R>(ctx: Arc<RankCtx>, f: impl FnOnce() -> R) -> R {
 pub fn here() -> Arc<RankCtx> {
     SCOPE
         .with(|s| s.borrow().clone())
-        .unwrap_or_else(RankCtx::process_default)
+        .unwrap_or_else(|| RankCtx::process_arc().clone())
 }
 
 /// The runtime context, started on first use.
