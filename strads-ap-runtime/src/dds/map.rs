@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::table::{lookup_table, register_table, TableHandle, TableLock};
+use super::table::{lookup_table, register_table, Snapshot, Spread, TableHandle, TableLock};
 use super::view::{RecordVectorView, VectorView};
 use super::Element;
 use crate::access::{raise, ExecCtx, Fault};
@@ -267,6 +267,12 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
     fn elem_size(&self) -> usize {
         std::mem::size_of::<V>()
     }
+    fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
+        Ok(Box::new(MapLock(self.write(op)?)))
+    }
+}
+
+impl<K: MapKey, V: Element> Spread for MapTable<K, V> {
     fn gather_all(&self, op: &'static str, comm: &crate::cluster::collective::Comm) -> Result<()> {
         self.refresh(op, comm)
     }
@@ -279,6 +285,21 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
         Ok(())
     }
     fn shrink_to_shadow(&self, _valid: super::table::ShadowValidity) {}
+    fn owners(&self) -> Option<Vec<u16>> {
+        let data = self.data.read();
+        Some(data.keys.iter().map(|k| self.owner(k) as u16).collect())
+    }
+    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on (positions index the values).
+        unsafe { super::table::pack_elements::<V>(self.id, ptr, keys, out) }
+    }
+    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
+        // SAFETY: as above.
+        unsafe { super::table::unpack_elements::<V>(self.id, ptr, keys, bytes) }
+    }
+}
+
+impl<K: MapKey, V: Element> Snapshot for MapTable<K, V> {
     fn gate(&self) -> &super::table::Gate {
         &self.gate
     }
@@ -315,21 +336,6 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
             self.changed_keys();
         }
         Ok(())
-    }
-    fn owners(&self) -> Option<Vec<u16>> {
-        let data = self.data.read();
-        Some(data.keys.iter().map(|k| self.owner(k) as u16).collect())
-    }
-    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
-        // SAFETY: the caller's guarantee, passed on (positions index the values).
-        unsafe { super::table::pack_elements::<V>(self.id, ptr, keys, out) }
-    }
-    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
-        // SAFETY: as above.
-        unsafe { super::table::unpack_elements::<V>(self.id, ptr, keys, bytes) }
-    }
-    fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
-        Ok(Box::new(MapLock(self.write(op)?)))
     }
 }
 

@@ -46,8 +46,10 @@ pub(crate) fn lookup_table<T: Any + Send + Sync>(id: u64) -> std::result::Result
         .map_err(|_| format!("DDS table {id} holds a different element type"))
 }
 
-/// A captured table as the engines see it.
-pub(crate) trait TableHandle: Send + Sync {
+/// A captured table as the engines see it: its identity and shape and exclusive use;
+/// its supertraits say how it spreads across ranks ([`Spread`]) and how checkpoints save
+/// it ([`Snapshot`]).
+pub(crate) trait TableHandle: Spread + Snapshot + Send + Sync {
     fn id(&self) -> u64;
     fn is_relaxed(&self) -> bool;
     /// Whether the table is a map (maps are not merged by `sync_for!`).
@@ -61,10 +63,14 @@ pub(crate) trait TableHandle: Send + Sync {
     fn elem_size(&self) -> usize;
     /// Exclusive use for the duration of an operator.
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
+}
+
+/// How a table spreads across the ranks of a job for a loop, and moves between them.
+pub(crate) trait Spread {
     /// In a job of several ranks: gathers every rank's part so that this rank holds all
     /// elements, for a loop that reads or writes any of them (a collective).
     fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()>;
-    /// Drops the elements of other ranks again, after [`TableHandle::gather_all`].
+    /// Drops the elements of other ranks again, after [`Spread::gather_all`].
     fn keep_own_range(&self);
     /// Whether this rank keeps a shadow (a full-length copy left by the last distributed
     /// `async_for!`, current in this rank's range and possibly stale elsewhere), and
@@ -83,15 +89,6 @@ pub(crate) trait TableHandle: Send + Sync {
     fn shrink_to_shadow(&self, _valid: ShadowValidity) {
         self.keep_own_range()
     }
-    /// Appends this rank's part of the table to `out`, encoded for a checkpoint (with
-    /// what identifies its shape, checked by [`TableHandle::restore`]). Waits for a
-    /// writer to finish rather than failing (checkpoints run in the background). `out`
-    /// is a reused buffer: encoding into it touches no fresh memory.
-    fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()>;
-    /// The gate that holds writers back while a checkpoint reads the table.
-    fn gate(&self) -> &Gate;
-    /// Replaces this rank's part of the table with a [`TableHandle::snapshot_into`].
-    fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()>;
     /// In a job of several ranks: the owner of each key (position), when it is not the
     /// rank whose balanced range holds it (maps own keys by hash).
     fn owners(&self) -> Option<Vec<u16>> {
@@ -111,13 +108,26 @@ pub(crate) trait TableHandle: Send + Sync {
     /// `ptr`, advancing `bytes` past them.
     ///
     /// # Safety
-    /// As for [`TableHandle::pack`], and no one else reads or writes those elements during
+    /// As for [`Spread::pack`], and no one else reads or writes those elements during
     /// the call.
     unsafe fn unpack(&self, _ptr: *mut u8, _keys: &[u64], _bytes: &mut &[u8]) -> Result<()> {
         Err(Error::Config(
             "this kind of DDS cannot be sent between ranks yet".to_string(),
         ))
     }
+}
+
+/// What checkpoints call: this rank's part of a table, saved and restored.
+pub(crate) trait Snapshot {
+    /// Appends this rank's part of the table to `out`, encoded for a checkpoint (with
+    /// what identifies its shape, checked by [`Snapshot::restore`]). Waits for a
+    /// writer to finish rather than failing (checkpoints run in the background). `out`
+    /// is a reused buffer: encoding into it touches no fresh memory.
+    fn snapshot_into(&self, out: &mut Vec<u8>) -> Result<()>;
+    /// The gate that holds writers back while a checkpoint reads the table.
+    fn gate(&self) -> &Gate;
+    /// Replaces this rank's part of the table with a [`Snapshot::snapshot_into`].
+    fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()>;
 }
 
 /// What a distributed loop leaves current in a table's shadow.
@@ -291,6 +301,9 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(VectorLock(self.write(op)?)))
     }
+}
+
+impl<T: super::Element> Spread for VectorTable<T> {
     fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()> {
         let mut data = self.write(op)?;
         let local = std::mem::take(&mut *data);
@@ -401,6 +414,17 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         shadow.full = Some(full);
         shadow.version = self.version.load(Ordering::Acquire);
     }
+    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { pack_elements::<T>(self.id, ptr, keys, out) }
+    }
+    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { unpack_elements::<T>(self.id, ptr, keys, bytes) }
+    }
+}
+
+impl<T: super::Element> Snapshot for VectorTable<T> {
     fn gate(&self) -> &Gate {
         &self.gate
     }
@@ -430,14 +454,6 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         }
         *self.write(op)? = data;
         Ok(())
-    }
-    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
-        // SAFETY: the caller's guarantee, passed on.
-        unsafe { pack_elements::<T>(self.id, ptr, keys, out) }
-    }
-    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
-        // SAFETY: the caller's guarantee, passed on.
-        unsafe { unpack_elements::<T>(self.id, ptr, keys, bytes) }
     }
 }
 

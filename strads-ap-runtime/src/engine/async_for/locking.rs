@@ -34,7 +34,6 @@ use crate::sync::Mutex;
 use std::time::Instant;
 
 use super::execute::{bind_worker, push_replicas};
-use super::reconnoitre::reconnoitre;
 use super::{table_infos, written_slots, Loop};
 use crate::access::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
 use crate::dds::table::Replica;
@@ -52,18 +51,9 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     let modes = match kept().modes.take(&l.key) {
         Some(modes) => modes,
         None => {
-            let t0 = Instant::now();
-            let log = reconnoitre(
-                l.call.site,
-                l.start,
-                l.n,
-                l.call.task(),
-                l.record,
-                bases,
-                l.call.threads,
-            )?;
+            let (log, took) = l.reconnoitre(bases)?;
             let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
-            l.call.note(|f| f.recon += t0.elapsed());
+            l.call.note(|f| f.recon += took);
             modes
         }
     };

@@ -11,6 +11,7 @@
 //! | distributed | `distributed.rs` (with `exchange.rs`) | a job of several ranks |
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use super::cache::{kept, PlanKey};
 use super::choose::{async_strategy, AsyncCall, AsyncStrategy};
@@ -19,7 +20,7 @@ use super::{Base, CallSite, Opts, Registry};
 use crate::access::{ExecCtx, Indices, LoopIndex};
 use crate::error::{Error, Result};
 use crate::plan::{SlotMode, TableInfo};
-use crate::recon::{RecordIndices, Recorder, MAX_TABLES};
+use crate::recon::{AccessLog, RecordIndices, Recorder, MAX_TABLES};
 
 mod distributed;
 mod exchange;
@@ -42,6 +43,23 @@ pub(super) struct Loop<'c, 'a, Task, I> {
     pub record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     /// What the rank keeps of this call between calls is kept under.
     pub key: PlanKey,
+}
+
+impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
+    /// Reconnaissance of the whole call on its workers: the log, and what it took.
+    fn reconnoitre(&self, bases: &[Base]) -> Result<(AccessLog, Duration)> {
+        let t0 = Instant::now();
+        let log = reconnoitre::reconnoitre(
+            self.call.site,
+            self.start,
+            self.n,
+            self.call.task(),
+            self.record,
+            bases,
+            self.call.threads,
+        )?;
+        Ok((log, t0.elapsed()))
+    }
 }
 
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.

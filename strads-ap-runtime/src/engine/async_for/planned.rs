@@ -4,7 +4,6 @@
 use std::time::Instant;
 
 use super::execute::execute;
-use super::reconnoitre::reconnoitre;
 use super::{table_infos, written_slots, Loop};
 use crate::access::LoopIndex;
 use crate::cluster::context;
@@ -25,17 +24,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     let mut plan = match cached {
         Some(c) => c.plan,
         None => {
-            let t0 = Instant::now();
-            let log = reconnoitre(
-                l.call.site,
-                l.start,
-                l.n,
-                l.call.task(),
-                l.record,
-                bases,
-                l.call.threads,
-            )?;
-            let recon = LogSource::Reconnoitred(t0.elapsed());
+            let (log, took) = l.reconnoitre(bases)?;
+            let recon = LogSource::Reconnoitred(took);
             let tables = table_infos(&l.call.registry, bases);
             make_plan(l, log, recon, tables, l.call.threads)
         }
