@@ -41,7 +41,7 @@ impl Opts {
     /// `async_for!` in a world of one then runs with per-element locks instead of a plan:
     /// reconnaissance once, to learn which tables are written, then every call locks each
     /// element a task touches, undoes and retries a task that meets an element another
-    /// worker holds (the run stays serializable; [`LoopStats::retried`] counts them).
+    /// worker holds (the run stays serializable; [`LoopStats::retried`](super::LoopStats::retried) counts them).
     /// Across ranks, and for `sync_for!`, reconnaissance (and planning) is redone on every
     /// call.
     pub fn recheck(mut self, recheck: bool) -> Self {
