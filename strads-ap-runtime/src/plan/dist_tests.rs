@@ -37,11 +37,9 @@ fn only(world: usize, slots: usize, peer: usize, slot: usize, keys: &[u64]) -> V
     t
 }
 
-/// Two groups of one batch, each writing a key the other rank owns (table of 4 keys:
-/// rank 0 owns 0..2, rank 1 owns 2..4): each rank fetches its key before the step and
-/// sends it home after.
-fn crossed_components() -> Plan {
-    let schedule = Schedule::Components(vec![Batch {
+/// One batch of two one-task groups: task 0 in group 0, task 1 in group 1.
+fn two_groups() -> Schedule {
+    Schedule::Components(vec![Batch {
         groups: vec![
             Group {
                 id: 0,
@@ -52,7 +50,14 @@ fn crossed_components() -> Plan {
                 tasks: vec![1],
             },
         ],
-    }]);
+    }])
+}
+
+/// Two groups of one batch, each writing a key the other rank owns (table of 4 keys:
+/// rank 0 owns 0..2, rank 1 owns 2..4): each rank fetches its key before the step and
+/// sends it home after.
+fn crossed_components() -> Plan {
+    let schedule = two_groups();
     plan_of(
         vec![SlotMode::Checked],
         schedule,
@@ -180,18 +185,7 @@ fn rotation_keeps_the_larger_table_and_moves_the_other_around_the_ring() {
 #[test]
 fn read_only_tables_are_fetched_once_and_never_sent_home() {
     // Slot 1 is read-only; both tasks (one per rank) read key 1 of it (owned by rank 0).
-    let schedule = Schedule::Components(vec![Batch {
-        groups: vec![
-            Group {
-                id: 0,
-                tasks: vec![0],
-            },
-            Group {
-                id: 1,
-                tasks: vec![1],
-            },
-        ],
-    }]);
+    let schedule = two_groups();
     let plan = plan_of(
         vec![SlotMode::Checked, SlotMode::ReadOnly],
         schedule,
