@@ -26,3 +26,4 @@ pub mod model;
 pub mod report;
 pub mod transe;
 pub mod word2vec;
+pub mod zoo;

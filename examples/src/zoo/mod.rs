@@ -1,0 +1,236 @@
+//! The conversion zoo: serial textbook programs written the way users write them, each
+//! with its strads-ap twin, to measure the framework on shapes it was not tuned for.
+//!
+//! Every program is one module with two functions of the same signature: `serial` (plain
+//! `Vec`s, `HashMap`s and `for` loops) and `strads` (the same program with `DVector`,
+//! `DMap`, `DMultiMap` and `async_for!` / `sync_for!`). The loop bodies of a pair are
+//! textually the same: each sits between `// zoo body begin: LABEL` and
+//! `// zoo body end: LABEL` in both functions, and `examples/tests/zoo.rs` checks that
+//! the two texts are equal once whitespace is removed.
+//!
+//! The binary `zoo` runs one program (`zoo biased-mf --serial`, `zoo biased-mf --threads
+//! 2`), the bench compares the twins (`bench --app zoo --program biased-mf`), and the
+//! tests compare their results (`examples/tests/zoo.rs`). `examples/zoo/README.md` fixes
+//! every program's default size, epochs and seeds, and its serial epoch time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::report::{mean, EpochClock, EpochStart};
+
+pub mod biased_mf;
+
+/// How to run a zoo program: the same for both twins.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// Passes over the data (`None`: the program's default).
+    pub epochs: Option<usize>,
+    /// Seed of the synthetic data, the split and the initial parameters.
+    pub seed: u64,
+    /// Worker threads of the strads-ap twin per process (the serial twin uses one).
+    pub threads: usize,
+    /// Real data instead of the synthetic default, where the program reads any.
+    pub data: Option<PathBuf>,
+    /// Multiplies the synthetic default's size (tests run small: 0.05).
+    pub scale: f64,
+    /// Per-epoch progress lines on stderr.
+    pub verbose: bool,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            epochs: None,
+            seed: 1,
+            threads: 2,
+            data: None,
+            scale: 1.0,
+            verbose: false,
+        }
+    }
+}
+
+impl Run {
+    /// The epochs to run: `--epochs`, or the program's default.
+    pub fn epochs_or(&self, default: usize) -> usize {
+        self.epochs.unwrap_or(default).max(1)
+    }
+
+    /// A synthetic default size scaled by [`Run::scale`] (at least `min`).
+    pub fn scaled(&self, size: usize, min: usize) -> usize {
+        ((size as f64 * self.scale).round() as usize).max(min)
+    }
+
+    /// Prints a progress line when verbose.
+    pub fn progress(&self, program: &str, implementation: &str, epoch: usize, secs: f64) {
+        if self.verbose {
+            eprintln!("zoo {program} [{implementation}] epoch {epoch}: {secs:.4} s");
+        }
+    }
+}
+
+/// What a zoo program reports: one JSON line on stdout from the `zoo` binary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// `zoo/PROGRAM`.
+    pub app: String,
+    /// `serial` or `strads-ap`.
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    /// Processes of the job (1 for the serial twin).
+    pub ranks: usize,
+    /// Worker threads per process (1 for the serial twin).
+    pub threads: usize,
+    /// Epochs run.
+    pub epochs: usize,
+    /// Tasks per epoch (loop iterations of the main loop).
+    pub tasks: usize,
+    /// Mean seconds of an epoch's training loops (evaluation excluded; for the strads-ap
+    /// twin, one-off set-up excluded too: see `setup_secs`).
+    pub secs_per_epoch: f64,
+    /// The strads-ap twin's one-off set-up: reconnaissance, planning and a recorded first
+    /// call's time beyond a steady epoch (0 for the serial twin).
+    pub setup_secs: f64,
+    /// What `value` measures (`train_rmse`, `train_loss`, ...): lower is better unless
+    /// the name says otherwise.
+    pub metric: String,
+    /// The metric after the last epoch.
+    pub value: f64,
+    /// The strads-ap twin's loop strategies, `site=strategy` (empty for the serial twin).
+    pub strategies: Vec<String>,
+}
+
+/// One zoo program.
+pub struct Program {
+    /// Its name on the command line (`biased-mf`).
+    pub name: &'static str,
+    /// The shape it stands for, in a line.
+    pub shape: &'static str,
+    /// The serial program.
+    pub serial: fn(&Run) -> Result<Outcome>,
+    /// Its strads-ap twin.
+    pub strads: fn(&Run) -> Result<Outcome>,
+    /// How far the twin's metric may be from the serial one's at 2 threads, relatively
+    /// (0.005 for serializable loops; 0.01 with relaxed tables or `sync_for!`).
+    pub tolerance: f64,
+}
+
+/// Every program of the zoo.
+pub const PROGRAMS: &[Program] = &[Program {
+    name: "biased-mf",
+    shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
+    serial: biased_mf::serial,
+    strads: biased_mf::strads,
+    tolerance: 0.005,
+}];
+
+/// The program called `name`, or an error listing the zoo.
+pub fn program(name: &str) -> Result<&'static Program> {
+    PROGRAMS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
+        anyhow::anyhow!("no zoo program `{name}`; the zoo has: {}", names.join(", "))
+    })
+}
+
+/// Times a serial twin's epochs.
+#[derive(Debug, Default)]
+pub struct SerialClock {
+    epochs: Vec<f64>,
+}
+
+impl SerialClock {
+    /// Starts an epoch.
+    pub fn start(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// Ends an epoch; its seconds.
+    pub fn stop(&mut self, start: Instant) -> f64 {
+        let secs = start.elapsed().as_secs_f64();
+        self.epochs.push(secs);
+        secs
+    }
+
+    /// Mean seconds of an epoch.
+    pub fn secs_per_epoch(&self) -> f64 {
+        mean(&self.epochs)
+    }
+}
+
+/// Times a strads-ap twin's epochs, set-up apart (see [`EpochClock`]).
+#[derive(Debug, Default)]
+pub struct StradsClock(EpochClock);
+
+impl StradsClock {
+    /// Starts an epoch.
+    pub fn start(&self) -> EpochStart {
+        self.0.start()
+    }
+
+    /// Ends epoch `epoch` (from 1); its seconds without set-up.
+    pub fn stop(&mut self, start: EpochStart, epoch: usize) -> f64 {
+        self.0.stop(start, epoch)
+    }
+}
+
+/// The serial twin's outcome.
+pub fn serial_outcome(
+    program: &str,
+    epochs: usize,
+    tasks: usize,
+    clock: &SerialClock,
+    metric: &str,
+    value: f64,
+) -> Outcome {
+    Outcome {
+        app: format!("zoo/{program}"),
+        implementation: crate::report::SERIAL.into(),
+        ranks: 1,
+        threads: 1,
+        epochs,
+        tasks,
+        secs_per_epoch: clock.secs_per_epoch(),
+        setup_secs: 0.0,
+        metric: metric.into(),
+        value,
+        strategies: Vec::new(),
+    }
+}
+
+/// The strads-ap twin's outcome, with the strategies of this rank's loops.
+pub fn strads_outcome(
+    program: &str,
+    run: &Run,
+    epochs: usize,
+    tasks: usize,
+    clock: &StradsClock,
+    metric: &str,
+    value: f64,
+) -> Outcome {
+    Outcome {
+        app: format!("zoo/{program}"),
+        implementation: crate::report::STRADS.into(),
+        ranks: strads_ap::world_size(),
+        threads: run.threads,
+        epochs,
+        tasks,
+        secs_per_epoch: clock.0.secs_per_epoch(),
+        setup_secs: clock.0.setup_secs(),
+        metric: metric.into(),
+        value,
+        strategies: strads_ap::loop_stats()
+            .iter()
+            .filter(|s| s.site.contains("zoo"))
+            .map(|s| format!("{}={}", short_site(&s.site), s.strategy))
+            .collect(),
+    }
+}
+
+/// `file:line` of a loop's site, without the directories.
+fn short_site(site: &str) -> String {
+    let file = site.rsplit(['/', ' ']).next().unwrap_or(site);
+    file.to_string()
+}
