@@ -55,8 +55,9 @@
 pub use strads_ap_macros::{async_for, sync_for};
 pub use strads_ap_runtime::{
     checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
-    threads, world_size, Aggregate, Aggregation, Config, DMap, DMultiMap, DVector, Element, Error,
-    LoopStats, Opts, ReadOptions, ReadReport, Relaxed, Result, SyncMode,
+    threads, world_size, Aggregate, Aggregation, Config, DMap, DMultiMap, DVector, Diagnosis,
+    Element, Error, Finding, HotKey, LoopStats, Opts, ReadOptions, ReadReport, Relaxed, Result,
+    SyncMode,
 };
 
 /// Views and planner internals, for the curious and for tools.

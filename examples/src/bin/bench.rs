@@ -24,6 +24,9 @@
 //! * Word2vec: the same with `"rho_diff"` (strads-ap − serial WordSim Spearman ρ),
 //!   `"analogy_diff"` (strads-ap − serial analogy accuracy) and `"serial_words_per_sec"`,
 //!   `"strads_words_per_sec"` instead of `"rmse_ratio"`.
+//! * Zoo programs (`--app zoo --program NAME`, see `examples/zoo/README.md`): the same with
+//!   `"program"`, `"metric"` (the program's metric) and `"metric_ratio"` (strads-ap /
+//!   serial) instead of `"rmse_ratio"`.
 //!
 //! Every figure is a median over the repetitions; ratios are of medians.
 //! `setup_vs_serial_epoch` is the strads-ap twin's one-off set-up (its `setup_secs`:
@@ -91,6 +94,9 @@ enum App {
     Transe,
     /// Word2vec skip-gram with negative sampling (`word2vec-serial` vs `word2vec`).
     Word2vec,
+    /// A program of the conversion zoo (`zoo PROGRAM --serial` vs `zoo PROGRAM`; needs
+    /// `--program`).
+    Zoo,
 }
 
 impl App {
@@ -101,6 +107,7 @@ impl App {
             App::Lda => "lda",
             App::Transe => "transe",
             App::Word2vec => "word2vec",
+            App::Zoo => "zoo",
         }
     }
 }
@@ -112,6 +119,10 @@ struct Args {
     /// The example.
     #[arg(long, value_enum)]
     app: App,
+
+    /// The zoo program, with `--app zoo` (`target/release/zoo --list` lists them).
+    #[arg(long, required_if_eq("app", "zoo"))]
+    program: Option<String>,
 
     /// Runs of each twin.
     #[arg(long, default_value_t = 3)]
@@ -180,6 +191,13 @@ struct Summary {
     serial_words_per_sec: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     strads_words_per_sec: Option<f64>,
+    /// Zoo programs: the program, its metric, and strads-ap's value over serial's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    program: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric_ratio: Option<f64>,
 }
 
 /// The twin binary `name` in `dir`, or an error saying how to build it.
@@ -370,8 +388,26 @@ fn main() -> Result<()> {
         .parent()
         .context("the bench executable has no directory")?;
     let app = args.app.name();
-    let serial = sibling(dir, &format!("{app}-serial"))?;
-    let strads = sibling(dir, app)?;
+    // The zoo's twins are one binary: the program's name (and `--serial`) come first.
+    let (serial, strads, serial_first, strads_first) = match (&args.app, &args.program) {
+        (App::Zoo, Some(program)) => (
+            sibling(dir, "zoo")?,
+            sibling(dir, "zoo")?,
+            vec![
+                program.clone(),
+                "--serial".to_string(),
+                "--quiet".to_string(),
+            ],
+            vec![program.clone(), "--quiet".to_string()],
+        ),
+        (App::Zoo, None) => bail!("--app zoo needs --program NAME (see zoo --list)"),
+        _ => (
+            sibling(dir, &format!("{app}-serial"))?,
+            sibling(dir, app)?,
+            Vec::new(),
+            Vec::new(),
+        ),
+    };
     if args.ranks == 0 {
         bail!("--ranks must be at least 1");
     }
@@ -390,6 +426,9 @@ fn main() -> Result<()> {
         twin_args.extend(["--threads".to_string(), t.to_string()]);
     }
     twin_args.extend(args.extra.iter().cloned());
+    let serial_args: Vec<String> = serial_first.iter().chain(&twin_args).cloned().collect();
+    let serial_extra: Vec<String> = serial_first.iter().chain(&args.extra).cloned().collect();
+    let twin_args: Vec<String> = strads_first.iter().chain(&twin_args).cloned().collect();
 
     // The strads-ap twin, checkpointing into `ckpt` if given.
     let run_strads = |ckpt: Option<&Path>| -> Result<Value> {
@@ -425,14 +464,14 @@ fn main() -> Result<()> {
         let (alone, together) = alternate(
             &format!("{app} --ceiling"),
             args.reps,
-            || Ok(vec![run(&serial, &args.extra)?]),
+            || Ok(vec![run(&serial, &serial_extra)?]),
             || {
                 // Processes share no memory, so the copies run the same arguments.
                 let runs: Vec<std::process::Child> = (0..copies)
-                    .map(|_| spawn(&serial, &args.extra, &[]))
+                    .map(|_| spawn(&serial, &serial_extra, &[]))
                     .collect::<Result<_>>()?;
                 runs.into_iter()
-                    .map(|child| result_line(&serial, &args.extra, child))
+                    .map(|child| result_line(&serial, &serial_extra, child))
                     .collect()
             },
         )?;
@@ -495,7 +534,7 @@ fn main() -> Result<()> {
     let (serial_runs, strads_runs) = alternate(
         app,
         args.reps,
-        || Ok(vec![run(&serial, &twin_args)?]),
+        || Ok(vec![run(&serial, &serial_args)?]),
         || Ok(vec![run_strads(None)?]),
     )?;
     let _ = std::fs::remove_dir_all(&logs);
@@ -526,6 +565,9 @@ fn main() -> Result<()> {
         analogy_diff: None,
         serial_words_per_sec: None,
         strads_words_per_sec: None,
+        program: None,
+        metric: None,
+        metric_ratio: None,
     };
     match args.app {
         App::Sgdmf => {
@@ -564,6 +606,16 @@ fn main() -> Result<()> {
             summary.analogy_diff = Some(pa - sa);
             summary.serial_words_per_sec = Some(median(&field(&serial_runs, "words_per_sec")?));
             summary.strads_words_per_sec = Some(median(&field(&strads_runs, "words_per_sec")?));
+        }
+        App::Zoo => {
+            let s = median(&field(&serial_runs, "value")?);
+            let p = median(&field(&strads_runs, "value")?);
+            summary.program = args.program.clone();
+            summary.metric = strads_runs[0]
+                .get("metric")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            summary.metric_ratio = Some(if s != 0.0 { p / s } else { f64::NAN });
         }
     }
     print_json_line(&summary);

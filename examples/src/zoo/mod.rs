@@ -13,6 +13,10 @@
 //! tests compare their results (`examples/tests/zoo.rs`). `examples/zoo/README.md` fixes
 //! every program's default size, epochs and seeds, and its serial epoch time.
 
+// Serial programs loop over indices (`for k in 0..ratings.len()`) because their bodies
+// are the converted ones, which are handed an index.
+#![allow(clippy::needless_range_loop)]
+
 use std::path::PathBuf;
 use std::time::Instant;
 

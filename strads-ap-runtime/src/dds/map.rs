@@ -270,6 +270,17 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(MapLock(self.write(op)?)))
     }
+    fn describe_key(&self, key: u64) -> String {
+        // Keys are any serialisable type: JSON shows strings and numbers as a reader
+        // writes them. The entries may be in use (a running operator): the position then.
+        let Some(data) = self.data.try_read() else {
+            return format!("[entry {key}]");
+        };
+        match data.keys.get(key as usize).map(serde_json::to_string) {
+            Some(Ok(text)) => format!("[{text}]"),
+            _ => format!("[entry {key}]"),
+        }
+    }
 }
 
 impl<K: MapKey, V: Element> Spread for MapTable<K, V> {

@@ -63,6 +63,10 @@ pub(crate) trait TableHandle: Spread + Snapshot + Send + Sync {
     fn elem_size(&self) -> usize;
     /// Exclusive use for the duration of an operator.
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
+    /// Element `key` as a body indexes it, for messages: `[3]` (a map shows its key).
+    fn describe_key(&self, key: u64) -> String {
+        format!("[{key}]")
+    }
 }
 
 /// How a table spreads across the ranks of a job for a loop, and moves between them.

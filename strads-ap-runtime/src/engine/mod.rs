@@ -10,6 +10,7 @@
 mod async_for;
 mod cache;
 mod choose;
+pub mod diagnose;
 mod opts;
 mod pipeline;
 mod registry;
@@ -21,6 +22,7 @@ mod workers;
 pub use crate::access::{ExecCtx, Indices, LoopIndex};
 pub use async_for::run_async_for;
 pub use cache::{cached_plans, KEPT_PER_SITE};
+pub use diagnose::{Diagnosis, Finding, HotKey};
 pub use opts::{Opts, SyncMode};
 pub(crate) use registry::Base;
 pub use registry::Registry;

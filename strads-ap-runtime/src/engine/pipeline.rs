@@ -165,7 +165,11 @@ impl<T> Call<'_, T> {
 /// Ends a loop call that ran (or failed) as `ran`: records its figures, keeps or forgets
 /// what the strategy said, and has the tables it wrote checkpointed if due.
 pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
-    call.figures.into_inner().record(call.site);
+    let mut figures = call.figures.into_inner();
+    if let Ok(ran) = &ran {
+        figures.written = ran.written.clone();
+    }
+    figures.record(call.site, &call.registry);
     let ran = ran?;
     if let Some(keep) = ran.keep {
         keep.apply();

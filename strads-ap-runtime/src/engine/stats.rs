@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::diagnose::{self, Diagnosis, PlanShape};
+use super::registry::Registry;
 use super::CallSite;
 
 /// Figures about one loop call site, for the bench and progress output.
@@ -35,6 +37,13 @@ pub struct LoopStats {
     pub recorded: Duration,
     /// Calls that were recorded runs (counted in `calls`).
     pub recorded_calls: u64,
+    /// Time the workers spent running groups of tasks (bodies and what views do), summed
+    /// over the workers, in planned runs: against `running` × `workers`, the share of the
+    /// workers' time that went to the loop's work rather than to scheduling.
+    pub busy: Duration,
+    /// Why the loop does not scale, and what to change: each finding once, in the order
+    /// found (each is also printed once on stderr; see [`Diagnosis`]).
+    pub diagnoses: Vec<Diagnosis>,
 }
 
 impl LoopStats {
@@ -114,11 +123,27 @@ pub(crate) struct Figures {
     pub strategy: Option<&'static str>,
     pub groups: Option<usize>,
     pub workers: Option<usize>,
+    /// The call reconnoitred (or recorded) and planned: nothing kept from earlier calls
+    /// served it.
+    pub first_call: bool,
+    /// The loop re-plans every call by design (a re-checked loop that cannot lock).
+    pub replans_by_design: bool,
+    /// The call's index range (`async_for!`).
+    pub range: Option<(usize, usize)>,
+    /// Time the workers spent running groups of tasks, summed over the workers.
+    pub busy: Duration,
+    /// Steps of groups run (each ends with the workers synchronising).
+    pub steps: usize,
+    /// The plan made by this call, when it leaves workers idle.
+    pub shape: Option<PlanShape>,
+    /// Per captured table: whether the call may have written it.
+    pub written: Vec<bool>,
 }
 
 impl Figures {
-    /// Adds these figures to the site's (a call that did nothing leaves no trace).
-    pub fn record(self, site: &CallSite) {
+    /// Adds these figures to the site's (a call that did nothing leaves no trace), and
+    /// diagnoses the loop if it does not scale.
+    pub fn record(self, site: &CallSite, registry: &Registry) {
         if self == Figures::default() {
             return;
         }
@@ -129,6 +154,7 @@ impl Figures {
             s.running += self.running;
             s.merging += self.merging;
             s.retried += self.retried;
+            s.busy += self.busy;
             if let Some(t) = self.recorded {
                 s.recorded += t;
                 s.recorded_calls += 1;
@@ -142,6 +168,7 @@ impl Figures {
             if let Some(workers) = self.workers {
                 s.workers = workers;
             }
+            diagnose::after_call(site, registry, &self, s);
         });
     }
 }

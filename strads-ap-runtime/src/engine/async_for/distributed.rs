@@ -321,6 +321,7 @@ fn run_steps<Task: Sync, I: LoopIndex>(
     l.call.note(|f| {
         f.ran = true;
         f.running += running;
+        f.replans_by_design = l.opts.recheck;
     });
     let written = written_slots(&plan.modes);
     let ok = outcome.is_ok();

@@ -33,6 +33,9 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     let (registry, threads) = (&l.call.registry, l.call.threads);
     let merges = Merges::default();
     let errors = FirstError::new();
+    // Nanoseconds the workers spent running groups, for the diagnoses.
+    let busy = std::sync::atomic::AtomicU64::new(0);
+    let mut ran_steps = 0;
     // Disjoint borrows: components re-tag between batches while the schedule is read.
     let Plan {
         modes,
@@ -62,6 +65,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         Worker { ctx, replicas }
     };
     let run_group = |w: &mut Worker, group: GroupRef, tasks: &[u32]| {
+        let t0 = std::time::Instant::now();
         for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
             if modes[slot] == SlotMode::Checked {
                 b.allowed = schedule.allowed(slot, group);
@@ -74,6 +78,8 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
             errors.set(body_error(site, w.ctx.current(), payload));
         }
         push_replicas(registry, bases, &merges, &mut w.replicas);
+        let took = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        busy.fetch_add(took, Ordering::Relaxed);
     };
 
     let pool = l.call.here.pool(threads);
@@ -88,6 +94,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
                 if cells.is_empty() {
                     continue;
                 }
+                ran_steps += 1;
                 let sched = CellScheduler::new(rot, cells, slices_per_cell(rot));
                 let tags: &[Vec<u32>] = tags;
                 let work = || {
@@ -105,6 +112,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
                 if groups.is_empty() {
                     continue;
                 }
+                ran_steps += 1;
                 let batch = &batches[*b];
                 if batches.len() > 1 {
                     plan::retag(log, modes, batch, tags);
@@ -134,6 +142,8 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     l.call.note(|f| {
         f.merging += merges.spent();
         f.workers = Some(threads);
+        f.busy += std::time::Duration::from_nanos(busy.load(Ordering::Relaxed));
+        f.steps += ran_steps;
     });
     if !stopped {
         between(steps.len(), &errors)?;

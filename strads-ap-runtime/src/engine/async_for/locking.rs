@@ -53,7 +53,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         None => {
             let (log, took) = l.reconnoitre(bases)?;
             let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
-            l.call.note(|f| f.recon += took);
+            l.call.note(|f| {
+                f.recon += took;
+                f.first_call = true;
+            });
             modes
         }
     };

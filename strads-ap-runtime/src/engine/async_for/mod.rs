@@ -100,6 +100,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         record,
         key,
     };
+    call.note(|f| f.range = Some((start, start + n)));
     let ran = match strategy {
         AsyncStrategy::Nothing => Ok(pipeline::Ran::new(Ok(()), Vec::new())),
         AsyncStrategy::Serial => serial::run(&l),

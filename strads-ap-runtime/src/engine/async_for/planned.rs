@@ -38,6 +38,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     l.call.note(|f| {
         f.ran = true;
         f.running += t0.elapsed();
+        f.replans_by_design = l.opts.recheck;
     });
     drop(locked);
     let ran = Ran::new(outcome, written_slots(&plan.modes));
@@ -109,15 +110,11 @@ pub(super) fn make_plan<Task, I>(
         eprintln!("strads-ap: {summary}");
     }
     tracing::debug!("{summary}");
-    if threads > 1 && plan.stats.largest_group * 2 > n && n >= 64 {
-        tracing::warn!(
-            "{site}: most tasks conflict with each other ({} of {n} in one group), so the \
-             loop runs nearly serially; declare the hot table relaxed if approximate \
-             merging is acceptable",
-            plan.stats.largest_group
-        );
-    }
+    // Whether the plan leaves workers idle, and why (a pass over the log, only then).
+    let shape = crate::engine::diagnose::plan_shape(&plan, &tables, threads);
     l.call.note(|f| {
+        f.first_call = true;
+        f.shape = shape;
         f.recon += recon;
         f.planning += t2 - t1;
         f.strategy = Some(plan.stats.strategy);

@@ -40,6 +40,7 @@ pub(super) fn run_for_modes<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Re
     let tables = table_infos(&l.call.registry, &locked.bases);
     drop(locked);
     let modes = plan::slot_modes(&log?.0, &tables);
+    l.call.note(|f| f.first_call = true);
     let written = written_slots(&modes);
     Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), modes)))
 }

@@ -1,0 +1,699 @@
+//! Diagnoses: when a loop does not scale, say why and what to change, once per call site
+//! and finding, on stderr and in [`LoopStats::diagnoses`](super::LoopStats::diagnoses).
+//!
+//! Four findings, each from figures the engine has anyway:
+//!
+//! * [`Finding::IdleWorkers`]: the plan cannot keep the workers busy (its longest chain of
+//!   groups that must run one after another holds most of the tasks). The planner looks at
+//!   the access log once per plan, and only then, for the hottest written keys, tables
+//!   read where others write, and tables keyed alike.
+//! * [`Finding::FixedCosts`]: the plan is parallel enough, yet the workers spend under
+//!   [`BUSY_SHARE`] of each call in loop bodies: the call's fixed costs (starting workers,
+//!   synchronising steps, locking and tagging tables) outweigh its work.
+//! * [`Finding::AlwaysFirstCall`]: every call of the loop was a first call (its tables are
+//!   new each time, or its index range changes), so each pays reconnaissance and planning.
+//! * [`Finding::MergeBound`]: a `sync_for!` (or relaxed tables) spends over
+//!   [`MERGE_SHARE`] of the workers' time merging replicas.
+//!
+//! `STRADS_DIAGNOSE=0` keeps them off stderr (they are still in the loop figures).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::registry::Registry;
+use super::stats::{Figures, LoopStats};
+use super::CallSite;
+use crate::plan::{Plan, Schedule, SlotMode, TableInfo};
+use crate::recon::AccessLog;
+
+/// Below this share of the workers' time spent in loop bodies, a call's fixed costs are
+/// diagnosed.
+pub const BUSY_SHARE: f64 = 0.7;
+/// Above this share of the workers' time spent merging replicas, merges are diagnosed.
+pub const MERGE_SHARE: f64 = 0.3;
+/// A plan whose parallelism (tasks over its longest chain of groups run one after
+/// another) is below this share of the workers leaves workers idle.
+pub const IDLE_PARALLELISM: f64 = 0.75;
+/// A written key is *hot* when at least this share of the tasks write it.
+pub const HOT_SHARE: f64 = 0.1;
+/// Calls after which a loop whose every call was a first call is diagnosed.
+pub const FIRST_CALLS: u64 = 3;
+
+/// What a diagnosis found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Finding {
+    /// The plan leaves workers idle: fewer independent groups than workers, or one
+    /// connected component of conflicting tasks holds most of them.
+    IdleWorkers,
+    /// The workers spend most of each call outside loop bodies.
+    FixedCosts,
+    /// Every call of the loop was a first call (reconnaissance and planning each time).
+    AlwaysFirstCall,
+    /// Merging replicas takes a large share of the workers' time.
+    MergeBound,
+}
+
+impl Finding {
+    /// A short name: `idle-workers`, `fixed-costs`, `always-first-call`, `merge-bound`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Finding::IdleWorkers => "idle-workers",
+            Finding::FixedCosts => "fixed-costs",
+            Finding::AlwaysFirstCall => "always-first-call",
+            Finding::MergeBound => "merge-bound",
+        }
+    }
+}
+
+/// A written key that many tasks write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotKey {
+    /// The captured variable of the table.
+    pub table: String,
+    /// The key as the body indexes it: `[3]` for a DVector, `["the"]` for a map.
+    pub key: String,
+    /// The share of the call's tasks that write it.
+    pub share: f64,
+}
+
+/// Why a loop does not scale, and what to change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnosis {
+    /// What was found.
+    pub finding: Finding,
+    /// The captured variables of the tables concerned.
+    pub tables: Vec<String>,
+    /// The hottest written keys, hottest first ([`Finding::IdleWorkers`] only).
+    pub hot_keys: Vec<HotKey>,
+    /// What to change, in a sentence or two.
+    pub fix: String,
+    /// The whole message, as printed on stderr.
+    pub message: String,
+}
+
+/// What the planner's look at a plan found, with slots and raw keys (tables are named and
+/// keys described once the call has released its tables).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PlanShape {
+    pub strategy: &'static str,
+    pub tasks: usize,
+    pub workers: usize,
+    /// Tasks over the longest chain of groups that run one after another.
+    pub parallelism: f64,
+    /// Whether that leaves workers idle.
+    pub idle: bool,
+    /// Steps of groups per call (batches of a components plan).
+    pub batches: usize,
+    /// Slots whose conflicts shaped the plan.
+    pub conflicting: Vec<usize>,
+    /// (slot, key, tasks writing it), hottest first, at most 5.
+    pub hot: Vec<(usize, u64, usize)>,
+    /// Per conflicting slot: tasks that read a key some other task writes.
+    pub readers_of_written: Vec<(usize, usize)>,
+    /// Pairs of conflicting slots every task writes at the same single key.
+    pub keyed_alike: Vec<(usize, usize)>,
+    /// Whether the conflicting slots, with those keyed alike taken together, are one or
+    /// two tables each written at one key per task: the shape rotation plans.
+    pub rotates_if_joined: bool,
+}
+
+/// The plan's shape when it leaves workers idle or is a components plan (whose batches
+/// cost a synchronisation each), `None` otherwise or with one worker.
+pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> Option<PlanShape> {
+    let tasks = plan.stats.tasks;
+    if workers < 2 || tasks == 0 {
+        return None;
+    }
+    let chain = longest_chain(&plan.schedule).max(1);
+    let parallelism = tasks as f64 / chain as f64;
+    let idle = parallelism < IDLE_PARALLELISM * workers as f64;
+    if !idle && plan.stats.strategy != "components" {
+        return None;
+    }
+    let conflicting: Vec<usize> = (0..plan.modes.len())
+        .filter(|&s| plan.modes[s] == SlotMode::Checked)
+        .collect();
+    let (hot, readers_of_written, keyed_alike, single) =
+        look_at_log(&plan.log, tables, &conflicting);
+    let rotates_if_joined = !keyed_alike.is_empty() && single.iter().all(|&x| x) && {
+        // Dimensions: conflicting slots, those keyed alike joined (petgraph's union-find).
+        let mut uf = petgraph::unionfind::UnionFind::<usize>::new(conflicting.len());
+        for &(a, b) in &keyed_alike {
+            let at = |s: usize| {
+                conflicting
+                    .iter()
+                    .position(|&c| c == s)
+                    .expect("conflicting")
+            };
+            uf.union(at(a), at(b));
+        }
+        let mut roots = uf.into_labeling();
+        roots.sort_unstable();
+        roots.dedup();
+        roots.len() <= 2
+    };
+    Some(PlanShape {
+        strategy: plan.stats.strategy,
+        tasks,
+        workers,
+        parallelism,
+        idle,
+        batches: plan.stats.batches,
+        conflicting,
+        hot,
+        readers_of_written,
+        keyed_alike,
+        rotates_if_joined,
+    })
+}
+
+/// Tasks in the longest chain of groups that must run one after another: per batch of a
+/// components plan its largest group; for a rotation, the busiest row or column block.
+fn longest_chain(schedule: &Schedule) -> usize {
+    match schedule {
+        Schedule::Components(batches) => batches
+            .iter()
+            .map(|b| b.groups.iter().map(|g| g.tasks.len()).max().unwrap_or(0))
+            .sum(),
+        Schedule::Rotation(rot) => {
+            let mut rows = vec![0usize; rot.rows];
+            let mut cols = vec![0usize; rot.cols];
+            for c in &rot.cells {
+                rows[c.row as usize] += c.tasks.len();
+                cols[c.col as usize] += c.tasks.len();
+            }
+            let row = rows.into_iter().max().unwrap_or(0);
+            let col = match rot.cols {
+                1 => 0,
+                _ => cols.into_iter().max().unwrap_or(0),
+            };
+            row.max(col)
+        }
+    }
+}
+
+type LogLook = (
+    Vec<(usize, u64, usize)>,
+    Vec<(usize, usize)>,
+    Vec<(usize, usize)>,
+    Vec<bool>,
+);
+
+/// One pass over the log: the hottest written keys, tasks reading keys others write,
+/// conflicting slots keyed alike, and per slot whether every task writes one key of it.
+fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLook {
+    let index: HashMap<usize, usize> = slots.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    let mut writers: Vec<Vec<u32>> = slots
+        .iter()
+        .map(|&s| vec![0; tables[s].key_space])
+        .collect();
+    // Per task: (slot position, key, written), deduplicated.
+    let mut touched: Vec<Vec<(usize, u64, bool)>> = Vec::with_capacity(log.tasks());
+    // Per pair (a, b): still possibly keyed alike.
+    let mut alike: Vec<Vec<bool>> = vec![vec![true; slots.len()]; slots.len()];
+    let mut single_key = vec![true; slots.len()];
+    log.for_each_in(0..log.tasks(), |_, accesses| {
+        let mut mine: Vec<(usize, u64, bool)> = Vec::new();
+        for a in accesses {
+            let Some(&i) = index.get(&a.slot()) else {
+                continue;
+            };
+            match mine.last_mut() {
+                Some(last) if last.0 == i && last.1 == a.key() => last.2 |= a.write(),
+                _ => mine.push((i, a.key(), a.write())),
+            }
+        }
+        // The one written key per slot, if exactly one.
+        let mut single: Vec<Option<u64>> = vec![None; slots.len()];
+        let mut count = vec![0u32; slots.len()];
+        for &(i, key, written) in &mine {
+            if written {
+                if let Some(c) = writers[i].get_mut(key as usize) {
+                    *c += 1;
+                }
+                count[i] += 1;
+                single[i] = Some(key);
+            }
+        }
+        for (one, &c) in single_key.iter_mut().zip(&count) {
+            *one &= c == 1;
+        }
+        for a in 0..slots.len() {
+            for b in a + 1..slots.len() {
+                let same = count[a] == 1 && count[b] == 1 && single[a] == single[b];
+                alike[a][b] &= same;
+            }
+        }
+        touched.push(mine);
+    });
+    let tasks = touched.len();
+    let mut readers = vec![0usize; slots.len()];
+    for mine in &touched {
+        let mut seen = vec![false; slots.len()];
+        for &(i, key, written) in mine {
+            let others = writers[i]
+                .get(key as usize)
+                .map_or(0, |&c| c - u32::from(written));
+            if !written && others > 0 && !seen[i] {
+                readers[i] += 1;
+                seen[i] = true;
+            }
+        }
+    }
+    let mut hot: Vec<(usize, u64, usize)> = Vec::new();
+    for (i, counts) in writers.iter().enumerate() {
+        for (key, &c) in counts.iter().enumerate() {
+            if c as f64 >= HOT_SHARE * tasks as f64 && c > 1 {
+                hot.push((slots[i], key as u64, c as usize));
+            }
+        }
+    }
+    hot.sort_by_key(|h| std::cmp::Reverse(h.2));
+    hot.truncate(5);
+    let readers_of_written = readers
+        .iter()
+        .enumerate()
+        .filter(|(_, &r)| r > 0)
+        .map(|(i, &r)| (slots[i], r))
+        .collect();
+    let mut keyed_alike = Vec::new();
+    for a in 0..slots.len() {
+        for b in a + 1..slots.len() {
+            if alike[a][b] && tasks > 0 {
+                keyed_alike.push((slots[a], slots[b]));
+            }
+        }
+    }
+    (hot, readers_of_written, keyed_alike, single_key)
+}
+
+/// What the diagnoses remember of a call site between calls.
+#[derive(Clone, Debug, Default)]
+struct SiteMemory {
+    /// The captured tables of the last call: (name, id).
+    tables: Vec<(&'static str, u64)>,
+    /// Its index range.
+    range: Option<(usize, usize)>,
+    /// Calls so far, and how many were first calls.
+    calls: u64,
+    first_calls: u64,
+    /// Names of tables that were new at a first call after the first.
+    renewed: Vec<&'static str>,
+    range_changed: bool,
+    /// Workers' time in bodies and in calls, over ordinary planned calls.
+    busy: f64,
+    worker_secs: f64,
+    ordinary: u64,
+    steps: u64,
+    /// The last plan's shape, if it was looked at.
+    shape: Option<PlanShape>,
+}
+
+/// Per rank: memory per call site.
+#[derive(Default)]
+struct Memory(dashmap::DashMap<String, SiteMemory>);
+
+/// Looks at a finished call: new diagnoses are added to `stats` (and printed).
+pub(crate) fn after_call(
+    site: &CallSite,
+    registry: &Registry,
+    figures: &Figures,
+    stats: &mut LoopStats,
+) {
+    if !figures.ran {
+        return;
+    }
+    let here = crate::cluster::here();
+    let memory = here.local::<Memory>();
+    let key = site.to_string();
+    let mut m = memory.0.entry(key).or_default();
+    let tables: Vec<(&'static str, u64)> = registry
+        .entries
+        .iter()
+        .map(|e| (e.name, e.table.id()))
+        .collect();
+    m.calls += 1;
+    if figures.first_call {
+        m.first_calls += 1;
+        if m.calls > 1 {
+            for (name, id) in &tables {
+                if !m.tables.iter().any(|(_, old)| old == id) && !m.renewed.contains(name) {
+                    m.renewed.push(name);
+                }
+            }
+            m.range_changed |= figures.range.is_some() && figures.range != m.range;
+        }
+    } else if figures.steps > 0 {
+        m.ordinary += 1;
+        m.busy += figures.busy.as_secs_f64();
+        m.worker_secs += figures.running.as_secs_f64() * figures.workers.unwrap_or(1) as f64;
+        m.steps += figures.steps as u64;
+    }
+    m.tables = tables;
+    m.range = figures.range;
+    let mut found = Vec::new();
+    if let Some(shape) = &figures.shape {
+        m.shape = Some(shape.clone());
+        if shape.idle {
+            found.push(idle_workers(site, registry, shape));
+        }
+    }
+    if m.first_calls == m.calls && m.calls >= FIRST_CALLS && !figures.replans_by_design {
+        found.push(always_first_call(site, &m));
+    }
+    let idle = m.shape.as_ref().is_some_and(|s| s.idle);
+    if !idle && m.ordinary >= 2 && m.worker_secs > 0.0 {
+        let busy = m.busy / m.worker_secs;
+        if busy < BUSY_SHARE {
+            found.push(fixed_costs(site, registry, &m, busy));
+        }
+    }
+    drop(m);
+    if let Some(share) = stats.merge_share() {
+        if share > MERGE_SHARE && stats.calls >= 2 {
+            found.push(merge_bound(site, registry, figures, share));
+        }
+    }
+    for d in found {
+        if stats.diagnoses.iter().any(|old| old.finding == d.finding) {
+            continue;
+        }
+        if std::env::var("STRADS_DIAGNOSE").map_or(true, |v| v.trim() != "0") {
+            eprintln!("{}", d.message);
+        }
+        tracing::info!("{}", d.message);
+        stats.diagnoses.push(d);
+    }
+}
+
+/// Names of `slots`, quoted.
+fn names(registry: &Registry, slots: &[usize]) -> Vec<String> {
+    slots
+        .iter()
+        .filter_map(|&s| registry.entries.get(s))
+        .map(|e| e.name.to_string())
+        .collect()
+}
+
+fn quoted(names: &[String]) -> String {
+    let q: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    match q.len() {
+        0 => String::new(),
+        1 => q[0].clone(),
+        _ => format!("{} and {}", q[..q.len() - 1].join(", "), q[q.len() - 1]),
+    }
+}
+
+fn message(site: &CallSite, finding: Finding, what: &str, fix: &str) -> String {
+    format!(
+        "strads-ap: {site} does not scale ({}): {what}\n  what to change: {fix}",
+        finding.name()
+    )
+}
+
+/// What [`explain`] says: words to add to the finding, the fix, the tables it names and
+/// the hot keys.
+struct Explained {
+    why: String,
+    fix: String,
+    tables: Vec<String>,
+    hot_keys: Vec<HotKey>,
+}
+
+/// Why a plan is what it is, from its shape.
+fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
+    let mut tables = names(registry, &shape.conflicting);
+    let hot_keys: Vec<HotKey> = shape
+        .hot
+        .iter()
+        .map(|&(slot, key, count)| {
+            let entry = &registry.entries[slot];
+            HotKey {
+                table: entry.name.to_string(),
+                key: entry.table.describe_key(key),
+                share: count as f64 / shape.tasks.max(1) as f64,
+            }
+        })
+        .collect();
+    let (what, fix);
+    if shape.tasks < 4 * shape.workers {
+        what = "there are fewer tasks than a few per worker".to_string();
+        fix = "give the loop more tasks per call (or more work per task), or run it with \
+               `Opts::new().threads(1)`"
+            .to_string();
+    } else if shape.rotates_if_joined {
+        (what, fix) = join_alike(registry, shape, &tables);
+    } else if !hot_keys.is_empty() {
+        (what, fix, tables) = relax_hot(registry, &hot_keys);
+    } else if let Some(&(slot, readers)) = shape.readers_of_written.first() {
+        let table = &registry.entries[slot].name;
+        tables = vec![table.to_string()];
+        what = format!(
+            "{readers} tasks ({:.0}%) read elements of `{table}` that other tasks write, \
+             which chains them together",
+            100.0 * readers as f64 / shape.tasks.max(1) as f64
+        );
+        fix = format!(
+            "a task that reads what others write must wait for them; if slightly stale values \
+             of `{table}` suit the algorithm (Jacobi instead of Gauss-Seidel updates), read \
+             them from a copy of `{table}` made before the loop and write the new values into \
+             `{table}`, or run the loop with `sync_for!` (Hybrid)"
+        );
+    } else {
+        what = format!("tasks share written elements of {}", quoted(&tables));
+        fix = "declare a table relaxed (`DVector::relaxed`) whose concurrent updates may be \
+               summed, or run the loop with `sync_for!`"
+            .to_string();
+    }
+    Explained {
+        why: what,
+        fix,
+        tables,
+        hot_keys,
+    }
+}
+
+/// Tables keyed alike, the shape rotation would plan if they were one table: the words and
+/// the fix.
+fn join_alike(registry: &Registry, shape: &PlanShape, tables: &[String]) -> (String, String) {
+    // Per pair: (the table holding the smaller elements, the one holding the larger).
+    let pairs: Vec<(String, String)> = shape
+        .keyed_alike
+        .iter()
+        .map(|&(a, b)| {
+            let (ea, eb) = (&registry.entries[a], &registry.entries[b]);
+            match ea.table.elem_size() <= eb.table.elem_size() {
+                true => (ea.name.to_string(), eb.name.to_string()),
+                false => (eb.name.to_string(), ea.name.to_string()),
+            }
+        })
+        .collect();
+    let alike: Vec<String> = pairs
+        .iter()
+        .map(|(small, large)| format!("`{small}` at the key of `{large}`"))
+        .collect();
+    let what = format!(
+        "the body writes {} tables ({}) and the planner rotates one or two, but every task \
+         writes {}",
+        tables.len(),
+        quoted(tables),
+        alike.join(" and ")
+    );
+    let moves: Vec<String> = pairs
+        .iter()
+        .map(|(small, large)| format!("`{small}` into the elements of `{large}`"))
+        .collect();
+    let fix = format!(
+        "store tables keyed alike as one table: move {} (a bias as one more entry of its \
+         factor row, say); each task then writes one element of one or two tables, and the \
+         planner rotates them",
+        moves.join(" and ")
+    );
+    (what, fix)
+}
+
+/// Hot keys: the words, the fix (relax them, or `sync_for!`) and the tables named.
+fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<String>) {
+    let list: Vec<String> = hot_keys
+        .iter()
+        .map(|h| format!("`{}`{} ({:.0}%)", h.table, h.key, 100.0 * h.share))
+        .collect();
+    let what = format!(
+        "the hottest written keys, with the share of tasks writing them, are {}",
+        list.join(", ")
+    );
+    let mut hot_tables: Vec<String> = Vec::new();
+    for h in hot_keys {
+        if !hot_tables.contains(&h.table) {
+            hot_tables.push(h.table.clone());
+        }
+    }
+    let is_map = |t: &String| {
+        registry
+            .entries
+            .iter()
+            .any(|e| e.name == t.as_str() && e.table.is_map())
+    };
+    let maps: Vec<String> = hot_tables.iter().filter(|t| is_map(t)).cloned().collect();
+    let vectors: Vec<String> = hot_tables.iter().filter(|t| !is_map(t)).cloned().collect();
+    let mut parts = Vec::new();
+    if !vectors.is_empty() {
+        parts.push(format!(
+            "declare {} relaxed (`DVector::relaxed(Relaxed::Sum)`: concurrent updates are \
+             merged as summed deltas) so the planner leaves {} out",
+            quoted(&vectors),
+            if vectors.len() == 1 { "it" } else { "them" }
+        ));
+    }
+    if !maps.is_empty() {
+        parts.push(format!(
+            "keep the hot entries of {} in a relaxed DVector (maps cannot be relaxed yet)",
+            quoted(&maps)
+        ));
+    }
+    parts.push(
+        "or, if approximate merging suits the model, run the loop with `sync_for!` (Hybrid)"
+            .to_string(),
+    );
+    (what, parts.join("; "), hot_tables)
+}
+
+fn idle_workers(site: &CallSite, registry: &Registry, shape: &PlanShape) -> Diagnosis {
+    let Explained {
+        why,
+        fix,
+        tables,
+        hot_keys,
+    } = explain(registry, shape);
+    let what = format!(
+        "its {} plan keeps {:.1} of {} workers busy (the longest chain of groups that run one \
+         after another holds {:.0}% of the {} tasks): {why}",
+        shape.strategy,
+        shape.parallelism,
+        shape.workers,
+        100.0 / shape.parallelism.max(1e-9),
+        shape.tasks
+    );
+    Diagnosis {
+        finding: Finding::IdleWorkers,
+        message: message(site, Finding::IdleWorkers, &what, &fix),
+        tables,
+        hot_keys,
+        fix,
+    }
+}
+
+fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
+    let renewed: Vec<String> = m.renewed.iter().map(|n| n.to_string()).collect();
+    let mut why = Vec::new();
+    if !renewed.is_empty() {
+        why.push(format!(
+            "{} {} a new DDS at every call",
+            quoted(&renewed),
+            if renewed.len() == 1 { "is" } else { "are" }
+        ));
+    }
+    if m.range_changed {
+        why.push("its index range changes between calls".to_string());
+    }
+    if why.is_empty() {
+        why.push("nothing kept from an earlier call fits".to_string());
+    }
+    let what = format!(
+        "all {} of its calls were first calls, each paying for reconnaissance (or a serial \
+         recorded run) and planning, because {}",
+        m.calls,
+        why.join(" and ")
+    );
+    let fix = match (renewed.is_empty(), m.range_changed) {
+        (false, _) => format!(
+            "make {} once, before the loop, and refill it in place each time (`transform`, \
+             `set`), so that the plan made at the first call serves the others",
+            quoted(&renewed)
+        ),
+        (true, true) => "keep the index range the same from call to call (loop over the whole \
+                         range and skip unwanted indices in the body)"
+            .to_string(),
+        (true, false) => "keep the loop's tables and index range the same between calls".into(),
+    };
+    Diagnosis {
+        finding: Finding::AlwaysFirstCall,
+        message: message(site, Finding::AlwaysFirstCall, &what, &fix),
+        tables: renewed,
+        hot_keys: Vec::new(),
+        fix,
+    }
+}
+
+fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) -> Diagnosis {
+    let per_call = m.worker_secs / m.ordinary.max(1) as f64;
+    let steps = m.steps as f64 / m.ordinary.max(1) as f64;
+    let mut what = format!(
+        "its workers spend {:.0}% of each call in loop bodies; the rest ({:.2} of {:.2} \
+         worker-ms per call) goes to starting workers, handing out work and synchronising \
+         after each of {:.0} steps of groups",
+        100.0 * busy,
+        per_call * (1.0 - busy) * 1e3,
+        per_call * 1e3,
+        steps
+    );
+    let (fix, tables, hot_keys) = match &m.shape {
+        // A components plan synchronises (and re-tags) after every batch: its shape says
+        // why the loop is not a rotation.
+        Some(shape) if shape.batches > 1 => {
+            let e = explain(registry, shape);
+            let _ = write!(
+                what,
+                "; a components plan runs its {} batches one after another because {}",
+                shape.batches, e.why
+            );
+            (e.fix, e.tables, e.hot_keys)
+        }
+        _ => (
+            "give each call more work (more tasks per call, or more work per task, e.g. \
+             several passes in one call), or run a loop this short with \
+             `Opts::new().threads(1)`"
+                .to_string(),
+            Vec::new(),
+            Vec::new(),
+        ),
+    };
+    Diagnosis {
+        finding: Finding::FixedCosts,
+        message: message(site, Finding::FixedCosts, &what, &fix),
+        tables,
+        hot_keys,
+        fix,
+    }
+}
+
+fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f64) -> Diagnosis {
+    let tables: Vec<String> = registry
+        .entries
+        .iter()
+        .zip(&figures.written)
+        .filter(|(_, &w)| w)
+        .map(|(e, _)| e.name.to_string())
+        .collect();
+    let what = format!(
+        "its workers spend {:.0}% of their time merging their replicas of {} into the shared \
+         values",
+        100.0 * share,
+        if tables.is_empty() {
+            "the written tables".to_string()
+        } else {
+            quoted(&tables)
+        }
+    );
+    let fix = "use larger mini-batches (each row is merged once per mini-batch that wrote \
+               it), or an `async_for!` over the samples, which keeps no replicas"
+        .to_string();
+    Diagnosis {
+        finding: Finding::MergeBound,
+        message: message(site, Finding::MergeBound, &what, &fix),
+        tables,
+        hot_keys: Vec::new(),
+        fix,
+    }
+}

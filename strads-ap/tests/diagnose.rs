@@ -1,0 +1,333 @@
+//! Diagnoses: a loop that does not scale says why and what to change, once, in its loop
+//! figures (and on stderr); a loop that scales says nothing.
+
+use strads_ap::prelude::*;
+use strads_ap::{Diagnosis, Finding, LoopStats};
+
+/// The figures of the loop at line `line` of this file.
+fn stats_at(line: u32) -> LoopStats {
+    let here = format!("diagnose.rs:{line}:");
+    strads_ap::loop_stats()
+        .into_iter()
+        .find(|s| s.site.contains(&here))
+        .expect("this loop's figures")
+}
+
+fn finding(stats: &LoopStats, finding: Finding) -> Option<&Diagnosis> {
+    stats.diagnoses.iter().find(|d| d.finding == finding)
+}
+
+/// A few microseconds of arithmetic, so that bodies outweigh the engine's fixed costs.
+fn work(seed: u64) -> f64 {
+    let mut x = seed as f64 + 1.0;
+    for i in 0..4000 {
+        x = (x * 1.000_001 + i as f64).sqrt();
+    }
+    x
+}
+
+/// A seeded scramble (splitmix64), for access patterns without arithmetic structure.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[test]
+fn a_key_every_task_writes_is_named_with_its_share_and_relaxing_it_is_the_fix() {
+    let n = 4000;
+    let own = DVector::from_fn(n, |_| 0.0f64).unwrap();
+    let total = DVector::from_fn(1, |_| 0.0f64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += 1.0;
+                total[0] += own[k];
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::IdleWorkers).expect("idle workers diagnosed");
+    assert_eq!(d.tables, vec!["total".to_string()]);
+    assert_eq!(d.hot_keys.len(), 1, "{:?}", d.hot_keys);
+    assert_eq!(
+        (d.hot_keys[0].table.as_str(), d.hot_keys[0].key.as_str()),
+        ("total", "[0]")
+    );
+    assert!((d.hot_keys[0].share - 1.0).abs() < 1e-9);
+    assert!(d.fix.contains("`total` relaxed"), "{}", d.fix);
+    assert!(d.message.contains("`total`[0] (100%)"), "{}", d.message);
+    // Once per finding, however many calls.
+    assert_eq!(stats.diagnoses.len(), 1, "{:?}", stats.diagnoses);
+    assert_eq!(
+        total.get(0).unwrap(),
+        (1..=3).map(|e| e * n).sum::<usize>() as f64
+    );
+}
+
+#[test]
+fn hot_map_keys_are_shown_as_the_body_writes_them() {
+    let docs: Vec<Vec<String>> = (0..3000)
+        .map(|d| vec!["the".to_string(), format!("w{}", d % 1000)])
+        .collect();
+    let mut words: Vec<String> = (0..1000).map(|w| format!("w{w}")).collect();
+    words.push("the".into());
+    let docs = DVector::from_vec(docs).unwrap();
+    let weights: DMap<String, f32> =
+        DMap::from_pairs(words.into_iter().map(|w| (w, 0.0)).collect()).unwrap();
+    let line = line!() + 1;
+    async_for!(
+        0..docs.len(),
+        |d| {
+            for w in &docs[d] {
+                weights[w] += 0.1;
+            }
+        },
+        Opts::new().threads(2)
+    )
+    .unwrap();
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::IdleWorkers).expect("idle workers diagnosed");
+    assert_eq!(d.hot_keys[0].key, "[\"the\"]", "{:?}", d.hot_keys);
+    assert!(d.fix.contains("maps cannot be relaxed"), "{}", d.fix);
+}
+
+#[test]
+fn a_relaxed_hot_key_and_private_writes_give_no_diagnosis() {
+    // Calls of some 40 ms or more: a worker started late by a busy machine idles for a
+    // small share of them.
+    let n = 1024;
+    let own = DVector::from_fn(n, |_| 0.0f64).unwrap();
+    let total = DVector::from_fn(1, |_| 0.0f64)
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let line = line!() + 2;
+    for _ in 0..4 {
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += work(k as u64);
+                total[0] += 1.0;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    assert!(stats.diagnoses.is_empty(), "{:#?}", stats.diagnoses);
+    assert_eq!(total.get(0).unwrap(), 4.0 * n as f64);
+}
+
+/// The plan's explanation, from whichever finding the timing gives (workers idle, or
+/// the fixed costs of a components plan's many batches).
+fn plan_finding(stats: &LoopStats) -> &Diagnosis {
+    stats
+        .diagnoses
+        .iter()
+        .find(|d| matches!(d.finding, Finding::FixedCosts | Finding::IdleWorkers))
+        .unwrap_or_else(|| panic!("no plan finding in {stats:#?}"))
+}
+
+#[test]
+fn reading_what_other_tasks_write_is_named() {
+    // Gauss-Seidel on a random graph: each node reads 8 others and writes itself, so a
+    // components plan needs many small batches.
+    let n = 3000;
+    let neighbours: Vec<[usize; 8]> = (0..n)
+        .map(|i| std::array::from_fn(|j| mix((i * 8 + j) as u64) as usize % n))
+        .collect();
+    let neighbours = DVector::from_vec(neighbours).unwrap();
+    let value = DVector::from_fn(n, |i| i as f64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..4 {
+        async_for!(
+            0..n,
+            |i| {
+                let mut sum = 0.0;
+                for &j in &neighbours[i] {
+                    sum += value[j];
+                }
+                value[i] = 0.5 * value[i] + sum / 16.0;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = plan_finding(&stats);
+    assert!(
+        d.message
+            .contains("read elements of `value` that other tasks write"),
+        "{}",
+        d.message
+    );
+    assert_eq!(d.tables, vec!["value".to_string()]);
+    assert!(d.fix.contains("copy of `value`"), "{}", d.fix);
+}
+
+#[test]
+fn tables_keyed_alike_are_named_with_the_fix_of_joining_them() {
+    // Biased MF's shape: two factor tables and two bias tables keyed like them.
+    let (users, items, n) = (40usize, 30usize, 20_000usize);
+    let pairs: Vec<(usize, usize)> = (0..n as u64)
+        .map(|k| (mix(k) as usize % users, mix(k + n as u64) as usize % items))
+        .collect();
+    let pairs = DVector::from_vec(pairs).unwrap();
+    let p = DVector::from_fn(users, |_| vec![0.1f32; 2]).unwrap();
+    let q = DVector::from_fn(items, |_| vec![0.1f32; 2]).unwrap();
+    let bu = DVector::from_fn(users, |_| 0.0f32).unwrap();
+    let bi = DVector::from_fn(items, |_| 0.0f32).unwrap();
+    let line = line!() + 2;
+    for _ in 0..4 {
+        async_for!(
+            0..n,
+            |k| {
+                let (u, i) = pairs[k];
+                let err = 1.0 - bu[u] - bi[i] - p[u][0] * q[i][0];
+                bu[u] += 0.01 * err;
+                bi[i] += 0.01 * err;
+                p[u][0] += 0.01 * err * q[i][0];
+                q[i][0] += 0.01 * err * p[u][0];
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    assert_eq!(stats.strategy, "components");
+    let d = plan_finding(&stats);
+    assert!(
+        d.message.contains("`bu` at the key of `p`"),
+        "{}",
+        d.message
+    );
+    assert!(
+        d.fix.contains("move `bu` into the elements of `p`"),
+        "{}",
+        d.fix
+    );
+}
+
+#[test]
+fn short_calls_of_tiny_bodies_are_diagnosed_as_fixed_costs() {
+    let n = 2000;
+    let own = DVector::from_fn(n, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..6 {
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += 1;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::FixedCosts).expect("fixed costs diagnosed");
+    assert!(d.fix.contains("more work"), "{}", d.fix);
+    assert!(finding(&stats, Finding::IdleWorkers).is_none());
+}
+
+#[test]
+fn a_table_made_anew_for_every_call_is_named() {
+    let n = 1000;
+    let acc = DVector::from_fn(n, |_| 0u64).unwrap();
+    let line = line!() + 3;
+    for epoch in 0..4u64 {
+        let fresh = DVector::from_fn(n, |i| i as u64 + epoch).unwrap();
+        async_for!(
+            0..n,
+            |k| {
+                acc[k] += fresh[k];
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::AlwaysFirstCall).expect("always a first call");
+    assert_eq!(d.tables, vec!["fresh".to_string()]);
+    assert!(d.fix.contains("make `fresh` once"), "{}", d.fix);
+}
+
+#[test]
+fn a_table_kept_between_calls_is_not_diagnosed_as_new() {
+    let n = 1000;
+    let acc = DVector::from_fn(n, |_| 0u64).unwrap();
+    let kept = DVector::from_fn(n, |i| i as u64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..4 {
+        async_for!(
+            0..n,
+            |k| {
+                acc[k] += kept[k];
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    assert!(
+        finding(&stats, Finding::AlwaysFirstCall).is_none(),
+        "{:#?}",
+        stats.diagnoses
+    );
+}
+
+#[test]
+fn a_sync_for_that_mostly_merges_is_diagnosed() {
+    let data = DVector::from_fn(20_000, |i| i as f32).unwrap();
+    let w = DVector::from_fn(256, |_| 0.0f32).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        sync_for!(
+            data,
+            1,
+            SyncMode::Hybrid,
+            |batch| {
+                for x in batch {
+                    w[(*x as usize) % 256] += 1e-6;
+                }
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::MergeBound).expect("merge-bound diagnosed");
+    assert_eq!(d.tables, vec!["w".to_string()]);
+    assert!(d.fix.contains("larger mini-batches"), "{}", d.fix);
+}
+
+#[test]
+fn a_sync_for_with_long_bodies_is_not_merge_bound() {
+    let data = DVector::from_fn(512, |i| i as u64).unwrap();
+    let w = DVector::from_fn(4, |_| 0.0f64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        sync_for!(
+            data,
+            16,
+            SyncMode::Hybrid,
+            |batch| {
+                for x in batch {
+                    w[(*x as usize) % 4] += work(*x) * 1e-9;
+                }
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    assert!(
+        finding(&stats, Finding::MergeBound).is_none(),
+        "{:#?}",
+        stats.diagnoses
+    );
+}
