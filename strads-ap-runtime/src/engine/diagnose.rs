@@ -28,7 +28,7 @@ use crate::recon::AccessLog;
 
 /// Below this share of the workers' time spent in loop bodies, a call's fixed costs are
 /// diagnosed.
-pub const BUSY_SHARE: f64 = 0.7;
+pub const BUSY_SHARE: f64 = 0.8;
 /// Above this share of the workers' time spent merging replicas, merges are diagnosed.
 pub const MERGE_SHARE: f64 = 0.3;
 /// A plan whose parallelism (tasks over its longest chain of groups run one after
