@@ -145,3 +145,8 @@ fn every_program_has_a_matching_test() {
 fn biased_mf_matches_serial() {
     matches_serial("biased-mf", 0.05, 3);
 }
+
+#[test]
+fn fm_matches_serial() {
+    matches_serial("fm", 0.02, 5);
+}

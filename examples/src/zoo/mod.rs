@@ -13,6 +13,9 @@
 //! tests compare their results (`examples/tests/zoo.rs`). `examples/zoo/README.md` fixes
 //! every program's default size, epochs and seeds, and its serial epoch time.
 
+// The programs index their tables in `for` loops over ranges, as textbook code does.
+#![allow(clippy::needless_range_loop)]
+
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -22,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::report::{mean, EpochClock, EpochStart};
 
 pub mod biased_mf;
+pub mod fm;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,6 +129,13 @@ pub const PROGRAMS: &[Program] = &[Program {
     serial: biased_mf::serial,
     strads: biased_mf::strads,
     tolerance: 0.005,
+},
+Program {
+    name: "fm",
+    shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
+    serial: fm::serial,
+    strads: fm::strads,
+    tolerance: 0.01,
 }];
 
 /// The program called `name`, or an error listing the zoo.
