@@ -150,3 +150,8 @@ fn biased_mf_matches_serial() {
 fn fm_matches_serial() {
     matches_serial("fm", 0.02, 5);
 }
+
+#[test]
+fn logreg_matches_serial() {
+    matches_serial("logreg", 0.02, 3);
+}

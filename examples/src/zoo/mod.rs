@@ -26,6 +26,7 @@ use crate::report::{mean, EpochClock, EpochStart};
 
 pub mod biased_mf;
 pub mod fm;
+pub mod logreg;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,20 +124,29 @@ pub struct Program {
 }
 
 /// Every program of the zoo.
-pub const PROGRAMS: &[Program] = &[Program {
-    name: "biased-mf",
-    shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
-    serial: biased_mf::serial,
-    strads: biased_mf::strads,
-    tolerance: 0.005,
-},
-Program {
-    name: "fm",
-    shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
-    serial: fm::serial,
-    strads: fm::strads,
-    tolerance: 0.01,
-}];
+pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "biased-mf",
+        shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
+        serial: biased_mf::serial,
+        strads: biased_mf::strads,
+        tolerance: 0.005,
+    },
+    Program {
+        name: "fm",
+        shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
+        serial: fm::serial,
+        strads: fm::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "logreg",
+        shape: "a string-keyed map of which every task writes a variable number of entries (a few hot), plus a bias every task writes",
+        serial: logreg::serial,
+        strads: logreg::strads,
+        tolerance: 0.005,
+    },
+];
 
 /// The program called `name`, or an error listing the zoo.
 pub fn program(name: &str) -> Result<&'static Program> {
