@@ -137,7 +137,7 @@ pub const PROGRAMS: &[Program] = &[
         shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
         serial: fm::serial,
         strads: fm::strads,
-        tolerance: 0.01,
+        tolerance: 0.005,
     },
     Program {
         name: "logreg",
