@@ -155,3 +155,8 @@ fn fm_matches_serial() {
 fn logreg_matches_serial() {
     matches_serial("logreg", 0.02, 3);
 }
+
+#[test]
+fn mf_strings_matches_serial() {
+    matches_serial("mf-strings", 0.2, 3);
+}

@@ -27,6 +27,7 @@ use crate::report::{mean, EpochClock, EpochStart};
 pub mod biased_mf;
 pub mod fm;
 pub mod logreg;
+pub mod mf_strings;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +146,13 @@ pub const PROGRAMS: &[Program] = &[
         serial: logreg::serial,
         strads: logreg::strads,
         tolerance: 0.005,
+    },
+    Program {
+        name: "mf-strings",
+        shape: "SGD matrix factorisation through two string-keyed maps of factor rows, one entry of each per task",
+        serial: mf_strings::serial,
+        strads: mf_strings::strads,
+        tolerance: 0.02,
     },
 ];
 
