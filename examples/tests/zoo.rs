@@ -160,3 +160,8 @@ fn logreg_matches_serial() {
 fn mf_strings_matches_serial() {
     matches_serial("mf-strings", 0.2, 3);
 }
+
+#[test]
+fn pagerank_matches_serial() {
+    matches_serial("pagerank", 0.02, 20);
+}

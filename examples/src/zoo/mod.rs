@@ -28,6 +28,7 @@ pub mod biased_mf;
 pub mod fm;
 pub mod logreg;
 pub mod mf_strings;
+pub mod pagerank;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,6 +154,13 @@ pub const PROGRAMS: &[Program] = &[
         serial: mf_strings::serial,
         strads: mf_strings::strads,
         tolerance: 0.02,
+    },
+    Program {
+        name: "pagerank",
+        shape: "Gauss-Seidel PageRank over a multimap of in-neighbours: each task reads a power-law number of ranks and writes its own",
+        serial: pagerank::serial,
+        strads: pagerank::strads,
+        tolerance: 0.005,
     },
 ];
 
