@@ -145,3 +145,23 @@ fn every_program_has_a_matching_test() {
 fn biased_mf_matches_serial() {
     matches_serial("biased-mf", 0.05, 3);
 }
+
+#[test]
+fn fm_matches_serial() {
+    matches_serial("fm", 0.02, 5);
+}
+
+#[test]
+fn logreg_matches_serial() {
+    matches_serial("logreg", 0.02, 3);
+}
+
+#[test]
+fn mf_strings_matches_serial() {
+    matches_serial("mf-strings", 0.2, 3);
+}
+
+#[test]
+fn pagerank_matches_serial() {
+    matches_serial("pagerank", 0.02, 20);
+}

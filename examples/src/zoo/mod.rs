@@ -26,6 +26,10 @@ use serde::{Deserialize, Serialize};
 use crate::report::{mean, EpochClock, EpochStart};
 
 pub mod biased_mf;
+pub mod fm;
+pub mod logreg;
+pub mod mf_strings;
+pub mod pagerank;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,13 +127,43 @@ pub struct Program {
 }
 
 /// Every program of the zoo.
-pub const PROGRAMS: &[Program] = &[Program {
-    name: "biased-mf",
-    shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
-    serial: biased_mf::serial,
-    strads: biased_mf::strads,
-    tolerance: 0.005,
-}];
+pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "biased-mf",
+        shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
+        serial: biased_mf::serial,
+        strads: biased_mf::strads,
+        tolerance: 0.005,
+    },
+    Program {
+        name: "fm",
+        shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
+        serial: fm::serial,
+        strads: fm::strads,
+        tolerance: 0.005,
+    },
+    Program {
+        name: "logreg",
+        shape: "a string-keyed map of which every task writes a variable number of entries (a few hot), plus a bias every task writes",
+        serial: logreg::serial,
+        strads: logreg::strads,
+        tolerance: 0.005,
+    },
+    Program {
+        name: "mf-strings",
+        shape: "SGD matrix factorisation through two string-keyed maps of factor rows, one entry of each per task",
+        serial: mf_strings::serial,
+        strads: mf_strings::strads,
+        tolerance: 0.02,
+    },
+    Program {
+        name: "pagerank",
+        shape: "Gauss-Seidel PageRank over a multimap of in-neighbours: each task reads a power-law number of ranks and writes its own",
+        serial: pagerank::serial,
+        strads: pagerank::strads,
+        tolerance: 0.005,
+    },
+];
 
 /// The program called `name`, or an error listing the zoo.
 pub fn program(name: &str) -> Result<&'static Program> {
