@@ -145,3 +145,18 @@ fn every_program_has_a_matching_test() {
 fn biased_mf_matches_serial() {
     matches_serial("biased-mf", 0.05, 3);
 }
+
+#[test]
+fn pegasos_matches_serial() {
+    matches_serial("pegasos", 0.05, 10);
+}
+
+#[test]
+fn kmeans_matches_serial() {
+    matches_serial("kmeans", 0.2, 3);
+}
+
+#[test]
+fn mf_small_matches_serial() {
+    matches_serial("mf-small", 0.05, 3);
+}

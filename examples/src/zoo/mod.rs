@@ -13,7 +13,7 @@
 //! tests compare their results (`examples/tests/zoo.rs`). `examples/zoo/README.md` fixes
 //! every program's default size, epochs and seeds, and its serial epoch time.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 use crate::report::{mean, EpochClock, EpochStart};
 
 pub mod biased_mf;
+pub mod kmeans;
+pub mod mf_small;
+pub mod pegasos;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,13 +122,36 @@ pub struct Program {
 }
 
 /// Every program of the zoo.
-pub const PROGRAMS: &[Program] = &[Program {
-    name: "biased-mf",
-    shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
-    serial: biased_mf::serial,
-    strads: biased_mf::strads,
-    tolerance: 0.005,
-}];
+pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "biased-mf",
+        shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
+        serial: biased_mf::serial,
+        strads: biased_mf::strads,
+        tolerance: 0.005,
+    },
+    Program {
+        name: "pegasos",
+        shape: "one dense weight vector every mini-batch reads and rewrites whole (sync_for! Hybrid, summed)",
+        serial: pegasos::serial,
+        strads: pegasos::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "kmeans",
+        shape: "mini-batch k-means: small centre and count tables every mini-batch reads whole (sync_for! Hybrid, summed)",
+        serial: kmeans::serial,
+        strads: kmeans::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "mf-small",
+        shape: "small data: SGD MF on MovieLens 100K, 90k tiny tasks, a serial epoch of a few ms",
+        serial: mf_small::serial,
+        strads: mf_small::strads,
+        tolerance: 0.01,
+    },
+];
 
 /// The program called `name`, or an error listing the zoo.
 pub fn program(name: &str) -> Result<&'static Program> {
@@ -133,6 +159,15 @@ pub fn program(name: &str) -> Result<&'static Program> {
         let names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
         anyhow::anyhow!("no zoo program `{name}`; the zoo has: {}", names.join(", "))
     })
+}
+
+/// `shared/data/WHAT` of the directory beside the checkout (`../shared/data` from the
+/// repository's root, where this machine and CI keep the real data sets), if it exists.
+pub fn shared_data(what: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(what);
+    path.exists().then_some(path)
 }
 
 /// Times a serial twin's epochs.
