@@ -160,3 +160,8 @@ fn kmeans_matches_serial() {
 fn mf_small_matches_serial() {
     matches_serial("mf-small", 0.05, 3);
 }
+
+#[test]
+fn transe_fb_matches_serial() {
+    matches_serial("transe-fb", 0.1, 3);
+}

@@ -57,6 +57,7 @@ fn train_ratings(run: &Run) -> Result<(Vec<Rating>, usize, usize)> {
 }
 
 /// The serial program.
+#[allow(clippy::needless_range_loop)]
 pub fn serial(run: &Run) -> Result<Outcome> {
     let (ratings, users, items) = train_ratings(run)?;
     let mean = ratings.iter().map(|r| r.rating).sum::<f32>() / ratings.len() as f32;

@@ -25,6 +25,7 @@ pub mod biased_mf;
 pub mod kmeans;
 pub mod mf_small;
 pub mod pegasos;
+pub mod transe_fb;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -149,6 +150,13 @@ pub const PROGRAMS: &[Program] = &[
         shape: "small data: SGD MF on MovieLens 100K, 90k tiny tasks, a serial epoch of a few ms",
         serial: mf_small::serial,
         strads: mf_small::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "transe-fb",
+        shape: "TransE on Freebase: entity rows chosen afresh every epoch (recheck, element locks), a hot relation table (relaxed)",
+        serial: transe_fb::serial,
+        strads: transe_fb::strads,
         tolerance: 0.01,
     },
 ];

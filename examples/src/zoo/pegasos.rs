@@ -41,6 +41,7 @@ fn samples(run: &Run) -> Samples {
 }
 
 /// The serial program.
+#[allow(clippy::needless_range_loop)]
 pub fn serial(run: &Run) -> Result<Outcome> {
     let data = samples(run);
     ensure!(!data.samples.is_empty(), "no samples");
