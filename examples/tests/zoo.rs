@@ -148,7 +148,7 @@ fn biased_mf_matches_serial() {
 
 #[test]
 fn pegasos_matches_serial() {
-    matches_serial("pegasos", 0.05, 10);
+    matches_serial("pegasos", 0.04, 10);
 }
 
 #[test]
