@@ -165,3 +165,23 @@ fn mf_strings_matches_serial() {
 fn pagerank_matches_serial() {
     matches_serial("pagerank", 0.02, 20);
 }
+
+#[test]
+fn pegasos_matches_serial() {
+    matches_serial("pegasos", 0.04, 10);
+}
+
+#[test]
+fn kmeans_matches_serial() {
+    matches_serial("kmeans", 0.2, 3);
+}
+
+#[test]
+fn mf_small_matches_serial() {
+    matches_serial("mf-small", 0.05, 3);
+}
+
+#[test]
+fn transe_fb_matches_serial() {
+    matches_serial("transe-fb", 0.1, 3);
+}

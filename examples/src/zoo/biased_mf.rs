@@ -40,6 +40,7 @@ fn init_factors(seed: u64, table: u64, row: usize) -> Vec<f32> {
 }
 
 /// The serial program.
+#[allow(clippy::needless_range_loop)]
 pub fn serial(run: &Run) -> Result<Outcome> {
     let all = ratings(run)?;
     ensure!(!all.ratings.is_empty(), "no ratings");

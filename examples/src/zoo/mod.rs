@@ -17,7 +17,7 @@
 // are the converted ones, which are handed an index.
 #![allow(clippy::needless_range_loop)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -27,9 +27,13 @@ use crate::report::{mean, EpochClock, EpochStart};
 
 pub mod biased_mf;
 pub mod fm;
+pub mod kmeans;
 pub mod logreg;
+pub mod mf_small;
 pub mod mf_strings;
 pub mod pagerank;
+pub mod pegasos;
+pub mod transe_fb;
 
 /// How to run a zoo program: the same for both twins.
 #[derive(Clone, Debug, PartialEq)]
@@ -163,6 +167,34 @@ pub const PROGRAMS: &[Program] = &[
         strads: pagerank::strads,
         tolerance: 0.005,
     },
+    Program {
+        name: "pegasos",
+        shape: "one dense weight vector every mini-batch reads and rewrites whole (sync_for! Hybrid, summed)",
+        serial: pegasos::serial,
+        strads: pegasos::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "kmeans",
+        shape: "mini-batch k-means: small centre and count tables every mini-batch reads whole (sync_for! Hybrid, summed)",
+        serial: kmeans::serial,
+        strads: kmeans::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "mf-small",
+        shape: "small data: SGD MF on MovieLens 100K, 90k tiny tasks, a serial epoch of a few ms",
+        serial: mf_small::serial,
+        strads: mf_small::strads,
+        tolerance: 0.01,
+    },
+    Program {
+        name: "transe-fb",
+        shape: "TransE on Freebase: entity rows chosen afresh every epoch (recheck, element locks), a hot relation table (relaxed)",
+        serial: transe_fb::serial,
+        strads: transe_fb::strads,
+        tolerance: 0.01,
+    },
 ];
 
 /// The program called `name`, or an error listing the zoo.
@@ -171,6 +203,15 @@ pub fn program(name: &str) -> Result<&'static Program> {
         let names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
         anyhow::anyhow!("no zoo program `{name}`; the zoo has: {}", names.join(", "))
     })
+}
+
+/// `shared/data/WHAT` of the directory beside the checkout (`../shared/data` from the
+/// repository's root, where this machine and CI keep the real data sets), if it exists.
+pub fn shared_data(what: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(what);
+    path.exists().then_some(path)
 }
 
 /// Times a serial twin's epochs.
