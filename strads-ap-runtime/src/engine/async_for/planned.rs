@@ -110,7 +110,8 @@ pub(super) fn make_plan<Task, I>(
         eprintln!("strads-ap: {summary}");
     }
     tracing::debug!("{summary}");
-    // Whether the plan leaves workers idle, and why (a pass over the log, only then).
+    // How the plan uses the workers, and why (a pass over the log for components plans
+    // and plans that leave workers idle; none for a rotation that keeps them busy).
     let shape = crate::engine::diagnose::plan_shape(&plan, &tables, threads);
     l.call.note(|f| {
         f.first_call = true;
