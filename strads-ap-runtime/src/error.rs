@@ -104,6 +104,30 @@ pub enum Error {
         /// Why the access was refused.
         reason: &'static str,
     },
+    /// Under [`Opts::recheck`](crate::Opts::recheck) across processes, a loop body wrote an
+    /// element that reconnaissance, run at the start of this very call, did not see it
+    /// write: what the body writes depends on values that other tasks of the same call
+    /// change, which no plan can foresee.
+    #[error(
+        "{site}: loop index {index} wrote `{table}[{key}]`, which reconnaissance at the start \
+         of this call did not see it write ({reason}): the body chooses what to write from \
+         values other tasks of the same call change (a condition such as `if loss > 0 {{ \
+         update }}`), so no plan made before the call holds. Across processes, write the same \
+         elements whatever the values (a zero step when the condition fails), declare \
+         `{table}` relaxed, or run the loop with `sync_for!`"
+    )]
+    WritesDependOnValues {
+        /// Call site of the loop operator.
+        site: String,
+        /// The loop index whose body made the access.
+        index: usize,
+        /// The captured variable's name.
+        table: &'static str,
+        /// The element key.
+        key: u64,
+        /// What reconnaissance saw of the element.
+        reason: &'static str,
+    },
     /// A DDS was used by two operators at once (for example a loop operator inside a body).
     #[error("{op}: the DDS is in use by a running operator; nested operators are not supported")]
     Busy {

@@ -329,6 +329,51 @@ fn a_parameter_dependent_access_is_detected_across_ranks() {
 }
 
 /// Maps across ranks: driver operators, joins, save/load and `async_for!` bodies that
+
+/// Under `recheck(true)` across ranks, a body whose writes follow values other tasks of the
+/// same call change (write only while a condition holds, as a hinge loss does) fails with
+/// an error that says so and names the fixes, not with advice to pass `recheck(true)`.
+#[test]
+fn writes_chosen_by_values_under_recheck_say_so_across_ranks() {
+    let results = on_ranks(2, || {
+        // A wave: task k passes the mark on only if it has it. Reconnaissance at the start
+        // of a call sees the marks as they were; once task k-1 has passed the mark on
+        // within the call, task k writes `x[k + 1]`, which its reconnaissance did not.
+        let n = 64;
+        let x = DVector::from_fn(n, |k| if k == 0 { 1.0f32 } else { 0.0 })?;
+        let mut outcomes = Vec::new();
+        for call in 0..5 {
+            let r = async_for!(
+                0..x.len(),
+                |k| {
+                    if x[k] > 0.5 && k + 1 < x.len() {
+                        x[k + 1] = 1.0;
+                    }
+                },
+                Opts::new().threads(2).recheck(true)
+            );
+            outcomes.push((call, r));
+        }
+        Ok(outcomes)
+    });
+    let mut said = 0;
+    for r in results {
+        for (call, e) in r.unwrap() {
+            match e {
+                Ok(()) => {}
+                Err(Error::WritesDependOnValues { table, .. }) => {
+                    assert_eq!(table, "x");
+                    said += 1;
+                }
+                Err(Error::RemoteFailure { message, .. }) => {
+                    assert!(message.contains("whatever the values"), "{message}")
+                }
+                Err(other) => panic!("call {call}: expected WritesDependOnValues, got {other}"),
+            }
+        }
+    }
+    assert!(said >= 1, "no rank reported writes that depend on values");
+}
 /// read and write map entries give what a world of one gives, on every rank.
 #[test]
 fn maps_across_ranks_match_a_world_of_one() {

@@ -113,6 +113,11 @@ pub struct Outcome {
     pub value: f64,
     /// The strads-ap twin's loop strategies, `site=strategy` (empty for the serial twin).
     pub strategies: Vec<String>,
+    /// What the strads-ap twin's loops were diagnosed with, one line each:
+    /// `site: finding [tables] (hot keys)` (empty for the serial twin and when nothing was
+    /// found).
+    #[serde(default)]
+    pub diagnoses: Vec<String>,
 }
 
 /// One zoo program.
@@ -276,6 +281,7 @@ pub fn serial_outcome(
         metric: metric.into(),
         value,
         strategies: Vec::new(),
+        diagnoses: Vec::new(),
     }
 }
 
@@ -289,6 +295,12 @@ pub fn strads_outcome(
     metric: &str,
     value: f64,
 ) -> Outcome {
+    // This program's loops only: tests run every program in one process.
+    let file = format!("zoo/{}.rs", program.replace('-', "_"));
+    let own: Vec<strads_ap::LoopStats> = strads_ap::loop_stats()
+        .into_iter()
+        .filter(|s| s.site.contains(&file))
+        .collect();
     Outcome {
         app: format!("zoo/{program}"),
         implementation: crate::report::STRADS.into(),
@@ -300,10 +312,28 @@ pub fn strads_outcome(
         setup_secs: clock.0.setup_secs(),
         metric: metric.into(),
         value,
-        strategies: strads_ap::loop_stats()
+        strategies: own
             .iter()
-            .filter(|s| s.site.contains("zoo"))
             .map(|s| format!("{}={}", short_site(&s.site), s.strategy))
+            .collect(),
+        diagnoses: own
+            .iter()
+            .flat_map(|s| {
+                s.diagnoses.iter().map(|d| {
+                    let hot: Vec<String> = d
+                        .hot_keys
+                        .iter()
+                        .map(|h| format!("{}{} {:.0}%", h.table, h.key, 100.0 * h.share))
+                        .collect();
+                    format!(
+                        "{}: {} [{}] ({})",
+                        short_site(&s.site),
+                        d.finding.name(),
+                        d.tables.join(", "),
+                        hot.join(", ")
+                    )
+                })
+            })
             .collect(),
     }
 }

@@ -16,6 +16,9 @@
 //!   [`MERGE_SHARE`] of the workers' time merging replicas.
 //!
 //! `STRADS_DIAGNOSE=0` keeps them off stderr (they are still in the loop figures).
+//! `STRADS_DIAGNOSE_BUSY=SHARE` replaces [`BUSY_SHARE`]: `1` reports the fixed costs of
+//! every loop that ran twice, with the planner's reason for its plan, which is how to ask
+//! "why is this loop a components plan?" on a machine where it happens to be fast enough.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -365,7 +368,7 @@ pub(crate) fn after_call(
     let idle = m.shape.as_ref().is_some_and(|s| s.idle);
     if !idle && m.ordinary >= 2 && m.worker_secs > 0.0 {
         let busy = m.busy / m.worker_secs;
-        if busy < BUSY_SHARE {
+        if busy < busy_share() {
             found.push(fixed_costs(site, registry, &m, busy));
         }
     }
@@ -385,6 +388,15 @@ pub(crate) fn after_call(
         tracing::info!("{}", d.message);
         stats.diagnoses.push(d);
     }
+}
+
+/// [`BUSY_SHARE`], or `STRADS_DIAGNOSE_BUSY` when it holds a share in `0..=1`.
+fn busy_share() -> f64 {
+    std::env::var("STRADS_DIAGNOSE_BUSY")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| (0.0..=1.0).contains(s))
+        .map_or(BUSY_SHARE, |s| if s >= 1.0 { f64::INFINITY } else { s })
 }
 
 /// Names of `slots`, quoted.
@@ -638,6 +650,9 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
         per_call * 1e3,
         steps
     );
+    if busy >= BUSY_SHARE {
+        what.push_str(" (reported because `STRADS_DIAGNOSE_BUSY` asks for every loop)");
+    }
     let (fix, tables, hot_keys) = match &m.shape {
         // A components plan synchronises (and re-tags) after every batch: its shape says
         // why the loop is not a rotation.

@@ -9,7 +9,7 @@ use super::Loop;
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex};
 use crate::dds::table::Replica;
 use crate::engine::{body_error, Base, FirstError, Merges, Registry};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, Schedule, SlotMode, Work};
 use crate::sync::{Condvar, Mutex};
 
@@ -75,7 +75,11 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
             run(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
         }));
         if let Err(payload) = outcome {
-            errors.set(body_error(site, w.ctx.current(), payload));
+            let error = body_error(site, w.ctx.current(), payload);
+            errors.set(match l.opts.recheck {
+                true => writes_follow_values(error),
+                false => error,
+            });
         }
         push_replicas(registry, bases, &merges, &mut w.replicas);
         let took = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -323,5 +327,27 @@ impl CellScheduler {
         if waiting {
             self.wake.notify_all();
         }
+    }
+}
+
+/// A write outside a plan made at the start of this very call (`recheck`): the body chose
+/// what to write from values other tasks of the call changed.
+fn writes_follow_values(error: Error) -> Error {
+    match error {
+        Error::AccessOutsidePlan {
+            site,
+            index,
+            access: "wrote",
+            table,
+            key,
+            reason,
+        } => Error::WritesDependOnValues {
+            site,
+            index,
+            table,
+            key,
+            reason,
+        },
+        other => other,
     }
 }

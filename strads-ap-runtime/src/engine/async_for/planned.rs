@@ -44,7 +44,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     let ran = Ran::new(outcome, written_slots(&plan.modes));
     Ok(match ran.outcome {
         // A body that wrote a table reconnaissance saw only read: plan again next call.
-        Err(Error::AccessOutsidePlan { .. }) => ran,
+        Err(Error::AccessOutsidePlan { .. } | Error::WritesDependOnValues { .. }) => ran,
         _ => ran.keeping(Keep::Plan(
             l.key.clone(),
             Box::new(Cached { plan, dist: None }),
