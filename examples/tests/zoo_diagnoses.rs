@@ -162,7 +162,11 @@ fn every_zoo_program_that_needs_a_change_is_told_which() {
     }
     let names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
     for e in NEEDS_A_CHANGE {
-        assert!(names.contains(&e.program), "`{}` is not in the zoo", e.program);
+        assert!(
+            names.contains(&e.program),
+            "`{}` is not in the zoo",
+            e.program
+        );
     }
 }
 
@@ -172,5 +176,8 @@ fn the_zoo_program_lookup_names_the_zoo() {
         panic!("`svd` is not in the zoo")
     };
     let err = err.to_string();
-    assert!(err.contains("biased-mf") && err.contains("transe-fb"), "{err}");
+    assert!(
+        err.contains("biased-mf") && err.contains("transe-fb"),
+        "{err}"
+    );
 }
