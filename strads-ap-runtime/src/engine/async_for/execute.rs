@@ -76,10 +76,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         }));
         if let Err(payload) = outcome {
             let error = body_error(site, w.ctx.current(), payload);
-            errors.set(match l.opts.recheck {
-                true => writes_follow_values(error),
-                false => error,
-            });
+            errors.set(writes_follow_values(l.opts.recheck, error));
         }
         push_replicas(registry, bases, &merges, &mut w.replicas);
         let took = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -330,9 +327,9 @@ impl CellScheduler {
     }
 }
 
-/// A write outside a plan made at the start of this very call (`recheck`): the body chose
-/// what to write from values other tasks of the call changed.
-fn writes_follow_values(error: Error) -> Error {
+/// Under `recheck`, a write outside a plan made at the start of this very call: the body
+/// chose what to write from values other tasks of the call changed.
+fn writes_follow_values(recheck: bool, error: Error) -> Error {
     match error {
         Error::AccessOutsidePlan {
             site,
@@ -341,7 +338,7 @@ fn writes_follow_values(error: Error) -> Error {
             table,
             key,
             reason,
-        } => Error::WritesDependOnValues {
+        } if recheck => Error::WritesDependOnValues {
             site,
             index,
             table,
