@@ -328,8 +328,6 @@ fn a_parameter_dependent_access_is_detected_across_ranks() {
     assert_eq!(outside, 1);
 }
 
-/// Maps across ranks: driver operators, joins, save/load and `async_for!` bodies that
-
 /// Under `recheck(true)` across ranks, a body whose writes follow values other tasks of the
 /// same call change (write only while a condition holds, as a hinge loss does) fails with
 /// an error that says so and names the fixes, not with advice to pass `recheck(true)`.
@@ -374,6 +372,8 @@ fn writes_chosen_by_values_under_recheck_say_so_across_ranks() {
     }
     assert!(said >= 1, "no rank reported writes that depend on values");
 }
+
+/// Maps across ranks: driver operators, joins, save/load and `async_for!` bodies that
 /// read and write map entries give what a world of one gives, on every rank.
 #[test]
 fn maps_across_ranks_match_a_world_of_one() {
