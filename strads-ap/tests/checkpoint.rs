@@ -197,6 +197,39 @@ fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An older, well-formed rank file copied over the newest one (each file's own checksum
+/// holds) is caught by the manifest's per-rank checksums: recovery falls back to the
+/// checkpoint before and ends with the failure-free model.
+#[test]
+fn a_stale_rank_file_falls_back_to_the_previous_checkpoint() {
+    let clean = run(2, CheckpointConfig::new(temp_dir("ref-stale")), EPOCHS, 0);
+    let _ = std::fs::remove_dir_all(temp_dir("ref-stale"));
+    let dir = temp_dir("stale");
+    run(2, CheckpointConfig::new(&dir).keep(3), 3, 0);
+    let mut ckpts: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("MANIFEST").exists())
+        .collect();
+    ckpts.sort();
+    let [.., older, newest] = &ckpts[..] else {
+        panic!("fewer than two checkpoints in {}", dir.display())
+    };
+    let (old_file, new_file) = (
+        older.join("rank-1-of-2.bin"),
+        newest.join("rank-1-of-2.bin"),
+    );
+    assert_ne!(
+        std::fs::read(&old_file).unwrap(),
+        std::fs::read(&new_file).unwrap()
+    );
+    std::fs::copy(&old_file, &new_file).unwrap();
+    // As with a torn file: checkpoint 6 is refused, recovery resumes after loop call 5.
+    let resumed = run(2, CheckpointConfig::new(&dir).recover(true), EPOCHS, 2);
+    assert_eq!((&resumed.1, &resumed.2), (&clean.1, &clean.2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn recovery_without_checkpoints_starts_over() {
     let dir = temp_dir("empty");

@@ -34,53 +34,111 @@ pub(super) fn found(root: &Path) -> Result<Vec<u64>> {
     Ok(found)
 }
 
+/// What a rank found it cannot use, to be reported on the terminal (by rank 0, for every
+/// rank: the other ranks' output goes to their logs).
+pub(super) type Skipped = Vec<String>;
+
 /// The manifests among checkpoints `found` that `rank` can load: the manifest verifies,
-/// was made by a job of `world` ranks, and every file of this rank it refers to verifies.
-/// The others are skipped with a warning.
+/// was made by a job of `world` ranks, and every file of this rank it refers to verifies
+/// and has the checksum the manifest recorded for this rank. The others are skipped, each
+/// with the reason (oldest first).
 pub(super) fn loadable(
     root: &Path,
     found: &[u64],
     rank: usize,
     world: usize,
-) -> BTreeMap<u64, Manifest> {
+) -> (BTreeMap<u64, Manifest>, Skipped) {
     let mut manifests = BTreeMap::new();
-    let mut checked: BTreeMap<u64, bool> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    // Per file: why it cannot be used by this rank, if it cannot.
+    let mut checked: BTreeMap<(u64, Option<u32>), Option<String>> = BTreeMap::new();
     for &seq in found.iter().rev() {
         let path = format::manifest_file(root, seq);
         let manifest = match format::read_manifest(&path) {
             Ok(m) if m.world == world && m.seq == seq => m,
-            Ok(m) => {
-                warn(&format!(
+            Ok(m) if m.world != world => {
+                skipped.push(format!(
                     "checkpoint {seq} was made by {} ranks, this job has {world}; ignored",
                     m.world
                 ));
                 continue;
             }
+            Ok(m) => {
+                skipped.push(format!(
+                    "checkpoint {seq}'s manifest is checkpoint {}'s (copied or moved); ignored",
+                    m.seq
+                ));
+                continue;
+            }
+            Err(_) if !path.exists() => {
+                skipped.push(format!(
+                    "checkpoint {seq} has no manifest (not committed before the job stopped, \
+                     or the manifest was removed); ignored"
+                ));
+                continue;
+            }
             Err(e) => {
-                if path.exists() {
-                    warn(&format!("checkpoint {seq} is not usable: {e}"));
-                }
+                skipped.push(format!("checkpoint {seq} is not usable: {e}"));
                 continue;
             }
         };
         let files: BTreeSet<u64> = manifest.tables.values().copied().collect();
         let bad = files.iter().find_map(|&f| {
-            let ok = *checked.entry(f).or_insert_with(|| {
-                format::read_tables(&format::rank_file(root, f, rank, world)).is_ok()
+            let expected = manifest
+                .files
+                .get(&f)
+                .and_then(|sums| sums.get(rank))
+                .copied();
+            let why = checked.entry((f, expected)).or_insert_with(|| {
+                let file = format::rank_file(root, f, rank, world);
+                match (format::read_tables(&file), expected) {
+                    (Err(e), _) => Some(e),
+                    (Ok(_), None) => Some(format!(
+                        "{}: the manifest records no checksum for it",
+                        file.display()
+                    )),
+                    (Ok((_, sum)), Some(want)) if sum != want => Some(format!(
+                        "{}: a well-formed file, but not the one committed (checksum {sum:08x}, \
+                         the manifest says {want:08x}): stale or replaced",
+                        file.display()
+                    )),
+                    (Ok(_), Some(_)) => None,
+                }
             });
-            (!ok).then_some(f)
+            why.clone().map(|why| (f, why))
         });
         match bad {
             None => {
                 manifests.insert(seq, manifest);
             }
-            Some(f) => warn(&format!(
-                "checkpoint {seq} cannot be loaded on rank {rank} (its file of checkpoint \
-                 {f} is missing, torn or corrupted); using an earlier one"
+            Some((f, why)) => skipped.push(format!(
+                "checkpoint {seq} cannot be loaded on rank {rank}: its file of checkpoint {f} \
+                 is missing, torn, corrupted or stale ({why})"
             )),
         }
     }
-    manifests
+    skipped.reverse();
+    (manifests, skipped)
+}
+
+/// Reports what the ranks skipped (`all[r]`: rank `r`'s list) on rank 0, which writes to
+/// the terminal; every rank also logs its own.
+fn report_skipped(all: &[Skipped], rank: usize) {
+    if let Some(mine) = all.get(rank) {
+        for why in mine {
+            tracing::warn!("{why}");
+        }
+    }
+    if rank != 0 {
+        return;
+    }
+    // Manifest findings are the same on every rank: each is said once.
+    let mut seen = BTreeSet::new();
+    for why in all.iter().flatten() {
+        if seen.insert(why.as_str()) {
+            eprintln!("strads-ap: warning: {why}");
+        }
+    }
 }
 
 /// The checkpoints in every one of the ranks' lists `all`.
@@ -104,12 +162,17 @@ pub(super) fn loadable_everywhere(
     rank: usize,
     world: usize,
 ) -> Result<BTreeMap<u64, Manifest>> {
-    let mut manifests = loadable(root, &found(root)?, rank, world);
+    let (mut manifests, skipped) = loadable(root, &found(root)?, rank, world);
     let mine: Vec<u64> = manifests.keys().copied().collect();
-    let usable = match comm {
-        Some(c) => common(&c.allgather(mine)?),
-        None => mine.into_iter().collect(),
+    let (usable, skipped) = match comm {
+        Some(c) => {
+            let all = c.allgather((mine, skipped))?;
+            let (lists, skipped): (Vec<Vec<u64>>, Vec<Skipped>) = all.into_iter().unzip();
+            (common(&lists), skipped)
+        }
+        None => (mine.into_iter().collect(), vec![skipped]),
     };
+    report_skipped(&skipped, rank);
     manifests.retain(|s, _| usable.contains(s));
     Ok(manifests)
 }
@@ -125,11 +188,19 @@ pub(super) fn loadable_inputs(
     world: usize,
 ) -> Result<BTreeMap<u64, InputRecord>> {
     let bad: Vec<(u64, String)> = inputs
-        .keys()
-        .filter_map(|&n| {
-            format::read_tables(&format::input_file(root, n, rank, world))
-                .err()
-                .map(|e| (n, e))
+        .iter()
+        .filter_map(|(&n, record)| {
+            let file = format::input_file(root, n, rank, world);
+            let want = record.checksums.get(rank).copied();
+            match (format::read_tables(&file), want) {
+                (Err(e), _) => Some(e),
+                (Ok((_, sum)), Some(want)) if sum == want => None,
+                (Ok(_), _) => Some(format!(
+                    "{}: a well-formed file, but not the one committed (stale or replaced)",
+                    file.display()
+                )),
+            }
+            .map(|e| (n, e))
         })
         .collect();
     let bad: BTreeMap<u64, String> = match comm {
@@ -246,20 +317,29 @@ mod tests {
     /// the tables whose latest state `tables` (table → checkpoint) puts in `seq`, and the
     /// manifest lists them all.
     fn commit(root: &Path, seq: u64, world: usize, tables: &[(u64, u64)]) {
+        let mut sums = Vec::new();
         for rank in 0..world {
             let own: Tables = tables
                 .iter()
                 .filter(|(_, f)| *f == seq)
-                .map(|(id, _)| (*id, vec![rank as u8; 3]))
+                .map(|(id, _)| (*id, vec![rank as u8, seq as u8, 3]))
                 .collect();
-            write_tables(&rank_file(root, seq, rank, world), &own, false).unwrap();
+            sums.push(write_tables(&rank_file(root, seq, rank, world), &own, false).unwrap());
+        }
+        // The checksums of the older files it refers to, as their manifests recorded them.
+        let mut files = BTreeMap::from([(seq, sums)]);
+        for &(_, f) in tables {
+            if f != seq {
+                let older = crate::checkpoint::format::read_manifest(&manifest_file(root, f));
+                files.insert(f, older.unwrap().files[&f].clone());
+            }
         }
         let manifest = Manifest {
             seq,
             site: format!("loop {seq}"),
             world,
             tables: tables.iter().copied().collect(),
-            checksums: vec![0; world],
+            files,
             inputs: BTreeMap::new(),
         };
         write_manifest(&manifest_file(root, seq), &manifest, false).unwrap();
@@ -300,13 +380,13 @@ mod tests {
         three_checkpoints(root);
         tear(&rank_file(root, 3, 1, 2));
         let all = found(root).unwrap();
-        assert_eq!(seqs(&loadable(root, &all, 0, 2)), [1, 2, 3]);
-        assert_eq!(seqs(&loadable(root, &all, 1, 2)), [1, 2]);
+        assert_eq!(seqs(&loadable(root, &all, 0, 2).0), [1, 2, 3]);
+        assert_eq!(seqs(&loadable(root, &all, 1, 2).0), [1, 2]);
         // Checkpoint 1's file holds table 2 for every later checkpoint too.
         tear(&rank_file(root, 1, 0, 2));
-        assert_eq!(seqs(&loadable(root, &all, 0, 2)), Vec::<u64>::new());
+        assert_eq!(seqs(&loadable(root, &all, 0, 2).0), Vec::<u64>::new());
         std::fs::remove_file(rank_file(root, 1, 1, 2)).unwrap();
-        assert_eq!(seqs(&loadable(root, &all, 1, 2)), Vec::<u64>::new());
+        assert_eq!(seqs(&loadable(root, &all, 1, 2).0), Vec::<u64>::new());
     }
 
     #[test]
@@ -324,7 +404,7 @@ mod tests {
         std::fs::remove_file(manifest_file(root, 6)).unwrap();
         let all = found(root).unwrap();
         assert_eq!(all, [1, 2, 3, 4, 5, 6]);
-        assert_eq!(seqs(&loadable(root, &all, 0, 2)), [1, 2]);
+        assert_eq!(seqs(&loadable(root, &all, 0, 2).0), [1, 2]);
     }
 
     #[test]
@@ -379,20 +459,29 @@ mod tests {
     fn inputs_load_only_where_every_rank_can_load_them() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let inputs: BTreeMap<u64, InputRecord> = (1..=3)
+        let inputs: BTreeMap<u64, InputRecord> = (1..=4)
             .map(|n| {
+                let checksums = (0..2)
+                    .map(|rank| {
+                        let tables = [(n, vec![1, 2, n as u8])];
+                        write_tables(&input_file(root, n, rank, 2), &tables, false).unwrap()
+                    })
+                    .collect();
                 let site = format!("DVector::from_fn at src/main.rs:{n}:1");
-                (n, InputRecord { site, id: n })
+                (
+                    n,
+                    InputRecord {
+                        site,
+                        id: n,
+                        checksums,
+                    },
+                )
             })
             .collect();
-        for n in 1..=3 {
-            for rank in 0..2 {
-                let tables = [(n, vec![1, 2, 3])];
-                write_tables(&input_file(root, n, rank, 2), &tables, false).unwrap();
-            }
-        }
         tear(&input_file(root, 2, 1, 2));
         std::fs::remove_file(input_file(root, 3, 0, 2)).unwrap();
+        // Well-formed, but another input's file.
+        std::fs::copy(input_file(root, 1, 1, 2), input_file(root, 4, 1, 2)).unwrap();
         let loadable = simulate(2, || {
             let here = here();
             let (rank, world) = (here.rank(), here.world_size());
@@ -400,6 +489,51 @@ mod tests {
         });
         let first = BTreeMap::from([(1, inputs[&1].clone())]);
         assert_eq!(loadable, [first.clone(), first]);
+    }
+
+    #[test]
+    fn a_stale_but_well_formed_rank_file_is_skipped_saying_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        // Rank 1's file of checkpoint 2 copied over its file of checkpoint 3: each file's
+        // own checksum holds.
+        std::fs::copy(rank_file(root, 2, 1, 2), rank_file(root, 3, 1, 2)).unwrap();
+        assert!(format::read_tables(&rank_file(root, 3, 1, 2)).is_ok());
+        let all = found(root).unwrap();
+        let (manifests, skipped) = loadable(root, &all, 1, 2);
+        assert_eq!(seqs(&manifests), [1, 2]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(
+            skipped[0].starts_with("checkpoint 3 cannot be loaded on rank 1")
+                && skipped[0].contains("stale or replaced"),
+            "{}",
+            skipped[0]
+        );
+        assert_eq!(seqs(&loadable(root, &all, 0, 2).0), [1, 2, 3]);
+        let agreed = simulate(2, || {
+            let here = here();
+            let (rank, world) = (here.rank(), here.world_size());
+            seqs(&loadable_everywhere(root, here.comm(), rank, world).unwrap())
+        });
+        assert_eq!(agreed, [vec![1, 2], vec![1, 2]]);
+    }
+
+    #[test]
+    fn a_missing_newest_manifest_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        std::fs::remove_file(manifest_file(root, 3)).unwrap();
+        let (manifests, skipped) = loadable(root, &found(root).unwrap(), 0, 2);
+        assert_eq!(seqs(&manifests), [1, 2]);
+        assert_eq!(
+            skipped,
+            [
+                "checkpoint 3 has no manifest (not committed before the job stopped, or the \
+              manifest was removed); ignored"
+            ]
+        );
     }
 
     #[test]

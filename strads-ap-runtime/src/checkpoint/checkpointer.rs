@@ -53,6 +53,8 @@ pub(super) struct Checkpointer {
     dirty: HashMap<u64, std::sync::Weak<dyn TableHandle>>,
     /// Every table checkpointed so far → the checkpoint holding its latest state.
     latest: BTreeMap<u64, u64>,
+    /// Every checkpoint `latest` refers to → each rank's checksum of its file there.
+    files: BTreeMap<u64, Vec<u32>>,
     /// Committed checkpoints of this run (or found at recovery), oldest first.
     committed: Vec<Committed>,
     /// Recovery: skip loop calls up to this sequence number.
@@ -97,6 +99,7 @@ impl Checkpointer {
             seq: 0,
             dirty: HashMap::new(),
             latest: BTreeMap::new(),
+            files: BTreeMap::new(),
             committed: Vec::new(),
             replay_until: None,
             manifests: BTreeMap::new(),
@@ -137,6 +140,7 @@ impl Checkpointer {
         };
         self.replay_until = Some(agreed);
         self.latest = manifests[&agreed].tables.clone();
+        self.files = manifests[&agreed].files.clone();
         self.committed = manifests
             .iter()
             .map(|(&seq, m)| Committed {
@@ -150,8 +154,13 @@ impl Checkpointer {
         self.replay_inputs = agree::loadable_inputs(&root, &inputs, comm, rank, world)?;
         self.committed_inputs = inputs;
         if rank == 0 {
+            let newest = agree::found(&root)?.last().copied().unwrap_or(agreed);
+            let fallback = match newest > agreed {
+                true => format!(" (not from {newest}, the newest found: see the warnings above)"),
+                false => String::new(),
+            };
             eprintln!(
-                "strads-ap: recovering: replaying up to loop call {agreed} from {}",
+                "strads-ap: recovering: replaying up to loop call {agreed}{fallback} from {}",
                 root.display()
             );
         }
@@ -230,7 +239,11 @@ impl Checkpointer {
         )?;
         self.input_jobs.push(InputJob {
             number,
-            record: InputRecord { site, id },
+            record: InputRecord {
+                site,
+                id,
+                checksums: Vec::new(),
+            },
             job,
         });
         self.spent += t0.elapsed();
@@ -270,8 +283,8 @@ impl Checkpointer {
                     self.config.dir.display()
                 )));
             }
-            let tables = m.tables.clone();
-            self.load(&tables, rank, world)?;
+            let (tables, files) = (m.tables.clone(), m.files.clone());
+            self.load(&tables, &files, rank, world)?;
         }
         self.last_replayed = true;
         if seq == until {
@@ -288,8 +301,15 @@ impl Checkpointer {
         Ok(Entry::Skip)
     }
 
-    /// Loads every table whose state in `tables` differs from what is loaded.
-    fn load(&mut self, tables: &BTreeMap<u64, u64>, rank: usize, world: usize) -> Result<()> {
+    /// Loads every table whose state in `tables` differs from what is loaded, from files
+    /// whose checksums are `files`'.
+    fn load(
+        &mut self,
+        tables: &BTreeMap<u64, u64>,
+        files: &BTreeMap<u64, Vec<u32>>,
+        rank: usize,
+        world: usize,
+    ) -> Result<()> {
         let root = self.config.dir.clone();
         let mut by_file: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         for (&id, &f) in tables {
@@ -299,7 +319,16 @@ impl Checkpointer {
         }
         for (f, ids) in by_file {
             let path = format::rank_file(&root, f, rank, world);
-            let (tables, _) = format::read_tables(&path).map_err(Error::Config)?;
+            let (tables, sum) = format::read_tables(&path).map_err(Error::Config)?;
+            // Checked when the ranks agreed; checked again in case it changed since.
+            let want = files.get(&f).and_then(|sums| sums.get(rank));
+            if want != Some(&sum) {
+                return Err(Error::Config(format!(
+                    "{}: not the file checkpoint {f} committed (its checksum changed since \
+                     the ranks agreed to resume from it)",
+                    path.display()
+                )));
+            }
             for id in ids {
                 let data = tables
                     .iter()
@@ -380,35 +409,51 @@ impl Checkpointer {
         let (mut mine, buffers) = writer::join_writer(p.job, &format!("checkpoint {}", p.seq));
         self.buffers = buffers;
         let mut made = Vec::with_capacity(p.inputs.len());
+        let mut input_sums = Vec::with_capacity(p.inputs.len());
         for input in p.inputs {
             // Inputs are written once: their buffers are not kept.
             let (outcome, _) = writer::join_writer(input.job, &format!("input {}", input.number));
-            if let (Ok(_), Err(e)) = (&mine, outcome) {
-                mine = Err(e);
+            match (&mine, outcome) {
+                (Ok(_), Err(e)) => mine = Err(e),
+                (_, Ok(sum)) => input_sums.push(sum),
+                (Err(_), Err(_)) => {}
             }
             made.push((input.number, input.record));
         }
         // Rank 0 decides, for every rank, whether the next checkpoint is synced.
         let sync_next = self.sync.due(Instant::now());
         let mine = mine
-            .map(|sum| (sum, sync_next))
+            .map(|sum| (sum, sync_next, input_sums))
             .map_err(|e| Error::Config(format!("checkpoint: {e}")));
         let outcomes = match comm {
             Some(c) => c.gather_outcomes(mine)?,
             None => vec![mine?],
         };
         self.sync.decide(outcomes[0].1);
-        let checksums = outcomes.iter().map(|o| o.0).collect();
         for id in p.ids {
             self.latest.insert(id, p.seq);
         }
-        self.committed_inputs.extend(made);
+        // Each rank's checksum of every file the manifest refers to.
+        self.files
+            .insert(p.seq, outcomes.iter().map(|o| o.0).collect());
+        let referred: std::collections::BTreeSet<u64> = self.latest.values().copied().collect();
+        self.files.retain(|f, _| referred.contains(f));
+        for (i, (number, mut record)) in made.into_iter().enumerate() {
+            let sums: Option<Vec<u32>> = outcomes.iter().map(|o| o.2.get(i).copied()).collect();
+            record.checksums = sums.ok_or_else(|| {
+                Error::Config(format!(
+                    "checkpoint {}: the ranks made different numbers of input DDSs",
+                    p.seq
+                ))
+            })?;
+            self.committed_inputs.insert(number, record);
+        }
         let manifest = Manifest {
             seq: p.seq,
             site: p.site,
             world,
             tables: self.latest.clone(),
-            checksums,
+            files: self.files.clone(),
             inputs: self.committed_inputs.clone(),
         };
         // Rank 0 commits by writing the manifest, in the background too: the previous

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"STRADSCK";
 const TRAILER: &[u8; 4] = b"END!";
-const VERSION: u32 = 3;
+/// 4: manifests record every rank's checksum of every file they refer to.
+const VERSION: u32 = 4;
 /// Magic, version, table count.
 const HEADER_LEN: usize = 8 + 4 + 8;
 /// Body length, checksum, end mark.
@@ -37,8 +38,10 @@ pub(super) struct Manifest {
     pub world: usize,
     /// Every table checkpointed so far → the checkpoint holding its latest state.
     pub tables: BTreeMap<u64, u64>,
-    /// Each rank's file checksum.
-    pub checksums: Vec<u32>,
+    /// Every checkpoint `tables` refers to → each rank's checksum of its file there: a
+    /// rank file that verifies on its own but is not the one committed (an older file
+    /// copied over it) is refused.
+    pub files: BTreeMap<u64, Vec<u32>>,
     /// Every input DDS checkpointed so far: input operator number → where it was made.
     pub inputs: BTreeMap<u64, InputRecord>,
 }
@@ -50,6 +53,8 @@ pub(super) struct InputRecord {
     pub site: String,
     /// The table it made.
     pub id: u64,
+    /// Each rank's checksum of its file of the DDS.
+    pub checksums: Vec<u32>,
 }
 
 /// Why bytes are not a whole table file of this version.
@@ -73,7 +78,10 @@ pub(super) enum Corrupt {
     #[error("checksum mismatch (corrupted)")]
     Checksum,
     /// Written by another version of the format.
-    #[error("format version {found}, expected {VERSION}")]
+    #[error(
+        "format version {found}, but this strads-ap reads version {VERSION} only (written by \
+         another release: resume with that release, or start the job afresh)"
+    )]
     Version {
         /// The file's version.
         found: u32,
@@ -356,7 +364,10 @@ mod tests {
         assert_eq!(decode(&old), Err(Corrupt::Version { found: 2 }));
         assert_eq!(
             Corrupt::Version { found: 2 }.to_string(),
-            format!("format version 2, expected {VERSION}")
+            format!(
+                "format version 2, but this strads-ap reads version {VERSION} only (written \
+                 by another release: resume with that release, or start the job afresh)"
+            )
         );
     }
 
@@ -404,12 +415,13 @@ mod tests {
             site: "src/main.rs:40:9".into(),
             world: 3,
             tables: BTreeMap::from([(1, 4), (2, 12)]),
-            checksums: vec![1, 2, 3],
+            files: BTreeMap::from([(4, vec![1, 2, 3]), (12, vec![4, 5, 6])]),
             inputs: BTreeMap::from([(
                 1,
                 InputRecord {
                     site: "read_from_file at src/main.rs:12:5".into(),
                     id: 1,
+                    checksums: vec![7, 8, 9],
                 },
             )]),
         };

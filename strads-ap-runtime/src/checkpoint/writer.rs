@@ -313,7 +313,7 @@ mod tests {
             site: "src/main.rs:1:1".into(),
             world: 1,
             tables: BTreeMap::from([(1, 4)]),
-            checksums: vec![9],
+            files: BTreeMap::from([(4, vec![9])]),
             inputs: BTreeMap::new(),
         };
         let path = dir.path().join("ckpt-0000000004").join("MANIFEST");
