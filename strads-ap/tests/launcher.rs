@@ -393,6 +393,82 @@ fn ranks_die_with_a_killed_launcher() {
     assert_gone(&pids);
 }
 
+/// After a SIGKILL of the launcher, `job.json` says `running`; `strads-ap status` finds
+/// the launcher gone, records the job as lost and exits with 1. While it runs, and after
+/// a clean end, `status` reports what the file says.
+#[test]
+fn status_tells_the_truth_after_the_launcher_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("job");
+    let script = format!("D=$STRADS_OUTPUT_DIR; {RECORD_PID_AND_SLEEP}");
+    let mut launcher = Launcher::start(
+        dir.path(),
+        &[
+            "run",
+            "-n",
+            "2",
+            "--output-dir",
+            path_str(&out),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let pids = recorded_pids(&out, &[0, 1]);
+    let status = |expect: i32| {
+        let o = Command::new(LAUNCHER)
+            .args(["status", path_str(&out)])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(expect), "{o:?}");
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    assert_eq!(status(0)["status"], "running");
+    launcher.child.kill().unwrap();
+    launcher.child.wait().unwrap();
+    assert_gone(&pids);
+    assert_eq!(job_summary(&out)["status"], "running", "the file is stale");
+    let lost = status(1);
+    assert_eq!(lost["status"], "lost");
+    assert!(
+        lost["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ended without recording"),
+        "{lost}"
+    );
+    assert_eq!(job_summary(&out)["status"], "lost", "the file is made true");
+    // A job that ended cleanly is reported as it is.
+    let ok = dir.path().join("ok");
+    let ended = run(
+        dir.path(),
+        &[
+            "run",
+            "-n",
+            "1",
+            "--output-dir",
+            path_str(&ok),
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(ended.code, Some(0), "{}", ended.stderr);
+    let o = Command::new(LAUNCHER)
+        .args(["status", path_str(&ok)])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"ok\""));
+    // No job there.
+    let o = Command::new(LAUNCHER)
+        .args(["status", path_str(dir.path())])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("job.json"));
+}
+
 #[test]
 fn sigterm_to_the_launcher_stops_the_ranks() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,8 +32,9 @@
 //! it cannot read a terminal); the others read nothing. When a rank fails,
 //! the others are stopped (SIGTERM, then SIGKILL after `--grace` seconds), the launcher
 //! shows the end of the failed rank's log and exits with its code (128 + the signal
-//! number for a rank killed by a signal). `D/job.json` records the outcome. Usage errors
-//! and a program that cannot be started exit with 2.
+//! number for a rank killed by a signal). `D/job.json` records the outcome, and
+//! `strads-ap status D` reports it, recording a job whose launcher was killed as `lost`
+//! ([`status`]). Usage errors and a program that cannot be started exit with 2.
 //!
 //! With `--checkpoint-dir C` the ranks checkpoint after their loop operators, and with
 //! `--max-restarts R` a job whose rank failed is started again, up to R times, in
@@ -51,6 +52,7 @@ mod hosts;
 mod job;
 mod slurm;
 mod ssh;
+mod status;
 mod supervise;
 mod sys;
 
@@ -92,6 +94,9 @@ enum Command {
     /// Be one rank of a job that checks the cluster: `strads-ap run -n N -- strads-ap check`.
     #[command(long_about = CHECK_ABOUT)]
     Check(check::CheckArgs),
+    /// How a job ended (or that it runs), from its job.json, checked against its launcher.
+    #[command(long_about = status::ABOUT)]
+    Status(status::StatusArgs),
 }
 
 const CHECK_ABOUT: &str = "\
@@ -204,6 +209,7 @@ fn main() -> ExitCode {
     let args = match Cli::parse().command {
         Command::Run(args) => *args,
         Command::Check(args) => return check::main(args),
+        Command::Status(args) => return status::main(args),
     };
     match run(args) {
         Ok(code) => ExitCode::from(code),

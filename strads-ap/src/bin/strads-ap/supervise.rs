@@ -347,6 +347,8 @@ fn write_summary(
         "failed_rank": failed_rank,
         "reason": reason,
         "exit_code": exit_code,
+        // While `running`: whose death leaves the file stale (`strads-ap status` checks).
+        "launcher_pid": std::process::id(),
     });
     let path = job.summary_file();
     let partial = path.with_extension("json.partial");
