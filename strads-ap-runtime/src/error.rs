@@ -154,6 +154,20 @@ pub enum Error {
         /// What happened (exit, idle timeout, a protocol error).
         reason: String,
     },
+    /// A rank finished the job (it said goodbye: its program called `finish` or returned)
+    /// while this rank waits for a message from it, which can never come.
+    #[error(
+        "rank {rank} has finished the job while this rank waits for {what} from it: every \
+         rank must run the same operators in the same order, and a rank that returns early \
+         (an `if rank() == ... {{ return }}`, or an error handled on one rank only) leaves \
+         the others waiting"
+    )]
+    PeerLeft {
+        /// The rank that finished.
+        rank: usize,
+        /// What this rank waited for.
+        what: String,
+    },
     /// A wait for other ranks passed its deadline.
     #[error("timed out after {secs:.1} s waiting for {what}")]
     Timeout {

@@ -95,3 +95,31 @@ fn a_rank_that_dies_mid_job_stops_the_job_with_its_name() {
     assert!(stderr.contains("rank 1 failed (exit code 3)"), "{stderr}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
 }
+
+/// A rank that leaves the job cleanly but early (`finish()`, exit code 0, as a program
+/// that returns on one rank does) ends the job: the others' next wait for it fails naming
+/// it, instead of waiting forever.
+#[test]
+fn a_rank_that_leaves_early_ends_the_job_naming_it() {
+    let (out, took) = run_bounded(
+        &[
+            "-n",
+            "3",
+            "--grace",
+            "1",
+            "--",
+            LAUNCHER,
+            "check",
+            "--leave-rank",
+            "1",
+        ],
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 has finished the job while this rank waits"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}

@@ -70,11 +70,15 @@ pub(super) fn loadable(
                 ));
                 continue;
             }
+            // Older than a loadable one: pruned, its files kept for the tables newer
+            // manifests still take from it. Newer: not committed, or removed.
             Err(_) if !path.exists() => {
-                skipped.push(format!(
-                    "checkpoint {seq} has no manifest (not committed before the job stopped, \
-                     or the manifest was removed); ignored"
-                ));
+                if manifests.is_empty() {
+                    skipped.push(format!(
+                        "checkpoint {seq} has no manifest (not committed before the job \
+                         stopped, or the manifest was removed); ignored"
+                    ));
+                }
                 continue;
             }
             Err(e) => {
@@ -525,8 +529,11 @@ mod tests {
         let root = dir.path();
         three_checkpoints(root);
         std::fs::remove_file(manifest_file(root, 3)).unwrap();
+        // Checkpoint 1 pruned as a job does it: its manifest goes, its file stays (the
+        // manifest of 2 takes table 2 from it). That is no news.
+        std::fs::remove_file(manifest_file(root, 1)).unwrap();
         let (manifests, skipped) = loadable(root, &found(root).unwrap(), 0, 2);
-        assert_eq!(seqs(&manifests), [1, 2]);
+        assert_eq!(seqs(&manifests), [2]);
         assert_eq!(
             skipped,
             [

@@ -380,7 +380,20 @@ pub fn simulate<T: Send>(world: usize, job: impl Fn() -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
         let handles: Vec<_> = transports
             .into_iter()
-            .map(|t| s.spawn(|| scoped(RankCtx::new(collective::Comm::new(t)), &job)))
+            .map(|t| {
+                s.spawn(|| {
+                    // A rank whose job returned (or panicked) has left: the others' waits
+                    // for it end instead of hanging.
+                    struct Leave(Arc<crate::transport::mem::MemTransport>);
+                    impl Drop for Leave {
+                        fn drop(&mut self) {
+                            self.0.leave();
+                        }
+                    }
+                    let _leave = Leave(t.clone());
+                    scoped(RankCtx::new(collective::Comm::new(t)), &job)
+                })
+            })
             .collect();
         handles
             .into_iter()

@@ -70,6 +70,21 @@ impl MemTransport {
         }
     }
 
+    /// Leaves the job as a rank whose program returned does: says goodbye to every rank
+    /// (their later waits for a message from it fail with [`Error::PeerLeft`]) without
+    /// waiting for theirs. Nothing after a [`Transport::shutdown`] or a [`kill`].
+    ///
+    /// [`kill`]: MemTransport::kill
+    pub fn leave(&self) {
+        if self.alive[self.rank].swap(false, Ordering::SeqCst) {
+            for (r, b) in self.boxes.iter().enumerate() {
+                if r != self.rank {
+                    b.deliver(self.rank, tags::GOODBYE, Vec::new());
+                }
+            }
+        }
+    }
+
     fn check_alive(&self) -> Result<()> {
         if self.alive[self.rank].load(Ordering::SeqCst) {
             Ok(())

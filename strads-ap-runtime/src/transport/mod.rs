@@ -203,12 +203,34 @@ impl Mailbox {
         })
     }
 
-    /// Takes the next message from `from` with `tag`.
+    /// Takes the next message from `from` with `tag`. Fails with [`Error::PeerLeft`] once
+    /// `from` has said goodbye without sending it (messages from a rank arrive in order,
+    /// so nothing it sent can come after its goodbye).
     pub fn take(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
-        self.wait(deadline, &format!("a message from rank {from}"), |st| {
-            st.queues.get_mut(&tag)?.get_mut(from)?.pop_front()
-        })
-        .map(Payload::into_vec)
+        let what = format!("a message from rank {from}");
+        let mut left = false;
+        let got = self.wait(deadline, &what, |st| {
+            let message = st
+                .queues
+                .get_mut(&tag)
+                .and_then(|q| q.get_mut(from))
+                .and_then(|q| q.pop_front());
+            if message.is_none() && st.finished.get(from).copied().unwrap_or(false) {
+                left = true;
+                return Some(None);
+            }
+            message.map(Some)
+        })?;
+        match got {
+            Some(payload) => Ok(payload.into_vec()),
+            None => {
+                debug_assert!(left);
+                Err(Error::PeerLeft {
+                    rank: from,
+                    what: "a message".into(),
+                })
+            }
+        }
     }
 
     /// Takes the next message with `tag` from any rank (lowest rank first).
@@ -314,6 +336,31 @@ mod tests {
         ranks[1].send(2, 8, v).unwrap();
         let got = ranks[2].recv(1, 8, soon).unwrap();
         assert_eq!((got.as_ptr(), got.len()), (at, 64));
+    }
+
+    #[test]
+    fn waiting_for_a_rank_that_said_goodbye_fails_after_what_it_sent() {
+        let m = std::sync::Arc::new(Mailbox::new(3));
+        m.deliver(1, 5, vec![1]);
+        m.deliver(1, tags::GOODBYE, Vec::new());
+        let forever = deadline_in(Duration::MAX);
+        // What it sent before its goodbye is still taken.
+        assert_eq!(m.take(1, 5, forever).unwrap(), vec![1]);
+        match m.take(1, 5, forever) {
+            Err(Error::PeerLeft { rank: 1, .. }) => {}
+            other => panic!("expected PeerLeft, got {other:?}"),
+        }
+        // A waiter is woken by the goodbye.
+        let m2 = m.clone();
+        let waiter = std::thread::spawn(move || m2.take(2, 7, deadline_in(Duration::MAX)));
+        std::thread::sleep(Duration::from_millis(20));
+        m.deliver(2, tags::GOODBYE, Vec::new());
+        match waiter.join().unwrap() {
+            Err(e @ Error::PeerLeft { rank: 2, .. }) => {
+                assert!(e.to_string().contains("rank 2 has finished the job"), "{e}")
+            }
+            other => panic!("expected PeerLeft, got {other:?}"),
+        }
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub struct CheckArgs {
     /// the job cleanly (the others must not hang).
     #[arg(long, value_name = "RANK", hide = true)]
     exit_rank: Option<usize>,
+    /// Testing aid: this rank leaves the job cleanly (`finish`) right after joining and
+    /// exits with code 0, as a program that returns early on one rank does (the others
+    /// must fail naming it, not hang).
+    #[arg(long, value_name = "RANK", hide = true)]
+    leave_rank: Option<usize>,
 }
 
 pub fn main(args: CheckArgs) -> ExitCode {
@@ -49,6 +54,12 @@ fn check(args: &CheckArgs) -> strads_ap::Result<()> {
     if args.exit_rank == Some(rank) {
         eprintln!("strads-ap check: rank {rank} exits abruptly (--exit-rank)");
         std::process::exit(3);
+    }
+    if args.leave_rank == Some(rank) {
+        eprintln!("strads-ap check: rank {rank} leaves the job early (--leave-rank)");
+        // Its goodbye wait ends when the others fail; it exits 0 whatever they do.
+        let _ = strads_ap::finish();
+        std::process::exit(0);
     }
     // Every rank reports itself; the sum proves every contribution arrived once.
     let sum = comm.allreduce(rank as u64 + 1, |a, b| a + b)?;
