@@ -56,8 +56,8 @@ pub mod env {
     pub const SECRET_FILE: &str = "STRADS_SECRET_FILE";
     /// The job id; ranks of other jobs are refused.
     pub const JOB_ID: &str = "STRADS_JOB_ID";
-    /// The IP address this rank listens on (default: loopback when the rendezvous is on
-    /// loopback, else all interfaces).
+    /// The IP address this rank listens on (default: the local address that routes to the
+    /// rendezvous; `0.0.0.0` listens on every interface, only when asked).
     pub const BIND: &str = "STRADS_BIND";
     /// Seconds to wait for every rank to join (default 60).
     pub const STARTUP_TIMEOUT: &str = "STRADS_STARTUP_TIMEOUT";
@@ -174,12 +174,26 @@ impl QuicOptions {
     }
 }
 
+/// The address a rank binds by default: the local address the system would send from to
+/// reach the rendezvous (found by "connecting" a UDP socket, which sends nothing), so a
+/// rank listens on the one interface its job uses, not on every interface. Loopback for a
+/// loopback rendezvous; all interfaces only if no route is known (say so with
+/// `STRADS_BIND`).
 fn default_bind(rendezvous: SocketAddr) -> IpAddr {
     if rendezvous.ip().is_loopback() {
-        rendezvous.ip()
-    } else {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        return rendezvous.ip();
     }
+    let unspecified = match rendezvous {
+        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    std::net::UdpSocket::bind(SocketAddr::new(unspecified, 0))
+        .and_then(|socket| {
+            socket.connect(rendezvous)?;
+            socket.local_addr()
+        })
+        .map(|local| local.ip())
+        .unwrap_or(unspecified)
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr> {
@@ -329,13 +343,32 @@ fn spawn_accept_loop(
     let (joined_tx, joined_rx) = mpsc::unbounded_channel::<Joined>();
     let endpoint = endpoint.clone();
     let opts = opts.clone();
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
+    let crowded = AtomicBool::new(false);
     runtime.spawn(async move {
         while let Some(incoming) = endpoint.accept().await {
+            let from = incoming.remote_address();
+            // Unauthenticated connections are bounded: the rest are refused unread.
+            let Ok(permit) = pending.clone().try_acquire_owned() else {
+                incoming.refuse();
+                if !crowded.swap(true, Ordering::Relaxed) {
+                    refused(
+                        opts.rank,
+                        from,
+                        &format!(
+                            "{MAX_PENDING} connections await authentication (the first of \
+                             such refusals; the others are not logged)"
+                        ),
+                    );
+                }
+                continue;
+            };
             let opts = opts.clone();
             let tx = joined_tx.clone();
             tokio::spawn(async move {
-                let from = incoming.remote_address();
-                match accept_peer(incoming, &opts).await {
+                let outcome = accept_peer(incoming, &opts).await;
+                drop(permit);
+                match outcome {
                     Ok(j) => {
                         let _ = tx.send(j);
                     }
@@ -928,6 +961,7 @@ async fn connect_peer(
         }
     }
     let _ = send.finish();
+    raise_limits(&conn);
     Ok(conn)
 }
 
@@ -941,8 +975,10 @@ async fn accept_peer(
             .accept_bi()
             .await
             .map_err(|e| format!("no handshake stream: {e}"))?;
+        // The reason goes to this rank's log; the client, not authenticated, learns nothing
+        // about the job from a refusal.
         let refuse = |conn: &Connection, reason: String| {
-            conn.close(VarInt::from_u32(codes::REFUSED), reason.as_bytes());
+            conn.close(VarInt::from_u32(codes::REFUSED), NOT_ADMITTED.as_bytes());
             reason
         };
         let theirs = match read_handshake(&mut recv).await {
@@ -951,7 +987,7 @@ async fn accept_peer(
             Err(e) => return Err(refuse(&conn, e)),
         };
         if let Err(reason) = theirs.check(&opts.job, opts.world) {
-            let _ = write_handshake(&mut send, &Handshake::Refused(reason.clone())).await;
+            let _ = write_handshake(&mut send, &Handshake::Refused(NOT_ADMITTED.into())).await;
             let _ = send.finish();
             tokio::time::sleep(Duration::from_millis(50)).await;
             return Err(refuse(&conn, reason));
@@ -976,15 +1012,12 @@ async fn accept_peer(
                 "wrong cluster secret (peer claimed to be rank {})",
                 theirs.rank
             );
-            let _ = write_handshake(
-                &mut send,
-                &Handshake::Refused("wrong cluster secret".into()),
-            )
-            .await;
+            let _ = write_handshake(&mut send, &Handshake::Refused(NOT_ADMITTED.into())).await;
             let _ = send.finish();
             tokio::time::sleep(Duration::from_millis(50)).await;
             return Err(refuse(&conn, reason));
         }
+        raise_limits(&conn);
         let mac = wire::proof(&opts.secret, Role::Server, &exporter, &theirs, &mine);
         write_handshake(&mut send, &Handshake::Proof(mac)).await?;
         let _ = send.finish();
@@ -1111,15 +1144,40 @@ fn endpoint_config() -> Result<quinn::EndpointConfig> {
     Ok(e)
 }
 
+/// What a connection may make this rank hold before its peer proved the job's secret: the
+/// handshake's one bidirectional stream and a small window, so that a client without the
+/// secret costs a few KiB, not the data-centre windows of [`raise_limits`].
+const PRE_AUTH_WINDOW: u32 = 64 << 10;
+/// Connections accepted and not yet authenticated at once; more are refused at once
+/// (a job's ranks connect to a rank once each, at start-up).
+const MAX_PENDING: usize = 64;
+/// Data-centre windows once authenticated: a 10 Gb/s link with 0.5 ms of round trip holds
+/// ~600 KiB; leave room for bursts of bulk transfers.
+const RECEIVE_WINDOW: u32 = 256 << 20;
+const UNI_STREAMS: u32 = 4096;
+const BIDI_STREAMS: u32 = 16;
+
+/// What a refused client is told (the reason is in the refusing rank's log).
+const NOT_ADMITTED: &str = "not admitted to this job (the reason is in the log of the rank \
+                            that refused: another job, protocol version or world size, or the \
+                            wrong secret)";
+
+/// Lifts a connection's limits to the data-centre ones once its peer proved the secret.
+fn raise_limits(conn: &Connection) {
+    conn.set_receive_window(VarInt::from_u32(RECEIVE_WINDOW));
+    conn.set_max_concurrent_uni_streams(VarInt::from_u32(UNI_STREAMS));
+    conn.set_max_concurrent_bi_streams(VarInt::from_u32(BIDI_STREAMS));
+}
+
 fn transport_config(opts: &QuicOptions) -> Result<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
-    // Data-centre windows: a 10 Gb/s link with 0.5 ms of round trip holds ~600 KiB; leave
-    // room for bursts of bulk transfers.
+    // Streams may be large; what a peer can make this rank buffer is bounded by the
+    // connection's window, small until the peer is authenticated (see `raise_limits`).
     t.stream_receive_window(VarInt::from_u32(64 << 20));
-    t.receive_window(VarInt::from_u32(256 << 20));
+    t.receive_window(VarInt::from_u32(PRE_AUTH_WINDOW));
     t.send_window(SEND_WINDOW);
-    t.max_concurrent_uni_streams(VarInt::from_u32(4096));
-    t.max_concurrent_bidi_streams(VarInt::from_u32(16));
+    t.max_concurrent_uni_streams(VarInt::from_u32(0));
+    t.max_concurrent_bidi_streams(VarInt::from_u32(1));
     t.initial_rtt(Duration::from_millis(1));
     t.keep_alive_interval(Some(Duration::from_millis(500).min(opts.idle_timeout / 4)));
     t.max_idle_timeout(Some(
