@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::recon::Access;
+use crate::recon::{Access, LogShape};
 
 /// Every (group, batch) pair of a plan with the tasks of the group.
 fn groups_of(plan: &Plan) -> Vec<(GroupRef, Vec<u32>)> {
@@ -473,4 +473,25 @@ fn gathering_ahead_chunk_by_chunk_gives_the_same_plan() {
         assert_eq!(whole.tags, chunked.tags);
         assert_eq!(whole.indexed_by_task, chunked.indexed_by_task);
     }
+}
+
+/// A rank that claims a key past its table (here: task 1 writes element 1000 of a table
+/// of 10) panicked the planner (an index out of bounds in `connected`) when its log was
+/// checked only against 2^55; the decoder now refuses it, naming the part (the rank).
+#[test]
+fn logs_from_peers_with_keys_past_their_tables_are_refused_before_planning() {
+    let mine = AccessLog::from_tasks([vec![Access::new(0, 3, true)]]);
+    let theirs = AccessLog::from_tasks([vec![Access::new(0, 1000, true)]]);
+    let parts = [mine.to_bytes(0), theirs.to_bytes(1)];
+    let shares = [0..1, 1..2];
+    let bad = AccessLog::from_byte_parts(&parts, &LogShape::new(&[10], &shares)).unwrap_err();
+    assert_eq!(bad.part, 1);
+    assert!(bad.message.contains("key 1000 of table slot 0, which has 10 keys"), "{bad}");
+    // The same parts against a table long enough plan without trouble.
+    let log = AccessLog::from_byte_parts(&parts, &LogShape::new(&[1001], &shares)).unwrap();
+    let tables = [TableInfo {
+        key_space: 1001,
+        relaxed: false,
+    }];
+    check_plan(&log, &tables, 2);
 }

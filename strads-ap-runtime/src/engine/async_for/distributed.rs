@@ -24,7 +24,7 @@ use crate::engine::pipeline::Ran;
 use crate::engine::Base;
 use crate::error::{Error, Result};
 use crate::plan::{DistPlan, Plan, SlotMode, Transfers, MAX_RANKS};
-use crate::recon::AccessLog;
+use crate::recon::{AccessLog, LogShape};
 
 /// What every rank says about itself when entering a distributed `async_for!`.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -232,14 +232,24 @@ fn plan_across<Task: Sync, I: LoopIndex>(
         threads,
     );
     let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes(start + share.start)))?;
-    let log = AccessLog::from_byte_parts(&bytes, bases.len()).map_err(Error::Transport)?;
+    // The logs of other ranks are checked as they are decoded: the planner indexes the
+    // tables' tags and scratch arrays by their keys.
+    let shares: Vec<_> = (0..world)
+        .map(|r| {
+            let share = crate::store::RangePartition::new(n, world).range(r);
+            start + share.start..start + share.end
+        })
+        .collect();
+    let shape = LogShape {
+        key_spaces: lens,
+        shares: &shares,
+    };
+    let log = AccessLog::from_byte_parts(&bytes, &shape).map_err(|bad| Error::BadPeerData {
+        rank: bad.part,
+        what: format!("a reconnaissance log for {site}"),
+        message: bad.message,
+    })?;
     drop(bytes);
-    if log.tasks() != n {
-        return Err(Error::Transport(format!(
-            "{site}: the ranks' reconnaissance logs hold {} tasks, expected {n}",
-            log.tasks()
-        )));
-    }
     let recon = LogSource::Reconnoitred(t0.elapsed());
     let tables = table_infos(&l.call.registry, bases);
     let plan = make_plan(l, log, recon, tables, agreed.entry.threads);
