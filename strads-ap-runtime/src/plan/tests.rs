@@ -486,7 +486,11 @@ fn logs_from_peers_with_keys_past_their_tables_are_refused_before_planning() {
     let shares = [0..1, 1..2];
     let bad = AccessLog::from_byte_parts(&parts, &LogShape::new(&[10], &shares)).unwrap_err();
     assert_eq!(bad.part, 1);
-    assert!(bad.message.contains("key 1000 of table slot 0, which has 10 keys"), "{bad}");
+    assert!(
+        bad.message
+            .contains("key 1000 of table slot 0, which has 10 keys"),
+        "{bad}"
+    );
     // The same parts against a table long enough plan without trouble.
     let log = AccessLog::from_byte_parts(&parts, &LogShape::new(&[1001], &shares)).unwrap();
     let tables = [TableInfo {

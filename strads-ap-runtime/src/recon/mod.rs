@@ -863,9 +863,11 @@ mod tests {
         ]]);
         let spaces = [20, 1 << 41];
         let both = [10..12, 12..13];
-        let joined =
-            AccessLog::from_byte_parts(&[a.to_bytes(10), b.to_bytes(12)], &LogShape::new(&spaces, &both))
-                .unwrap();
+        let joined = AccessLog::from_byte_parts(
+            &[a.to_bytes(10), b.to_bytes(12)],
+            &LogShape::new(&spaces, &both),
+        )
+        .unwrap();
         let mut whole = a.clone();
         whole.append(b.clone());
         assert_eq!(joined.tasks(), 3);
@@ -882,8 +884,13 @@ mod tests {
 
         let first = [10..12];
         let err = |parts: &[Vec<u8>], key_spaces: &[usize]| {
-            let shares = if parts.len() == 1 { &first[..] } else { &both[..] };
-            let bad = AccessLog::from_byte_parts(parts, &LogShape::new(key_spaces, shares)).unwrap_err();
+            let shares = if parts.len() == 1 {
+                &first[..]
+            } else {
+                &both[..]
+            };
+            let bad =
+                AccessLog::from_byte_parts(parts, &LogShape::new(key_spaces, shares)).unwrap_err();
             bad.to_string()
         };
         let one = std::slice::from_ref(&good);
@@ -897,7 +904,10 @@ mod tests {
         let e = err(&[good.clone(), b.to_bytes(13)], &spaces);
         assert!(e.starts_with("access log part 1: it holds 1 tasks from loop index 13; this rank's share is 1 tasks from 12"), "{e}");
         let e = AccessLog::from_byte_parts(one, &LogShape::new(&spaces, &both)).unwrap_err();
-        assert!(e.to_string().contains("1 access log parts for 2 shares"), "{e}");
+        assert!(
+            e.to_string().contains("1 access log parts for 2 shares"),
+            "{e}"
+        );
         // Keys past their table, whether sent or implied by the loop index.
         let e = err(&[good.clone(), b.to_bytes(12)], &[20, 1 << 40]);
         assert_eq!(
@@ -925,7 +935,8 @@ mod tests {
         endless[16..24].copy_from_slice(&1u64.to_le_bytes());
         endless.extend_from_slice(&[0xff; 12]);
         let shares = [10..11];
-        let e = AccessLog::from_byte_parts(&[endless], &LogShape::new(&spaces, &shares)).unwrap_err();
+        let e =
+            AccessLog::from_byte_parts(&[endless], &LogShape::new(&spaces, &shares)).unwrap_err();
         assert!(e.message.contains("ends early"), "{e}");
         // Two accesses of one element in a set: not a normalised log.
         let mut twice = Vec::new();

@@ -459,7 +459,10 @@ mod tests {
         let greedy = entry(usize::MAX, true, &[true, true], &[true, true]);
         let (rank, why) = join_entries(vec![greedy, good.clone()], 2).unwrap_err();
         assert_eq!(rank, 0);
-        assert!(why.starts_with(&format!("{} worker threads", usize::MAX)), "{why}");
+        assert!(
+            why.starts_with(&format!("{} worker threads", usize::MAX)),
+            "{why}"
+        );
         let idle = entry(0, true, &[true, true], &[true, true]);
         assert_eq!(join_entries(vec![good, idle], 2).unwrap_err().0, 1);
     }
