@@ -158,11 +158,11 @@ pub enum Error {
     /// decodes but breaks what the protocol promises (an access log naming a table or an
     /// element the loop does not have, tasks outside the sender's share). A rank built from
     /// other sources, a bug, or a hostile peer; the call fails instead of trusting it.
-    #[error("rank {rank} sent malformed {what}: {message}")]
+    #[error("rank {rank} sent a malformed {what}: {message}")]
     BadPeerData {
         /// The rank that sent the data.
         rank: usize,
-        /// What the data was, with the call site it belongs to.
+        /// What the data was (without an article), with the call site it belongs to.
         what: String,
         /// What is wrong with it.
         message: String,

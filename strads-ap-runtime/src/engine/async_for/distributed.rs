@@ -214,7 +214,7 @@ fn agree<Task, I>(
         fresh: states.iter().map(|s| s.1).collect(),
     };
     // Every rank checks and joins every rank's entry (in rank order, so alike everywhere).
-    let what = || format!("its entry to {}", l.call.site);
+    let what = || format!("entry to {}", l.call.site);
     let entry = join_entries(comm.allgather(mine)?, registry.entries.len()).map_err(
         |(rank, message)| Error::BadPeerData {
             rank,
@@ -293,7 +293,7 @@ fn plan_across<Task: Sync, I: LoopIndex>(
     };
     let log = AccessLog::from_byte_parts(&bytes, &shape).map_err(|bad| Error::BadPeerData {
         rank: bad.part,
-        what: format!("a reconnaissance log for {site}"),
+        what: format!("reconnaissance log for {site}"),
         message: bad.message,
     })?;
     drop(bytes);
