@@ -849,6 +849,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one part's share of the loop indices
     fn logs_travel_as_bytes_and_bad_bytes_are_refused() {
         // Loop indices 10.. : task 10 reads its own index (slot 0, key 10) and writes
         // element 2 of slot 1; task 11 logs nothing; task 12 (the second part) writes a

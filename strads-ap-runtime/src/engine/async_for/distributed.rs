@@ -466,4 +466,30 @@ mod tests {
         let idle = entry(0, true, &[true, true], &[true, true]);
         assert_eq!(join_entries(vec![good, idle], 2).unwrap_err().0, 1);
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        /// Entries as other ranks send them (see `crate::fuzz`): decoded and joined, or
+        /// refused, never a panic; what is joined fits the call.
+        #[test]
+        fn fuzz_entries(
+            threads in 0usize..10,
+            has in proptest::collection::vec(proptest::bool::ANY, 0..5),
+            ms in crate::fuzz::mutations(),
+            slots in 0usize..5,
+        ) {
+            let good = entry(threads, true, &has, &has);
+            let mut bytes = postcard::to_stdvec(&good).unwrap();
+            crate::fuzz::mutate(&mut bytes, &ms);
+            if let Ok(theirs) = postcard::from_bytes::<Entry>(&bytes) {
+                let mine = entry(1, true, &vec![true; slots], &vec![false; slots]);
+                if let Ok(joined) = join_entries(vec![mine, theirs], slots) {
+                    proptest::prop_assert_eq!(joined.has.len(), slots);
+                    proptest::prop_assert_eq!(joined.fresh.len(), slots);
+                    proptest::prop_assert!(joined.threads <= 2 * MAX_THREADS_PER_RANK);
+                }
+            }
+        }
+    }
 }
