@@ -168,6 +168,19 @@ pub enum Error {
         /// What this rank waited for.
         what: String,
     },
+    /// Another rank sent data this rank refuses: a message that does not decode, or one that
+    /// decodes but breaks what the protocol promises (an access log naming a table or an
+    /// element the loop does not have, tasks outside the sender's share). A rank built from
+    /// other sources, a bug, or a hostile peer; the call fails instead of trusting it.
+    #[error("rank {rank} sent a malformed {what}: {message}")]
+    BadPeerData {
+        /// The rank that sent the data.
+        rank: usize,
+        /// What the data was (without an article), with the call site it belongs to.
+        what: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A wait for other ranks passed its deadline.
     #[error("timed out after {secs:.1} s waiting for {what}")]
     Timeout {

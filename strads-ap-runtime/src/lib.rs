@@ -20,6 +20,8 @@ pub mod cluster;
 pub mod dds;
 pub mod engine;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod job;
 pub mod plan;
 pub mod rank;

@@ -208,7 +208,25 @@ pub(super) fn loadable_inputs(
         })
         .collect();
     let bad: BTreeMap<u64, String> = match comm {
-        Some(c) => c.allgather(bad)?.into_iter().flatten().collect(),
+        Some(c) => {
+            let mut all = BTreeMap::new();
+            for (r, theirs) in c.allgather(bad)?.into_iter().enumerate() {
+                // Other ranks' lists are checked: a peer cannot name an input this
+                // checkpoint does not have.
+                if let Some((n, _)) = theirs.iter().find(|(n, _)| !inputs.contains_key(n)) {
+                    return Err(Error::BadPeerData {
+                        rank: r,
+                        what: "list of unloadable checkpoint inputs".into(),
+                        message: format!(
+                            "input {n}, which the agreed checkpoint does not have (it has {})",
+                            inputs.len()
+                        ),
+                    });
+                }
+                all.extend(theirs);
+            }
+            all
+        }
         None => bad.into_iter().collect(),
     };
     for (n, why) in &bad {
@@ -493,6 +511,46 @@ mod tests {
         });
         let first = BTreeMap::from([(1, inputs[&1].clone())]);
         assert_eq!(loadable, [first.clone(), first]);
+    }
+
+    /// A peer naming an input the checkpoint does not have panicked every rank (the
+    /// warning indexed the inputs by it); it is refused, naming the rank.
+    #[test]
+    fn a_peer_cannot_name_inputs_the_checkpoint_does_not_have() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let site = "DVector::from_fn at src/main.rs:1:1".to_string();
+        let inputs = BTreeMap::from([(
+            1,
+            InputRecord {
+                site,
+                id: 1,
+                checksums: Vec::new(),
+            },
+        )]);
+        for rank in 0..2 {
+            write_tables(&input_file(root, 1, rank, 2), &[(1, vec![1])], false).unwrap();
+        }
+        let outcomes = simulate(2, || {
+            let here = here();
+            match here.rank() {
+                0 => loadable_inputs(root, &inputs, here.comm(), 0, 2).map_err(|e| e.to_string()),
+                _ => {
+                    // Rank 1 lies: it says input 999 does not load.
+                    let lie = vec![(999u64, "torn".to_string())];
+                    here.comm().unwrap().allgather(lie).unwrap();
+                    Ok(BTreeMap::new())
+                }
+            }
+        });
+        assert_eq!(
+            outcomes[0],
+            Err(
+                "rank 1 sent a malformed list of unloadable checkpoint inputs: input 999, \
+                 which the agreed checkpoint does not have (it has 1)"
+                    .to_string()
+            )
+        );
     }
 
     #[test]

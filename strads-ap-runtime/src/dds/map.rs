@@ -808,7 +808,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
                     .map(|(_, v)| v.len())
                     .sum();
                 drop(data);
-                comm.allreduce(mine, |a, b| a + b)
+                comm.allreduce(mine, |a, b| a.saturating_add(b))
             }
         }
     }

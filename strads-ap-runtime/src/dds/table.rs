@@ -781,7 +781,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
                 for (x, y) in a.iter_mut().zip(&b) {
                     x.add_delta(y);
                 }
-                (c1 + c2, a)
+                (c1.saturating_add(c2), a)
             })?;
         if sum.len() != master.len() {
             return Err(Error::Transport(format!(

@@ -169,8 +169,8 @@ impl ReadOptions {
                 let mut report = ReadReport::default();
                 for part in comm.allgather(mine)? {
                     let part_report = part.map_err(|e| e.into_error(path))?;
-                    report.skipped += part_report.skipped;
-                    report.parsed += part_report.parsed;
+                    report.skipped = report.skipped.saturating_add(part_report.skipped);
+                    report.parsed = report.parsed.saturating_add(part_report.parsed);
                     if report.first_skipped.is_none() {
                         report.first_skipped = part_report.first_skipped;
                     }

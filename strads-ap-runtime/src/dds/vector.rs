@@ -149,8 +149,19 @@ impl<T: Element> DVector<T> {
     pub(crate) fn from_rank_parts(comm: &Comm, part: Vec<T>) -> Result<Self> {
         let (me, world) = (comm.rank(), comm.world_size());
         let counts: Vec<usize> = comm.allgather(part.len())?;
-        let len = counts.iter().sum();
-        let start: usize = counts[..me].iter().sum();
+        // The counts come from other ranks: their sum must be a length.
+        let mut len = 0usize;
+        let mut start = 0;
+        for (r, &c) in counts.iter().enumerate() {
+            if r == me {
+                start = len;
+            }
+            len = len.checked_add(c).ok_or_else(|| Error::BadPeerData {
+                rank: r,
+                what: "count of elements for a DVector".into(),
+                message: format!("{c} elements, more than a DVector can hold with the others'"),
+            })?;
+        }
         let end = start + part.len();
         let balanced = RangePartition::new(len, world);
         let mut items = part.into_iter();
@@ -161,8 +172,22 @@ impl<T: Element> DVector<T> {
                 items.by_ref().take(n).collect()
             })
             .collect();
-        let local = comm.all_to_all(out)?.concat();
-        Ok(Self::from_local(crate::cluster::here(), len, local))
+        // Each rank sends the elements of its part that fall in this rank's range.
+        let mine = balanced.range(me);
+        let mut from = 0;
+        let got = comm.all_to_all(out)?;
+        for (r, (items, &c)) in got.iter().zip(&counts).enumerate() {
+            let n = mine.end.min(from + c).saturating_sub(mine.start.max(from));
+            if items.len() != n {
+                return Err(Error::BadPeerData {
+                    rank: r,
+                    what: "part of a DVector".into(),
+                    message: format!("{} elements for this rank, expected {n}", items.len()),
+                });
+            }
+            from += c;
+        }
+        Ok(Self::from_local(crate::cluster::here(), len, got.concat()))
     }
 
     /// The collectives when the job has several ranks; `None` in a world of one.
@@ -591,5 +616,38 @@ impl<'de, T: Element> serde::Deserialize<'de> for VectorRef<T> {
             )));
         }
         Ok(VectorRef { table })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{here, simulate};
+
+    /// A rank claiming `usize::MAX` elements overflowed the sum of the counts (a panic in
+    /// debug builds, a wrapped length in release); it is refused, naming the rank.
+    #[test]
+    fn counts_from_other_ranks_must_add_up_to_a_length() {
+        let outcomes = simulate(2, || {
+            let here = here();
+            let comm = here.comm().expect("two ranks");
+            match here.rank() {
+                0 => DVector::from_rank_parts(comm, vec![1u64, 2])
+                    .map(|v| v.len())
+                    .map_err(|e| e.to_string()),
+                _ => {
+                    comm.allgather(usize::MAX).unwrap();
+                    Ok(0)
+                }
+            }
+        });
+        assert_eq!(
+            outcomes[0],
+            Err(format!(
+                "rank 1 sent a malformed count of elements for a DVector: {} elements, more \
+                 than a DVector can hold with the others'",
+                usize::MAX
+            ))
+        );
     }
 }

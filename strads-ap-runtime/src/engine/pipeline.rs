@@ -222,3 +222,86 @@ pub(crate) fn ship_task<Task: serde::Serialize + serde::de::DeserializeOwned>(
     comm.gather_outcomes(ok)?;
     Ok(task)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::dds::VectorRef;
+    use crate::engine::{run_async_for, run_sync_for, CallSite, LoopKind, Opts, Registry};
+    use crate::recon::MAX_TABLES;
+    use crate::{DVector, Error, SyncMode};
+
+    fn site(kind: LoopKind) -> &'static CallSite {
+        Box::leak(Box::new(CallSite {
+            kind,
+            task: "ManyTables",
+            body_hash: 1,
+            file: "src/many.rs",
+            line: 3,
+            column: 5,
+            captures: &["v"],
+        }))
+    }
+
+    fn register(task: &Vec<VectorRef<f64>>, reg: &mut Registry) {
+        for v in task {
+            reg.add(v.table.clone(), "v", None);
+        }
+    }
+
+    /// Each operator run with `tables` captured tables, the body logging a write of
+    /// element 0 of each: the outcomes of `async_for!` and `sync_for!`.
+    fn run_both(tables: usize) -> [crate::Result<()>; 2] {
+        let vectors: Vec<DVector<f64>> = (0..tables)
+            .map(|_| DVector::from_vec(vec![0.0; 2]).unwrap())
+            .collect();
+        let task: Vec<VectorRef<f64>> = vectors.iter().map(|v| v.__strads_capture()).collect();
+        let data = DVector::from_vec(vec![1.0f64; 4]).unwrap();
+        let opts = || Opts::new().threads(2);
+        let async_run = run_async_for(
+            site(LoopKind::Async),
+            0..4usize,
+            &task,
+            opts(),
+            register,
+            |_, _, _| {},
+            |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
+        );
+        let sync_run = run_sync_for(
+            site(LoopKind::Sync),
+            &data,
+            2,
+            SyncMode::Hybrid,
+            &task,
+            opts(),
+            register,
+            |_, _, _| {},
+            |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
+        );
+        [async_run, sync_run]
+    }
+
+    /// An access names its table in 8 bits: a body capturing more than [`MAX_TABLES`]
+    /// tables is refused when the call enters, by both operators (`sync_for!` had no limit,
+    /// so its reconnaissance logged table 256 as table 0 in release builds).
+    #[test]
+    fn more_tables_than_an_access_can_name_are_refused_at_entry() {
+        for outcome in run_both(MAX_TABLES) {
+            assert!(outcome.is_ok(), "{outcome:?}");
+        }
+        for (outcome, op) in run_both(MAX_TABLES + 1)
+            .into_iter()
+            .zip(["async_for!", "sync_for!"])
+        {
+            match outcome {
+                Err(Error::InvalidArgument { op: o, message }) => {
+                    assert_eq!(o, op);
+                    assert_eq!(
+                        message,
+                        format!("{op} at src/many.rs:3:5: the body captures more than 255 DDSs")
+                    );
+                }
+                other => panic!("{op}: {other:?}"),
+            }
+        }
+    }
+}

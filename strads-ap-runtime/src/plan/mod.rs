@@ -177,12 +177,20 @@ pub fn slot_modes(log: &AccessLog, tables: &[TableInfo]) -> Vec<SlotMode> {
 }
 
 /// Makes a conflict-free plan.
+///
+/// # Panics
+/// If an access of `log` names a slot past `tables` or a key not below its table's
+/// `key_space` (logs made here are so by construction; logs from other ranks are checked
+/// by [`AccessLog::from_byte_parts`] before they get here).
 pub fn plan(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Plan {
     plan_ahead(log, tables, config, None)
 }
 
 /// [`plan`], with the first pass over the log perhaps done already, chunk by chunk while
 /// the log was being made (see [`GatherAhead`]). The result is the same either way.
+///
+/// # Panics
+/// As [`plan`].
 pub fn plan_ahead(
     log: AccessLog,
     tables: &[TableInfo],

@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::recon::Access;
+use crate::recon::{Access, LogShape};
 
 /// Every (group, batch) pair of a plan with the tasks of the group.
 fn groups_of(plan: &Plan) -> Vec<(GroupRef, Vec<u32>)> {
@@ -473,4 +473,104 @@ fn gathering_ahead_chunk_by_chunk_gives_the_same_plan() {
         assert_eq!(whole.tags, chunked.tags);
         assert_eq!(whole.indexed_by_task, chunked.indexed_by_task);
     }
+}
+
+/// A rank that claims a key past its table (here: task 1 writes element 1000 of a table
+/// of 10) panicked the planner (an index out of bounds in `connected`) when its log was
+/// checked only against 2^55; the decoder now refuses it, naming the part (the rank).
+#[test]
+fn logs_from_peers_with_keys_past_their_tables_are_refused_before_planning() {
+    let mine = AccessLog::from_tasks([vec![Access::new(0, 3, true)]]);
+    let theirs = AccessLog::from_tasks([vec![Access::new(0, 1000, true)]]);
+    let parts = [mine.to_bytes(0), theirs.to_bytes(1)];
+    let shares = [0..1, 1..2];
+    let bad = AccessLog::from_byte_parts(&parts, &LogShape::new(&[10], &shares)).unwrap_err();
+    assert_eq!(bad.part, 1);
+    assert!(
+        bad.message
+            .contains("key 1000 of table slot 0, which has 10 keys"),
+        "{bad}"
+    );
+    // The same parts against a table long enough plan without trouble.
+    let log = AccessLog::from_byte_parts(&parts, &LogShape::new(&[1001], &shares)).unwrap();
+    let tables = [TableInfo {
+        key_space: 1001,
+        relaxed: false,
+    }];
+    check_plan(&log, &tables, 2);
+}
+
+/// What checking a log from other ranks costs against planning it: an SGDMF-shaped log
+/// (each task reads `ratings[k]` at its own index and writes one row of `W` and one of
+/// `H`) of 1.5 million tasks, 4.5 million accesses, sent by 2 ranks. Decoding checks every
+/// access as it goes; the checks alone cost about what a pass over the decoded log doing
+/// the same compares costs (measured here too). Run by hand:
+/// `cargo test -p strads-ap-runtime --release --lib validation_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand in release"]
+fn validation_cost_against_planning() {
+    use std::time::Instant;
+    let (n, users, items) = (1_500_000usize, 50_000u64, 20_000u64);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let task = |k: usize, rng: &mut rand_chacha::ChaCha8Rng| {
+        use rand::Rng;
+        vec![
+            Access::new(0, k as u64, false),
+            Access::new(1, rng.gen_range(0..users), true),
+            Access::new(2, rng.gen_range(0..items), true),
+        ]
+    };
+    let half = n / 2;
+    let a = AccessLog::from_tasks((0..half).map(|k| task(k, &mut rng)));
+    let b = AccessLog::from_tasks((half..n).map(|k| task(k, &mut rng)));
+    let parts = [a.to_bytes(0), b.to_bytes(half)];
+    let spaces = [n, users as usize, items as usize];
+    let shares = [0..half, half..n];
+    let shape = LogShape::new(&spaces, &shares);
+    let tables: Vec<TableInfo> = spaces
+        .iter()
+        .map(|&key_space| TableInfo {
+            key_space,
+            relaxed: false,
+        })
+        .collect();
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 1,
+        first_index: 0,
+    };
+    let (mut decode, mut checks, mut planning) = (f64::MAX, f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let log = AccessLog::from_byte_parts(&parts, &shape).unwrap();
+        let t_check = Instant::now();
+        let mut bad = 0usize;
+        log.for_each_in(0..log.tasks(), |t, set| {
+            bad += (t >= n) as usize;
+            for a in set {
+                bad += (a.slot() >= spaces.len() || a.key() >= spaces[a.slot()] as u64) as usize;
+            }
+        });
+        assert_eq!(std::hint::black_box(bad), 0);
+        checks = checks.min(t_check.elapsed().as_secs_f64());
+        let t1 = Instant::now();
+        let p = plan(log, &tables, &config);
+        let t2 = Instant::now();
+        assert_eq!(p.stats.strategy, "rotation");
+        decode = decode.min((t1 - t0).as_secs_f64());
+        planning = planning.min((t2 - t1).as_secs_f64());
+    }
+    let entries = 3 * n;
+    eprintln!(
+        "{entries} accesses, {} bytes: decode with checks {:.1} ms ({:.2} ns per access), the \
+         checks alone {:.1} ms ({:.2} ns per access, {:.1}% of planning), plan {:.1} ms",
+        parts[0].len() + parts[1].len(),
+        decode * 1e3,
+        decode * 1e9 / entries as f64,
+        checks * 1e3,
+        checks * 1e9 / entries as f64,
+        100.0 * checks / planning,
+        planning * 1e3,
+    );
 }

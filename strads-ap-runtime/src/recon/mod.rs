@@ -334,81 +334,35 @@ impl AccessLog {
     }
 
     /// Joins logs made by [`AccessLog::to_bytes`] (consecutive task ranges, in order) into
-    /// one log, checking every part: its format, that it continues the previous one, that
-    /// each task's accesses are normalised (sorted, one per element) and name one of
-    /// `slots` tables, and that nothing is missing or left over.
-    pub fn from_byte_parts(parts: &[Vec<u8>], slots: usize) -> Result<AccessLog, String> {
+    /// one log, checking every part against `shape` as it goes, in the one pass that
+    /// decodes it: its format; that part `p` holds exactly the tasks of `shape.shares[p]`;
+    /// that each task's accesses are normalised (sorted, one per element, as the planner
+    /// relies on) and name a table slot below `shape.key_spaces.len()` and a key below that
+    /// table's key space; and that nothing is missing or left over.
+    ///
+    /// The parts come from other ranks, so nothing in them is trusted: any input gives a
+    /// log the planner can use or an error naming the part, never a panic, and never an
+    /// allocation larger than the bytes could describe.
+    pub fn from_byte_parts(parts: &[Vec<u8>], shape: &LogShape<'_>) -> Result<AccessLog, BadLog> {
+        if parts.len() != shape.shares.len() {
+            return Err(BadLog {
+                part: parts.len().min(shape.shares.len()),
+                message: format!(
+                    "{} access log parts for {} shares of the tasks",
+                    parts.len(),
+                    shape.shares.len()
+                ),
+            });
+        }
         let mut segment = Segment::new();
         // Capacity from the parts' sizes (a task takes a byte at least, an access two),
         // so that a lying header cannot make us reserve more than the bytes could hold.
         let total_bytes: usize = parts.iter().map(Vec::len).sum();
         segment.offsets.reserve(total_bytes / 4);
         segment.entries.reserve(total_bytes / 3);
-        let mut next_index: Option<u64> = None;
-        for (p, bytes) in parts.iter().enumerate() {
-            let bad = |why: &str| format!("access log part {p} is malformed: {why}");
-            let word = |i: usize| -> Result<u64, String> {
-                bytes
-                    .get(i * 8..i * 8 + 8)
-                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
-                    .ok_or_else(|| bad("it ends early"))
-            };
-            let (format, first, tasks) = (word(0)?, word(1)?, word(2)?);
-            if format != LOG_FORMAT {
-                return Err(bad(&format!(
-                    "format {format}, expected {LOG_FORMAT} (ranks built from different \
-                     versions?)"
-                )));
-            }
-            if next_index.is_some_and(|n| n != first) {
-                return Err(bad(&format!(
-                    "it starts at loop index {first}, not where the previous part ended"
-                )));
-            }
-            let mut at = 24usize;
-            if tasks > (bytes.len() - at) as u64 {
-                return Err(bad("it ends early"));
-            }
-            let varint = |at: &mut usize| get_varint(bytes, at).ok_or_else(|| bad("it ends early"));
-            for t in 0..tasks {
-                let index = first.wrapping_add(t) & KEY_MASK;
-                let count = varint(&mut at)?;
-                let mut prev: Option<u64> = None;
-                for _ in 0..count {
-                    let head = varint(&mut at)?;
-                    let slot = head >> 2;
-                    if slot >= slots as u64 {
-                        return Err(bad(&format!("slot {slot} of {slots}")));
-                    }
-                    let key = match head >> 1 & 1 {
-                        1 => index,
-                        _ => varint(&mut at)?,
-                    };
-                    if key > KEY_MASK {
-                        return Err(bad(&format!("key {key} out of range")));
-                    }
-                    let a = Access::new(slot as usize, key, head & 1 == 1);
-                    // Sets arrive normalised: checked, not sorted again.
-                    if prev.is_some_and(|q| q >= a.0 >> 1) {
-                        return Err(bad("a task's accesses are not sorted and distinct"));
-                    }
-                    prev = Some(a.0 >> 1);
-                    segment.note(a);
-                    segment.entries.push(a);
-                }
-                if segment.entries.len() > u32::MAX as usize {
-                    return Err(format!(
-                        "the access logs hold more than {} accesses; split the loop into \
-                         several calls",
-                        u32::MAX
-                    ));
-                }
-                segment.push_offset();
-            }
-            if at != bytes.len() {
-                return Err(bad("trailing bytes"));
-            }
-            next_index = Some(first.wrapping_add(tasks));
+        for (p, (bytes, share)) in parts.iter().zip(shape.shares).enumerate() {
+            decode_part(&mut segment, bytes, share, shape.key_spaces)
+                .map_err(|message| BadLog { part: p, message })?;
         }
         Ok(AccessLog::single(segment))
     }
@@ -425,6 +379,121 @@ impl AccessLog {
         }
         *self = AccessLog::single(segment);
     }
+}
+
+/// What the parts of a log from other ranks must hold (see [`AccessLog::from_byte_parts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LogShape<'a> {
+    /// Per table slot: its number of keys (a DVector's length, a map's entries). An access
+    /// must name a slot below `key_spaces.len()` and a key below that slot's key space.
+    pub key_spaces: &'a [usize],
+    /// Per part (per rank): the loop indices of its tasks, consecutive and in order.
+    pub shares: &'a [Range<usize>],
+}
+
+/// Why [`AccessLog::from_byte_parts`] refused a log: which part (the rank that sent it),
+/// and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadLog {
+    /// The part, in the order given (the sender's rank).
+    pub part: usize,
+    /// What is wrong, e.g. `task 7 (loop index 107): key 1000 of table slot 0, which has
+    /// 10 keys`.
+    pub message: String,
+}
+
+impl<'a> LogShape<'a> {
+    /// The shape of a log over tables of `key_spaces` keys whose parts hold `shares`.
+    pub fn new(key_spaces: &'a [usize], shares: &'a [Range<usize>]) -> Self {
+        LogShape { key_spaces, shares }
+    }
+}
+
+impl std::fmt::Display for BadLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "access log part {}: {}", self.part, self.message)
+    }
+}
+
+impl std::error::Error for BadLog {}
+
+/// Decodes one part of a log (loop indices `share`) onto `segment`, checking it as
+/// [`AccessLog::from_byte_parts`] says; the error says what is wrong.
+fn decode_part(
+    segment: &mut Segment,
+    bytes: &[u8],
+    share: &Range<usize>,
+    key_spaces: &[usize],
+) -> Result<(), String> {
+    let ends_early = || "it ends early".to_string();
+    let word = |i: usize| -> Result<u64, String> {
+        let w = bytes.get(i * 8..i * 8 + 8).ok_or_else(ends_early)?;
+        Ok(u64::from_le_bytes(w.try_into().map_err(|_| ends_early())?))
+    };
+    let (format, first, tasks) = (word(0)?, word(1)?, word(2)?);
+    if format != LOG_FORMAT {
+        return Err(format!(
+            "format {format}, expected {LOG_FORMAT} (ranks built from different versions?)"
+        ));
+    }
+    if first != share.start as u64 || tasks != share.len() as u64 {
+        return Err(format!(
+            "it holds {tasks} tasks from loop index {first}; this rank's share is {} tasks \
+             from {}",
+            share.len(),
+            share.start
+        ));
+    }
+    let mut at = 24usize;
+    if tasks > (bytes.len() - at) as u64 {
+        return Err(ends_early());
+    }
+    let slots = key_spaces.len();
+    let varint = |at: &mut usize| get_varint(bytes, at).ok_or_else(ends_early);
+    for t in 0..tasks {
+        let index = first.wrapping_add(t);
+        let count = varint(&mut at)?;
+        let mut prev: Option<u64> = None;
+        for _ in 0..count {
+            let head = varint(&mut at)?;
+            let slot = head >> 2;
+            let own = head >> 1 & 1 == 1;
+            let key = match own {
+                true => index,
+                false => varint(&mut at)?,
+            };
+            let bad = |why: String| format!("task {t} (loop index {index}): {why}");
+            if slot >= slots as u64 {
+                return Err(bad(format!("table slot {slot}, but the loop has {slots}")));
+            }
+            let space = key_spaces[slot as usize];
+            if key >= space as u64 || key > KEY_MASK {
+                return Err(bad(format!(
+                    "key {key} of table slot {slot}, which has {space} keys"
+                )));
+            }
+            let a = Access::new(slot as usize, key, head & 1 == 1);
+            // Sets arrive normalised: checked, not sorted again.
+            if prev.is_some_and(|q| q >= a.0 >> 1) {
+                return Err(bad("its accesses are not sorted and distinct".into()));
+            }
+            prev = Some(a.0 >> 1);
+            segment.note(a);
+            segment.entries.push(a);
+        }
+        if segment.entries.len() > u32::MAX as usize {
+            return Err(format!(
+                "the access logs hold more than {} accesses; split the loop into several \
+                 calls",
+                u32::MAX
+            ));
+        }
+        segment.push_offset();
+    }
+    if at != bytes.len() {
+        return Err(format!("{} trailing bytes", bytes.len() - at));
+    }
+    Ok(())
 }
 
 /// Version of [`AccessLog::to_bytes`]'s format.
@@ -780,6 +849,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one part's share of the loop indices
     fn logs_travel_as_bytes_and_bad_bytes_are_refused() {
         // Loop indices 10.. : task 10 reads its own index (slot 0, key 10) and writes
         // element 2 of slot 1; task 11 logs nothing; task 12 (the second part) writes a
@@ -792,7 +862,13 @@ mod tests {
             Access::new(0, 11, false),
             Access::new(1, (1 << 40) + 7, true),
         ]]);
-        let joined = AccessLog::from_byte_parts(&[a.to_bytes(10), b.to_bytes(12)], 2).unwrap();
+        let spaces = [20, 1 << 41];
+        let both = [10..12, 12..13];
+        let joined = AccessLog::from_byte_parts(
+            &[a.to_bytes(10), b.to_bytes(12)],
+            &LogShape::new(&spaces, &both),
+        )
+        .unwrap();
         let mut whole = a.clone();
         whole.append(b.clone());
         assert_eq!(joined.tasks(), 3);
@@ -807,28 +883,62 @@ mod tests {
         let good = a.to_bytes(10);
         assert_eq!(good.len(), 24 + (1 + 1 + 2) + 1);
 
-        let err = |parts: &[Vec<u8>], slots| AccessLog::from_byte_parts(parts, slots).unwrap_err();
-        assert!(err(std::slice::from_ref(&good), 1).contains("slot 1 of 1"));
-        assert!(err(&[good[..good.len() - 1].to_vec()], 2).contains("ends early"));
-        assert!(err(&[good[..20].to_vec()], 2).contains("ends early"));
+        let first = [10..12];
+        let err = |parts: &[Vec<u8>], key_spaces: &[usize]| {
+            let shares = if parts.len() == 1 {
+                &first[..]
+            } else {
+                &both[..]
+            };
+            let bad =
+                AccessLog::from_byte_parts(parts, &LogShape::new(key_spaces, shares)).unwrap_err();
+            bad.to_string()
+        };
+        let one = std::slice::from_ref(&good);
+        assert!(err(one, &spaces[..1]).contains("table slot 1, but the loop has 1"));
+        assert!(err(&[good[..good.len() - 1].to_vec()], &spaces).contains("ends early"));
+        assert!(err(&[good[..20].to_vec()], &spaces).contains("ends early"));
         let mut trailing = good.clone();
         trailing.push(0);
-        assert!(err(&[trailing], 2).contains("trailing"));
-        // Parts that do not follow each other.
-        assert!(err(&[good.clone(), b.to_bytes(13)], 2).contains("previous part"));
+        assert!(err(&[trailing], &spaces).contains("1 trailing bytes"));
+        // Parts that are not the senders' shares of the tasks; a part missing.
+        let e = err(&[good.clone(), b.to_bytes(13)], &spaces);
+        assert!(e.starts_with("access log part 1: it holds 1 tasks from loop index 13; this rank's share is 1 tasks from 12"), "{e}");
+        let e = AccessLog::from_byte_parts(one, &LogShape::new(&spaces, &both)).unwrap_err();
+        assert!(
+            e.to_string().contains("1 access log parts for 2 shares"),
+            "{e}"
+        );
+        // Keys past their table, whether sent or implied by the loop index.
+        let e = err(&[good.clone(), b.to_bytes(12)], &[20, 1 << 40]);
+        assert_eq!(
+            e,
+            format!(
+                "access log part 1: task 0 (loop index 12): key {} of table slot 1, which \
+                 has {} keys",
+                (1u64 << 40) + 7,
+                1u64 << 40
+            )
+        );
+        assert!(err(one, &[10, 3]).contains("key 10 of table slot 0, which has 10 keys"));
         // Another format version.
         let mut old = good.clone();
         old[..8].copy_from_slice(&1u64.to_le_bytes());
-        assert!(err(&[old], 2).contains("format 1"));
+        assert!(err(&[old], &spaces).contains("format 1"));
         // A task count far beyond the bytes is refused, not allocated.
         let mut huge = good.clone();
-        huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(err(&[huge], 2).contains("ends early"));
+        huge[16..24].copy_from_slice(&(usize::MAX as u64 - 10).to_le_bytes());
+        let shares = [10..usize::MAX];
+        let e = AccessLog::from_byte_parts(&[huge], &LogShape::new(&spaces, &shares)).unwrap_err();
+        assert!(e.message.contains("ends early"), "{e}");
         // A varint that never ends.
         let mut endless = good[..24].to_vec();
         endless[16..24].copy_from_slice(&1u64.to_le_bytes());
         endless.extend_from_slice(&[0xff; 12]);
-        assert!(err(&[endless], 2).contains("ends early"));
+        let shares = [10..11];
+        let e =
+            AccessLog::from_byte_parts(&[endless], &LogShape::new(&spaces, &shares)).unwrap_err();
+        assert!(e.message.contains("ends early"), "{e}");
         // Two accesses of one element in a set: not a normalised log.
         let mut twice = Vec::new();
         for w in [LOG_FORMAT, 0, 1] {
@@ -836,7 +946,9 @@ mod tests {
         }
         // Two accesses: (slot 0, key 3, read), then (slot 0, key 3, write).
         twice.extend_from_slice(&[2, 0, 3, 1, 3]);
-        assert!(err(&[twice], 1).contains("not sorted"));
+        let shares = [0..1];
+        let e = AccessLog::from_byte_parts(&[twice], &LogShape::new(&[5], &shares)).unwrap_err();
+        assert!(e.message.contains("not sorted"), "{e}");
     }
 
     #[test]

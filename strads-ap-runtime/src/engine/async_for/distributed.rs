@@ -24,10 +24,10 @@ use crate::engine::pipeline::Ran;
 use crate::engine::Base;
 use crate::error::{Error, Result};
 use crate::plan::{DistPlan, Plan, SlotMode, Transfers, MAX_RANKS};
-use crate::recon::AccessLog;
+use crate::recon::{AccessLog, LogShape};
 
 /// What every rank says about itself when entering a distributed `async_for!`.
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Entry {
     threads: usize,
     cached: bool,
@@ -35,6 +35,53 @@ struct Entry {
     has: Vec<bool>,
     /// Per slot: the shadow is current for the cached plan.
     fresh: Vec<bool>,
+}
+
+/// Most worker threads a rank may say it has: more is taken for a malformed entry (the
+/// planner makes blocks and cells by the job's threads).
+const MAX_THREADS_PER_RANK: usize = 4096;
+
+/// Joins the ranks' entries (in rank order) for a loop capturing `slots` tables: threads
+/// add up, the rest must hold on every rank. An entry that does not fit the call is an
+/// error naming its rank (entries come from other ranks, so nothing in them is trusted:
+/// the engine indexes `has` and `fresh` by slot).
+fn join_entries(all: Vec<Entry>, slots: usize) -> std::result::Result<Entry, (usize, String)> {
+    let mut joined = Entry {
+        threads: 0,
+        cached: true,
+        has: vec![true; slots],
+        fresh: vec![true; slots],
+    };
+    for (rank, e) in all.into_iter().enumerate() {
+        if e.has.len() != slots || e.fresh.len() != slots {
+            return Err((
+                rank,
+                format!(
+                    "shadow states of {} and {} tables; the loop captures {slots}",
+                    e.has.len(),
+                    e.fresh.len()
+                ),
+            ));
+        }
+        if !(1..=MAX_THREADS_PER_RANK).contains(&e.threads) {
+            return Err((
+                rank,
+                format!(
+                    "{} worker threads (at least 1, at most {MAX_THREADS_PER_RANK})",
+                    e.threads
+                ),
+            ));
+        }
+        joined.threads += e.threads;
+        joined.cached &= e.cached;
+        for (j, x) in joined.has.iter_mut().zip(&e.has) {
+            *j &= *x;
+        }
+        for (j, x) in joined.fresh.iter_mut().zip(&e.fresh) {
+            *j &= *x;
+        }
+    }
+    Ok(joined)
 }
 
 /// How the ranks enter a call, as they all agree.
@@ -160,19 +207,19 @@ fn agree<Task, I>(
         .iter()
         .map(|e| e.table.shadow_state(fingerprint))
         .collect();
-    let both = |a: &[bool], b: &[bool]| a.iter().zip(b).map(|(x, y)| *x && *y).collect();
-    let entry = comm.allreduce(
-        Entry {
-            threads: l.call.threads,
-            cached: cached.is_some(),
-            has: states.iter().map(|s| s.0).collect(),
-            fresh: states.iter().map(|s| s.1).collect(),
-        },
-        |a, b| Entry {
-            threads: a.threads + b.threads,
-            cached: a.cached && b.cached,
-            has: both(&a.has, &b.has),
-            fresh: both(&a.fresh, &b.fresh),
+    let mine = Entry {
+        threads: l.call.threads,
+        cached: cached.is_some(),
+        has: states.iter().map(|s| s.0).collect(),
+        fresh: states.iter().map(|s| s.1).collect(),
+    };
+    // Every rank checks and joins every rank's entry (in rank order, so alike everywhere).
+    let what = || format!("entry to {}", l.call.site);
+    let entry = join_entries(comm.allgather(mine)?, registry.entries.len()).map_err(
+        |(rank, message)| Error::BadPeerData {
+            rank,
+            what: what(),
+            message,
         },
     )?;
     let cached = cached.filter(|_| entry.cached);
@@ -232,14 +279,24 @@ fn plan_across<Task: Sync, I: LoopIndex>(
         threads,
     );
     let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes(start + share.start)))?;
-    let log = AccessLog::from_byte_parts(&bytes, bases.len()).map_err(Error::Transport)?;
+    // The logs of other ranks are checked as they are decoded: the planner indexes the
+    // tables' tags and scratch arrays by their keys.
+    let shares: Vec<_> = (0..world)
+        .map(|r| {
+            let share = crate::store::RangePartition::new(n, world).range(r);
+            start + share.start..start + share.end
+        })
+        .collect();
+    let shape = LogShape {
+        key_spaces: lens,
+        shares: &shares,
+    };
+    let log = AccessLog::from_byte_parts(&bytes, &shape).map_err(|bad| Error::BadPeerData {
+        rank: bad.part,
+        what: format!("reconnaissance log for {site}"),
+        message: bad.message,
+    })?;
     drop(bytes);
-    if log.tasks() != n {
-        return Err(Error::Transport(format!(
-            "{site}: the ranks' reconnaissance logs hold {} tasks, expected {n}",
-            log.tasks()
-        )));
-    }
     let recon = LogSource::Reconnoitred(t0.elapsed());
     let tables = table_infos(&l.call.registry, bases);
     let plan = make_plan(l, log, recon, tables, agreed.entry.threads);
@@ -361,6 +418,78 @@ impl Drop for Shrink<'_> {
     fn drop(&mut self) {
         for (t, v) in self.tables.iter().zip(&self.validity) {
             t.shrink_to_shadow(*v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(threads: usize, cached: bool, has: &[bool], fresh: &[bool]) -> Entry {
+        Entry {
+            threads,
+            cached,
+            has: has.to_vec(),
+            fresh: fresh.to_vec(),
+        }
+    }
+
+    #[test]
+    fn entries_join_in_rank_order() {
+        let all = vec![
+            entry(2, true, &[true, true], &[true, false]),
+            entry(3, false, &[false, true], &[true, false]),
+        ];
+        let joined = join_entries(all, 2).unwrap();
+        assert_eq!(joined, entry(5, false, &[false, true], &[true, false]));
+    }
+
+    /// An entry with fewer shadow states than the loop has tables panicked every rank
+    /// (the engine indexed the joined states by slot after `zip` had cut them short); a
+    /// thread count near `usize::MAX` overflowed the sum. Both are refused, naming the
+    /// rank.
+    #[test]
+    fn entries_that_do_not_fit_the_call_are_refused() {
+        let good = entry(1, true, &[true, true], &[true, true]);
+        let short = entry(1, true, &[], &[]);
+        let (rank, why) = join_entries(vec![good.clone(), short], 2).unwrap_err();
+        assert_eq!(rank, 1);
+        assert_eq!(why, "shadow states of 0 and 0 tables; the loop captures 2");
+        let greedy = entry(usize::MAX, true, &[true, true], &[true, true]);
+        let (rank, why) = join_entries(vec![greedy, good.clone()], 2).unwrap_err();
+        assert_eq!(rank, 0);
+        assert!(
+            why.starts_with(&format!("{} worker threads", usize::MAX)),
+            "{why}"
+        );
+        let idle = entry(0, true, &[true, true], &[true, true]);
+        assert_eq!(join_entries(vec![good, idle], 2).unwrap_err().0, 1);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        /// Entries as other ranks send them (see `crate::fuzz`): decoded and joined, or
+        /// refused, never a panic; what is joined fits the call.
+        #[test]
+        fn fuzz_entries(
+            threads in 0usize..10,
+            has in proptest::collection::vec(proptest::bool::ANY, 0..5),
+            ms in crate::fuzz::mutations(),
+            slots in 0usize..5,
+        ) {
+            let good = entry(threads, true, &has, &has);
+            let mut bytes = postcard::to_stdvec(&good).unwrap();
+            crate::fuzz::mutate(&mut bytes, &ms);
+            if let Ok(theirs) = postcard::from_bytes::<Entry>(&bytes) {
+                let mine = entry(1, true, &vec![true; slots], &vec![false; slots]);
+                if let Ok(joined) = join_entries(vec![mine, theirs], slots) {
+                    proptest::prop_assert_eq!(joined.has.len(), slots);
+                    proptest::prop_assert_eq!(joined.fresh.len(), slots);
+                    proptest::prop_assert!(joined.threads <= 2 * MAX_THREADS_PER_RANK);
+                }
+            }
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::cluster::Pool;
 use crate::dds::table::{Replica, TableHandle};
 use crate::dds::{DVector, Element};
 use crate::error::{Error, Result};
-use crate::recon::{AccessLog, LogRoom, Recorder};
+use crate::recon::{AccessLog, LogRoom, Recorder, MAX_TABLES};
 use crate::sync::RwLock;
 
 mod bsp;
@@ -59,7 +59,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
             format!("{site}: the mini-batch size must be at least 1"),
         ));
     }
-    let Some(call) = pipeline::enter(site, task, &opts, register, usize::MAX)? else {
+    let Some(call) = pipeline::enter(site, task, &opts, register, MAX_TABLES)? else {
         return Ok(());
     };
     let strategy = sync_strategy(SyncCall {
