@@ -39,8 +39,8 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 10, value_parser = at_least_one)]
     pub epochs: usize,
 
-    /// Worker threads of the strads-ap twin, 1 to 1024 ([`MAX_THREADS`]) [default: all
-    /// cores]; the serial twin always runs on one.
+    /// Worker threads of the strads-ap twin, 1 to 1024 [default: all cores]; the serial
+    /// twin always runs on one.
     #[arg(long, value_parser = thread_count)]
     pub threads: Option<usize>,
 

@@ -158,122 +158,132 @@ fn cases() -> Vec<Case> {
     };
     vec![
         // 1. A libsvm feature index of u32::MAX: 17 GB of weights; a u32 wrap in remapping.
-        Case {
-            args: args("{DIR}/huge.libsvm", &[]),
-            ..case("libsvm index 4294967295 (mlr)", mlr, &[])
-        }
+        case(
+            "libsvm index 4294967295 (mlr)",
+            mlr,
+            &args("{DIR}/huge.libsvm", &[]),
+        )
         .file("huge.libsvm", format!("1 4294967295:1\n{}", libsvm(20)))
         .error(&["huge.libsvm:1", "4294967295"]),
-        Case {
-            args: args("{DIR}/huge.libsvm", &[]),
-            ..case("libsvm index 4294967295 (mlr-serial)", mlr_serial, &[])
-        }
+        case(
+            "libsvm index 4294967295 (mlr-serial)",
+            mlr_serial,
+            &args("{DIR}/huge.libsvm", &[]),
+        )
         .file("huge.libsvm", format!("1 4294967295:1\n{}", libsvm(20)))
         .error(&["huge.libsvm:1", "4294967295"]),
-        Case {
-            args: args("{DIR}/wrap.libsvm", &[]),
-            ..case("libsvm 0-based index wraps (mlr-serial)", mlr_serial, &[])
-        }
+        case(
+            "libsvm 0-based index wraps (mlr-serial)",
+            mlr_serial,
+            &args("{DIR}/wrap.libsvm", &[]),
+        )
         .file(
             "wrap.libsvm",
             format!("1 0:1\n0 4294967295:1\n{}", libsvm(20)),
         )
         .error(&["wrap.libsvm:2", "4294967295"]),
-        Case {
-            args: args("{DIR}/big.libsvm", &[]),
-            ..case("libsvm value 1e38 (mlr)", mlr, &[])
-        }
+        case(
+            "libsvm value 1e38 (mlr)",
+            mlr,
+            &args("{DIR}/big.libsvm", &[]),
+        )
         .file("big.libsvm", format!("{}1 1:1e38\n", libsvm(20)))
         .error(&["big.libsvm:21", "1e38"]),
         // 2. LDA-C with a huge word id or count.
-        Case {
-            args: args("{DIR}/id.ldac", &["--topics", "2"]),
-            ..case("LDA-C word id 4000000000 (lda)", lda, &[])
-        }
+        case(
+            "LDA-C word id 4000000000 (lda)",
+            lda,
+            &args("{DIR}/id.ldac", &["--topics", "2"]),
+        )
         .file("id.ldac", format!("{}1 4000000000:1\n", ldac(5)))
         .error(&["id.ldac:6", "4000000000"]),
-        Case {
-            args: args("{DIR}/id.ldac", &["--topics", "2"]),
-            ..case("LDA-C word id 4000000000 (lda-serial)", lda_serial, &[])
-        }
+        case(
+            "LDA-C word id 4000000000 (lda-serial)",
+            lda_serial,
+            &args("{DIR}/id.ldac", &["--topics", "2"]),
+        )
         .file("id.ldac", format!("{}1 4000000000:1\n", ldac(5)))
         .error(&["id.ldac:6", "4000000000"]),
-        Case {
-            args: args("{DIR}/count.ldac", &["--topics", "2"]),
-            ..case("LDA-C count 4000000000 (lda-serial)", lda_serial, &[])
-        }
+        case(
+            "LDA-C count 4000000000 (lda-serial)",
+            lda_serial,
+            &args("{DIR}/count.ldac", &["--topics", "2"]),
+        )
         .file("count.ldac", format!("{}1 0:4000000000\n", ldac(5)))
         .error(&["count.ldac:6", "4000000000"]),
-        Case {
-            args: args("{DIR}/count.ldac", &["--topics", "2"]),
-            ..case("LDA-C count 4000000000 (lda)", lda, &[])
-        }
+        case(
+            "LDA-C count 4000000000 (lda)",
+            lda,
+            &args("{DIR}/count.ldac", &["--topics", "2"]),
+        )
         .file("count.ldac", format!("{}1 0:4000000000\n", ldac(5)))
         .error(&["count.ldac:6", "4000000000"]),
         // 3. A rating of 1e38 trains to NaN.
-        Case {
-            args: args("{DIR}/big.txt", &[]),
-            ..case("rating 1e38 (sgdmf)", sgdmf, &[])
-        }
+        case("rating 1e38 (sgdmf)", sgdmf, &args("{DIR}/big.txt", &[]))
+            .file("big.txt", big_rating.clone())
+            .error(&["big.txt:2", "1e38"]),
+        case(
+            "rating 1e38 (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}/big.txt", &[]),
+        )
         .file("big.txt", big_rating.clone())
         .error(&["big.txt:2", "1e38"]),
-        Case {
-            args: args("{DIR}/big.txt", &[]),
-            ..case("rating 1e38 (sgdmf-serial)", sgdmf_serial, &[])
-        }
-        .file("big.txt", big_rating.clone())
-        .error(&["big.txt:2", "1e38"]),
-        Case {
-            args: args("{DIR}/r.txt", &["--lr", "1000"]),
-            ..case("diverging learning rate (sgdmf)", sgdmf, &[])
-        }
+        case(
+            "diverging learning rate (sgdmf)",
+            sgdmf,
+            &args("{DIR}/r.txt", &["--lr", "1000"]),
+        )
         .file("r.txt", ratings(200))
         .error(&["train_rmse", "diverged"]),
-        Case {
-            args: args("{DIR}/r.txt", &["--lr", "1000"]),
-            ..case("diverging learning rate (sgdmf-serial)", sgdmf_serial, &[])
-        }
+        case(
+            "diverging learning rate (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}/r.txt", &["--lr", "1000"]),
+        )
         .file("r.txt", ratings(200))
         .error(&["train_rmse", "diverged"]),
         // 4. A UTF-8 byte-order mark: never a header, never part of a token or a name.
-        Case {
-            args: args("{DIR}/bom.txt", &[]),
-            ..case("BOM before ratings (sgdmf)", sgdmf, &[])
-        }
+        case(
+            "BOM before ratings (sgdmf)",
+            sgdmf,
+            &args("{DIR}/bom.txt", &[]),
+        )
         .file("bom.txt", with_bom(&format!("9 0 5\n{}", ratings(20))))
         .success("6 users"),
-        Case {
-            args: args("{DIR}/bom.txt", &[]),
-            ..case("BOM before ratings (sgdmf-serial)", sgdmf_serial, &[])
-        }
+        case(
+            "BOM before ratings (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}/bom.txt", &[]),
+        )
         .file("bom.txt", with_bom(&format!("9 0 5\n{}", ratings(20))))
         .success("6 users"),
-        Case {
-            args: args("{DIR}/bom.libsvm", &[]),
-            ..case("BOM before libsvm (mlr-serial)", mlr_serial, &[])
-        }
+        case(
+            "BOM before libsvm (mlr-serial)",
+            mlr_serial,
+            &args("{DIR}/bom.libsvm", &[]),
+        )
         .file("bom.libsvm", with_bom(&libsvm(20)))
         .success("2 classes"),
-        Case {
-            args: args("{DIR}/bom.ldac", &["--topics", "2"]),
-            ..case("BOM before LDA-C (lda-serial)", lda_serial, &[])
-        }
+        case(
+            "BOM before LDA-C (lda-serial)",
+            lda_serial,
+            &args("{DIR}/bom.ldac", &["--topics", "2"]),
+        )
         .file("bom.ldac", with_bom(&ldac(5)))
         .success("15 tokens"),
-        Case {
-            args: args("{DIR}/bom.kg", &["--dim", "4"]),
-            ..case("BOM before triples (transe-serial)", transe_serial, &[])
-        }
+        case(
+            "BOM before triples (transe-serial)",
+            transe_serial,
+            &args("{DIR}/bom.kg", &["--dim", "4"]),
+        )
         .file("bom.kg", with_bom(&triples(60)))
         .success("6 entities"),
-        Case {
-            args: w2v("{DIR}/bom.txt"),
-            ..case(
-                "BOM before a corpus (word2vec-serial)",
-                word2vec_serial,
-                &[],
-            )
-        }
+        case(
+            "BOM before a corpus (word2vec-serial)",
+            word2vec_serial,
+            &w2v("{DIR}/bom.txt"),
+        )
         .file("bom.txt", with_bom(&"a b c\nb c a\n".repeat(10)))
         .file("pairs.tsv", "a\tb\t1\nb\tc\t2\na\tc\t3\n")
         .success("3 in the vocabulary"),
@@ -334,91 +344,94 @@ fn cases() -> Vec<Case> {
             .error(&["--epochs", "at least 1"]),
         case("zoo --scale 1e9", zoo, &["kmeans", "--scale", "1e9"]).error(&["--scale", "1e9"]),
         // More: empty, missing, short lines, bad bytes, negative ids, a directory.
-        Case {
-            args: args("{DIR}/empty.txt", &[]),
-            ..case("empty ratings file (sgdmf)", sgdmf, &[])
-        }
+        case(
+            "empty ratings file (sgdmf)",
+            sgdmf,
+            &args("{DIR}/empty.txt", &[]),
+        )
         .file("empty.txt", "")
         .error(&["empty.txt", "no data"]),
-        Case {
-            args: args("{DIR}/empty.ldac", &[]),
-            ..case("empty LDA-C file (lda-serial)", lda_serial, &[])
-        }
+        case(
+            "empty LDA-C file (lda-serial)",
+            lda_serial,
+            &args("{DIR}/empty.ldac", &[]),
+        )
         .file("empty.ldac", "\n\n")
         .error(&["empty.ldac", "no documents"]),
-        Case {
-            args: args("{DIR}/missing.txt", &[]),
-            ..case("missing file (sgdmf-serial)", sgdmf_serial, &[])
-        }
+        case(
+            "missing file (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}/missing.txt", &[]),
+        )
         .error(&["missing.txt", "No such file"]),
-        Case {
-            args: args("{DIR}/missing.kg", &[]),
-            ..case("missing file (transe)", transe, &[])
-        }
+        case(
+            "missing file (transe)",
+            transe,
+            &args("{DIR}/missing.kg", &[]),
+        )
         .error(&["missing.kg", "No such file"]),
-        Case {
-            args: args("{DIR}/short.txt", &[]),
-            ..case("too few fields (sgdmf)", sgdmf, &[])
-        }
+        case(
+            "too few fields (sgdmf)",
+            sgdmf,
+            &args("{DIR}/short.txt", &[]),
+        )
         .file("short.txt", format!("{}3 4\n", ratings(5)))
         .error(&["short.txt:6", "3 fields"]),
-        Case {
-            args: args("{DIR}/short.kg", &[]),
-            ..case("too few fields (transe-serial)", transe_serial, &[])
-        }
+        case(
+            "too few fields (transe-serial)",
+            transe_serial,
+            &args("{DIR}/short.kg", &[]),
+        )
         .file("short.kg", format!("{}a\tb\n", triples(20)))
         .error(&["short.kg:21", "3 tab-separated"]),
-        Case {
-            args: args("{DIR}/bytes.txt", &[]),
-            ..case("non-UTF-8 bytes (sgdmf-serial)", sgdmf_serial, &[])
-        }
+        case(
+            "non-UTF-8 bytes (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}/bytes.txt", &[]),
+        )
         .file("bytes.txt", bad_utf8.clone())
         .error(&["bytes.txt:2", "UTF-8"]),
-        Case {
-            args: args("{DIR}/bytes.txt", &[]),
-            ..case("non-UTF-8 bytes (sgdmf)", sgdmf, &[])
-        }
+        case(
+            "non-UTF-8 bytes (sgdmf)",
+            sgdmf,
+            &args("{DIR}/bytes.txt", &[]),
+        )
         .file("bytes.txt", bad_utf8)
         .error(&["bytes.txt:2", "UTF-8"]),
-        Case {
-            args: args("{DIR}/neg.txt", &[]),
-            ..case("negative user id (sgdmf-serial)", sgdmf_serial, &[])
-        }
+        case(
+            "negative user id (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}/neg.txt", &[]),
+        )
         .file("neg.txt", format!("{}-1 2 3\n", ratings(5)))
         .error(&["neg.txt:6", "-1"]),
-        Case {
-            args: args("{DIR}/neg.ldac", &[]),
-            ..case("negative word id (lda)", lda, &[])
-        }
-        .file("neg.ldac", format!("{}1 -3:1\n", ldac(5)))
-        .error(&["neg.ldac:6", "-3"]),
-        Case {
-            args: args("{DIR}", &[]),
-            ..case("a directory as ratings (sgdmf-serial)", sgdmf_serial, &[])
-        }
+        case("negative word id (lda)", lda, &args("{DIR}/neg.ldac", &[]))
+            .file("neg.ldac", format!("{}1 -3:1\n", ldac(5)))
+            .error(&["neg.ldac:6", "-3"]),
+        case(
+            "a directory as ratings (sgdmf-serial)",
+            sgdmf_serial,
+            &args("{DIR}", &[]),
+        )
         .error(&["is a directory"]),
-        Case {
-            args: args("{DIR}", &[]),
-            ..case("a directory as libsvm (mlr)", mlr, &[])
-        }
+        case("a directory as libsvm (mlr)", mlr, &args("{DIR}", &[])).error(&["is a directory"]),
+        case(
+            "a directory as a corpus (word2vec-serial)",
+            word2vec_serial,
+            &args("{DIR}", &[]),
+        )
         .error(&["is a directory"]),
-        Case {
-            args: args("{DIR}", &[]),
-            ..case(
-                "a directory as a corpus (word2vec-serial)",
-                word2vec_serial,
-                &[],
-            )
-        }
-        .error(&["is a directory"]),
-        Case {
-            args: vec!["mf-strings", "--data", "{DIR}/big.txt", "--epochs", "1"],
-            ..case("rating 1e38 (zoo mf-strings)", zoo, &[])
-        }
+        case(
+            "rating 1e38 (zoo mf-strings)",
+            zoo,
+            &["mf-strings", "--data", "{DIR}/big.txt", "--epochs", "1"],
+        )
         .file("big.txt", big_rating)
         .error(&["big.txt:2", "1e38"]),
-        Case {
-            args: vec![
+        case(
+            "BOM before a graph (zoo pagerank)",
+            zoo,
+            &[
                 "pagerank",
                 "--data",
                 "{DIR}/bom.kg",
@@ -426,8 +439,7 @@ fn cases() -> Vec<Case> {
                 "1",
                 "--serial",
             ],
-            ..case("BOM before a graph (zoo pagerank)", zoo, &[])
-        }
+        )
         .file("bom.kg", with_bom("a\tr\tb\nb\tr\ta\n"))
         .success("\"tasks\":2"),
     ]
