@@ -604,20 +604,29 @@ pub fn parse_libsvm_line(line: &str) -> Result<RawSample, String> {
     Ok(RawSample { label, x })
 }
 
+/// Most weights a libsvm data set may ask of MLR, `2^28` (1 GiB of `f32`): one dense row
+/// of `features + 1` per class.
+pub const MAX_WEIGHTS: usize = 1 << 28;
+
 /// Remaps libsvm samples: labels to classes `0..classes` in increasing order of the label
 /// value; feature indices to `0..features` (shifted down by one when no index is 0, i.e.
 /// the usual 1-based libsvm indices).
+///
+/// Fails when `classes × (features + 1)` exceeds [`MAX_WEIGHTS`]: typically a regression
+/// file, whose real-valued labels each become a class.
 ///
 /// # Examples
 /// ```
 /// use strads_ap_examples::data::{remap_samples, RawSample};
 /// let raw = vec![RawSample { label: -1.0, x: vec![(1, 1.0)] }, RawSample { label: 1.0, x: vec![(4, 2.0)] }];
-/// let s = remap_samples(raw);
+/// let s = remap_samples(raw).unwrap();
 /// assert_eq!((s.classes, s.features), (2, 4));
 /// assert_eq!(s.samples[1].label, 1);
 /// assert_eq!(s.samples[1].x, vec![(3, 2.0)]);
+/// let many = (0..100).map(|k| RawSample { label: k as f64 / 7.0, x: vec![(16_000_000, 1.0)] });
+/// assert!(remap_samples(many.collect()).unwrap_err().contains("100 classes"));
 /// ```
-pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
+pub fn remap_samples(raw: Vec<RawSample>) -> Result<Samples, String> {
     let mut labels: Vec<f64> = raw.iter().map(|s| s.label).collect();
     labels.sort_by(f64::total_cmp);
     labels.dedup();
@@ -628,6 +637,14 @@ pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
         .flat_map(|s| s.x.iter().map(|p| (p.0 - shift) as usize + 1))
         .max()
         .unwrap_or(0);
+    let weights = labels.len().saturating_mul(features + 1);
+    if weights > MAX_WEIGHTS {
+        return Err(format!(
+            "{} classes (distinct labels) of {features} features need {weights} weights, more \
+             than the {MAX_WEIGHTS} allowed; is the label column a class?",
+            labels.len()
+        ));
+    }
     let samples = raw
         .into_iter()
         .map(|s| Sample {
@@ -637,11 +654,11 @@ pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
             x: s.x.into_iter().map(|(i, v)| (i - shift, v)).collect(),
         })
         .collect();
-    Samples {
+    Ok(Samples {
         samples,
         features: features.max(1),
         classes: labels.len(),
-    }
+    })
 }
 
 /// Loads a libsvm file (`label idx:val ...` lines; blank and `#` lines skipped) and
@@ -652,5 +669,5 @@ pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
 pub fn load_libsvm(path: impl AsRef<Path>) -> Result<Samples, LoadError> {
     let path = path.as_ref();
     let raw = read_lines(path, 0, parse_libsvm_line)?;
-    Ok(remap_samples(raw))
+    remap_samples(raw).map_err(|message| LoadError::file(path, message))
 }

@@ -183,6 +183,18 @@ fn cases() -> Vec<Case> {
         )
         .error(&["wrap.libsvm:2", "4294967295"]),
         case(
+            "libsvm of 3000 real-valued labels (mlr)",
+            mlr,
+            &args("{DIR}/reg.libsvm", &[]),
+        )
+        .file(
+            "reg.libsvm",
+            (0..3000)
+                .map(|k| format!("{k}.5 {}:1\n", 1 + k * 160))
+                .collect::<String>(),
+        )
+        .error(&["reg.libsvm", "3000 classes", "is the label column a class?"]),
+        case(
             "libsvm value 1e38 (mlr)",
             mlr,
             &args("{DIR}/big.libsvm", &[]),
@@ -343,6 +355,13 @@ fn cases() -> Vec<Case> {
         case("zoo --epochs 0", zoo, &["biased-mf", "--epochs", "0"])
             .error(&["--epochs", "at least 1"]),
         case("zoo --scale 1e9", zoo, &["kmeans", "--scale", "1e9"]).error(&["--scale", "1e9"]),
+        case(
+            "zoo --data for a program that reads none",
+            zoo,
+            &["kmeans", "--data", "{DIR}/points.txt", "--epochs", "1"],
+        )
+        .file("points.txt", "1 2\n")
+        .error(&["kmeans reads no data", "points.txt"]),
         // More: empty, missing, short lines, bad bytes, negative ids, a directory.
         case(
             "empty ratings file (sgdmf)",

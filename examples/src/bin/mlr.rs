@@ -44,7 +44,9 @@ fn main() -> Result<()> {
             let (raw, _) = ReadOptions::new()
                 .comment_prefix("#")
                 .read(path, data::parse_libsvm_line)?;
-            (data::remap_samples(raw.to_vec()?), None)
+            let samples = data::remap_samples(raw.to_vec()?)
+                .map_err(|message| data::LoadError::file(path, message))?;
+            (samples, None)
         }
         None => (
             data::synthetic_samples(args.samples, args.features, args.classes, seed),

@@ -65,10 +65,27 @@ fn main() -> Result<()> {
     if args.list {
         for p in PROGRAMS {
             println!("{:<16} {}", p.name, p.shape);
+            if let Some(format) = p.reads {
+                println!("{:<16} --data: {format}", "");
+            }
         }
         return Ok(());
     }
     let program = zoo::program(args.program.as_deref().expect("clap requires it"))?;
+    if let (Some(path), None) = (&args.data, program.reads) {
+        let readers: Vec<&str> = PROGRAMS
+            .iter()
+            .filter(|p| p.reads.is_some())
+            .map(|p| p.name)
+            .collect();
+        anyhow::bail!(
+            "zoo {} reads no data (it runs on its synthetic data, sized by --scale), so \
+             --data {} would be ignored; the programs that read data: {}",
+            program.name,
+            path.display(),
+            readers.join(", ")
+        );
+    }
     let threads = cli::threads_or_default(args.threads);
     let run = Run {
         epochs: args.epochs,
