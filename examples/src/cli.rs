@@ -5,6 +5,28 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, ValueEnum};
 
+/// Most worker threads per process: `--threads` and `STRADS_THREADS` (the runtime's
+/// [`strads_ap::MAX_THREADS`]).
+pub const MAX_THREADS: usize = strads_ap::MAX_THREADS;
+
+/// Largest size of a synthetic data set (`--users`, `--ratings`, `--samples`, `--docs`,
+/// `--triples`, `--sentences`, ...) and of a mini-batch.
+pub const MAX_SIZE: usize = 100_000_000;
+
+/// Largest length of a parameter row (`--rank`, `--dim`).
+pub const MAX_DIM: usize = 10_000;
+
+/// Largest number of features of MLR's synthetic data (its samples are dense) and of
+/// classes.
+pub const MAX_FEATURES: usize = 100_000;
+
+/// Largest number of LDA topics (`--topics`): every document and every word keeps a row of
+/// topic counts.
+pub const MAX_TOPICS: usize = 10_000;
+
+/// Largest word2vec context window and number of negative samples.
+pub const MAX_WINDOW: usize = 100;
+
 /// Arguments every example takes.
 #[derive(Args, Clone, Debug, PartialEq)]
 pub struct CommonArgs {
@@ -13,13 +35,13 @@ pub struct CommonArgs {
     #[arg(long, value_name = "PATH")]
     pub data: Option<PathBuf>,
 
-    /// Passes over the training data.
-    #[arg(long, default_value_t = 10)]
+    /// Passes over the training data (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
     pub epochs: usize,
 
-    /// Worker threads of the strads-ap twin [default: all cores]; the serial twin always
-    /// runs on one.
-    #[arg(long, value_parser = at_least_one)]
+    /// Worker threads of the strads-ap twin, 1 to 1024 [default: all cores]; the serial
+    /// twin always runs on one.
+    #[arg(long, value_parser = thread_count)]
     pub threads: Option<usize>,
 
     /// Seed of the synthetic data, the train/test split and the initial parameters.
@@ -30,15 +52,10 @@ pub struct CommonArgs {
 impl CommonArgs {
     /// The worker thread count: `--threads`, or `STRADS_THREADS` (set by `strads-ap run
     /// --threads`), or the number of cores.
+    /// A bad `STRADS_THREADS` is left to `strads_ap::Config::from_env`, which the
+    /// strads-ap twins call next and which names it.
     pub fn threads(&self) -> usize {
-        self.threads
-            .or_else(|| {
-                std::env::var("STRADS_THREADS")
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1)
+        threads_or_default(self.threads)
     }
 }
 
@@ -54,19 +71,19 @@ pub struct SgdmfArgs {
     pub common: CommonArgs,
 
     /// Users of the synthetic data set.
-    #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 50_000, value_parser = size)]
     pub users: usize,
 
     /// Items of the synthetic data set.
-    #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 5_000, value_parser = size)]
     pub items: usize,
 
     /// Ratings of the synthetic data set (before the 90/10 train/test split).
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = size)]
     pub ratings: usize,
 
     /// Rank of the factorisation (length of the user and item rows).
-    #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 32, value_parser = dim)]
     pub rank: usize,
 
     /// Learning rate.
@@ -117,19 +134,19 @@ pub struct MlrArgs {
     pub common: CommonArgs,
 
     /// Samples of the synthetic data set (before the 90/10 train/test split).
-    #[arg(long, default_value_t = 100_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100_000, value_parser = size)]
     pub samples: usize,
 
     /// Features of the synthetic data set.
-    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 50, value_parser = features)]
     pub features: usize,
 
     /// Classes of the synthetic data set.
-    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 10, value_parser = features)]
     pub classes: usize,
 
     /// Samples per mini-batch.
-    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100, value_parser = size)]
     pub minibatch: usize,
 
     /// Learning rate (of the mini-batch mean gradient).
@@ -154,7 +171,7 @@ pub struct LdaArgs {
     pub common: CommonArgs,
 
     /// Topics `K`.
-    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100, value_parser = topics)]
     pub topics: usize,
 
     /// Symmetric Dirichlet prior of the documents' topic mixtures.
@@ -166,17 +183,32 @@ pub struct LdaArgs {
     pub beta: f64,
 
     /// Documents of the synthetic corpus.
-    #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 5_000, value_parser = size)]
     pub docs: usize,
 
     /// Words of the synthetic corpus's vocabulary.
-    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 10_000, value_parser = size)]
     pub vocab: usize,
 
     /// Mean tokens per document of the synthetic corpus (lengths are uniform between half
     /// and one and a half times it).
-    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100, value_parser = doc_len)]
     pub doc_len: usize,
+}
+
+/// `threads`, or `STRADS_THREADS` (as the strads-ap launcher sets it), or the number of
+/// cores (at most [`MAX_THREADS`]).
+pub fn threads_or_default(threads: Option<usize>) -> usize {
+    threads
+        .or_else(|| {
+            std::env::var("STRADS_THREADS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+        })
+        .max(1)
 }
 
 /// Parses a finite number greater than 0, in double precision (a Dirichlet prior).
@@ -190,15 +222,81 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     Ok(x)
 }
 
-/// Parses a count that must be at least 1.
-fn at_least_one(s: &str) -> Result<usize, String> {
+/// Parses a count between `lo` and `hi`; `limit` says what the upper bound is.
+fn count_between(s: &str, lo: usize, hi: usize, limit: &str) -> Result<usize, String> {
     let n: usize = s
         .parse()
         .map_err(|e| format!("{s:?} is not a count: {e}"))?;
-    if n == 0 {
-        return Err("must be at least 1".into());
+    if n < lo {
+        return Err(format!("must be at least {lo}"));
+    }
+    if n > hi {
+        return Err(format!("must be at most {hi} ({limit})"));
     }
     Ok(n)
+}
+
+/// Parses a count that must be at least 1 (`--epochs`, sample sizes).
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    count_between(s, 1, usize::MAX, "")
+}
+
+/// Parses a worker thread count, 1 to [`MAX_THREADS`].
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::cli::thread_count;
+/// assert_eq!(thread_count("4"), Ok(4));
+/// assert!(thread_count("0").unwrap_err().contains("at least 1"));
+/// assert!(thread_count("100000").unwrap_err().contains("at most 1024"));
+/// ```
+pub fn thread_count(s: &str) -> Result<usize, String> {
+    count_between(
+        s,
+        1,
+        MAX_THREADS,
+        "strads-ap's limit of worker threads per process",
+    )
+}
+
+/// Parses the size of a synthetic data set or a mini-batch, 1 to [`MAX_SIZE`].
+fn size(s: &str) -> Result<usize, String> {
+    count_between(s, 1, MAX_SIZE, "the examples' limit of a data set's size")
+}
+
+/// Parses a parameter row's length, 1 to [`MAX_DIM`].
+fn dim(s: &str) -> Result<usize, String> {
+    count_between(
+        s,
+        1,
+        MAX_DIM,
+        "the examples' limit of a parameter row's length",
+    )
+}
+
+/// Parses MLR's synthetic features or classes, 1 to [`MAX_FEATURES`].
+fn features(s: &str) -> Result<usize, String> {
+    count_between(s, 1, MAX_FEATURES, "the synthetic samples are dense")
+}
+
+/// Parses LDA's topic count, 1 to [`MAX_TOPICS`].
+fn topics(s: &str) -> Result<usize, String> {
+    count_between(
+        s,
+        1,
+        MAX_TOPICS,
+        "every document and word keeps a row of topic counts",
+    )
+}
+
+/// Parses LDA's mean synthetic document length, 1 to 100,000 tokens.
+fn doc_len(s: &str) -> Result<usize, String> {
+    count_between(s, 1, 100_000, "the examples' limit of a synthetic document")
+}
+
+/// Parses word2vec's window or negative samples, 1 to [`MAX_WINDOW`].
+fn window(s: &str) -> Result<usize, String> {
+    count_between(s, 1, MAX_WINDOW, "the examples' limit of a window")
 }
 
 /// Parses a finite number greater than 0 (a step size).
@@ -270,19 +368,19 @@ pub struct TranseArgs {
     pub common: CommonArgs,
 
     /// Entities of the synthetic graph.
-    #[arg(long, default_value_t = 20_000, value_parser = at_least_two)]
+    #[arg(long, default_value_t = 20_000, value_parser = entity_count)]
     pub entities: usize,
 
     /// Relations of the synthetic graph.
-    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 50, value_parser = size)]
     pub relations: usize,
 
     /// Triples of the synthetic graph (before the 80/10/10 split).
-    #[arg(long, default_value_t = 500_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 500_000, value_parser = size)]
     pub triples: usize,
 
     /// Embedding dimension.
-    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 50, value_parser = dim)]
     pub dim: usize,
 
     /// Learning rate.
@@ -312,17 +410,14 @@ pub struct TranseArgs {
     pub sync: Option<SyncArg>,
 
     /// Triples per mini-batch of `--sync`.
-    #[arg(long, default_value_t = 256, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 256, value_parser = size)]
     pub minibatch: usize,
 }
 
-/// Parses a count that must be at least 2 (entities: a corruption needs another one).
-fn at_least_two(s: &str) -> Result<usize, String> {
-    let n = at_least_one(s)?;
-    if n < 2 {
-        return Err("must be at least 2".into());
-    }
-    Ok(n)
+/// Parses the synthetic graph's entities, 2 (a corruption needs another one) to
+/// [`MAX_SIZE`].
+fn entity_count(s: &str) -> Result<usize, String> {
+    count_between(s, 2, MAX_SIZE, "the examples' limit of a data set's size")
 }
 
 /// Parses `--norm`: 1 or 2.
@@ -343,7 +438,7 @@ pub struct Word2vecArgs {
     pub common: CommonArgs,
 
     /// Sentences of the synthetic corpus.
-    #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 50_000, value_parser = size)]
     pub sentences: usize,
 
     /// Use only the first N sentences of the corpus (all by default).
@@ -355,15 +450,15 @@ pub struct Word2vecArgs {
     pub min_count: usize,
 
     /// Embedding dimension.
-    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100, value_parser = dim)]
     pub dim: usize,
 
     /// Largest context window (each position draws a window of 1 to this many words).
-    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 5, value_parser = window)]
     pub window: usize,
 
-    /// Negative samples per (word, context) pair.
-    #[arg(long, default_value_t = 5)]
+    /// Negative samples per (word, context) pair (1 to 100).
+    #[arg(long, default_value_t = 5, value_parser = window)]
     pub negative: usize,
 
     /// Sub-sampling threshold of frequent words (0: keep all).
@@ -378,7 +473,7 @@ pub struct Word2vecArgs {
     /// the same mini-batches in order). Workers merge whole tables after every mini-batch,
     /// so mini-batches are large: on Brown, 2,048 sentences (about 34,000 words) make 28
     /// merges per epoch.
-    #[arg(long, default_value_t = 2048, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 2048, value_parser = size)]
     pub minibatch: usize,
 
     /// WordSim-353 file (`word1<TAB>word2<TAB>score`, `#` comments) [default:

@@ -301,12 +301,107 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 impl LoadError {
-    fn file(path: &Path, message: impl Into<String>) -> Self {
+    /// An error about the file `path` as a whole (`path: message`).
+    pub fn file(path: &Path, message: impl Into<String>) -> Self {
         LoadError {
             path: path.to_path_buf(),
             line: None,
             message: message.into(),
         }
+    }
+
+    /// An error about line `line` (1-based) of `path` (`path:line: message`).
+    ///
+    /// # Examples
+    /// ```
+    /// use strads_ap_examples::data::LoadError;
+    /// let e = LoadError::at("ratings.txt".as_ref(), 3, "rating `x` is not a number");
+    /// assert_eq!(e.to_string(), "ratings.txt:3: rating `x` is not a number");
+    /// ```
+    pub fn at(path: &Path, line: usize, message: impl Into<String>) -> Self {
+        LoadError {
+            line: Some(line),
+            ..LoadError::file(path, message)
+        }
+    }
+}
+
+/// The UTF-8 byte-order mark some editors put at the start of a text file.
+pub const BOM: char = '\u{feff}';
+
+/// `text` without a leading UTF-8 byte-order mark: the mark is not part of the first line.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::strip_bom;
+/// assert_eq!(strip_bom("\u{feff}1 2 5"), "1 2 5");
+/// assert_eq!(strip_bom("1 2 5"), "1 2 5");
+/// ```
+pub fn strip_bom(text: &str) -> &str {
+    text.strip_prefix(BOM).unwrap_or(text)
+}
+
+/// Reads a text file for a loader: a directory, a missing file and bytes that are not
+/// UTF-8 are errors naming the file (and, for bad bytes, the line); a leading byte-order
+/// mark is dropped ([`strip_bom`]). Every loader of the examples reads its files with it.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::read_text;
+/// let dir = std::env::temp_dir().join(format!("read-text-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("a.txt"), b"\xef\xbb\xbfword\n\xff\n").unwrap();
+/// let err = read_text(&dir.join("a.txt")).unwrap_err().to_string();
+/// assert!(err.ends_with("a.txt:2: the line is not valid UTF-8"), "{err}");
+/// std::fs::write(dir.join("a.txt"), b"\xef\xbb\xbfword\n").unwrap();
+/// assert_eq!(read_text(&dir.join("a.txt")).unwrap(), "word\n");
+/// assert!(read_text(&dir).unwrap_err().to_string().contains("is a directory"));
+/// ```
+pub fn read_text(path: &Path) -> Result<String, LoadError> {
+    if path.is_dir() {
+        return Err(LoadError::file(path, "is a directory, not a file"));
+    }
+    let bytes = std::fs::read(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    let mut text = String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+        LoadError::at(path, line, "the line is not valid UTF-8")
+    })?;
+    if text.starts_with(BOM) {
+        text.drain(..BOM.len_utf8());
+    }
+    Ok(text)
+}
+
+/// Largest magnitude of a rating or a feature value the loaders accept.
+///
+/// Larger values are almost surely a mistake (a timestamp in the rating column), and their
+/// squares and products overflow the single-precision arithmetic of training: a rating of
+/// `1e38` makes every RMSE `NaN`. Scale such data before loading it.
+pub const MAX_ABS_VALUE: f32 = 1e6;
+
+/// Largest feature index of a libsvm line, `2^24 - 1`: MLR keeps a dense weight row per
+/// class, so a stray index of `4294967295` would ask for 17 GB of weights.
+pub const MAX_FEATURE_INDEX: u32 = (1 << 24) - 1;
+
+/// Parses `text` (a field named `what`) as a finite number of magnitude at most
+/// [`MAX_ABS_VALUE`].
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::bounded_value;
+/// assert_eq!(bounded_value("rating", "4.5"), Ok(4.5));
+/// assert!(bounded_value("rating", "NaN").unwrap_err().contains("not a finite number"));
+/// assert!(bounded_value("rating", "1e38").unwrap_err().contains("larger in magnitude"));
+/// ```
+pub fn bounded_value(what: &str, text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(v) if v.is_finite() && v.abs() <= MAX_ABS_VALUE => Ok(v),
+        Ok(v) if v.is_finite() => Err(format!(
+            "{what} `{text}` is larger in magnitude than {MAX_ABS_VALUE:e}, the loaders' \
+             limit (it would overflow single-precision training; scale the data)"
+        )),
+        _ => Err(format!("{what} `{text}` is not a finite number")),
     }
 }
 
@@ -322,7 +417,8 @@ pub struct RawRating {
 }
 
 /// Parses a `user item rating [more fields...]` line (whitespace or tab separated;
-/// fields after the third, such as a timestamp, are ignored).
+/// fields after the third, such as a timestamp, are ignored). The rating must be finite
+/// and at most [`MAX_ABS_VALUE`] in magnitude.
 ///
 /// # Examples
 /// ```
@@ -330,6 +426,7 @@ pub struct RawRating {
 /// let r = parse_rating_line("196\t242\t3\t881250949").unwrap();
 /// assert_eq!((r.user, r.item, r.rating), (196, 242, 3.0));
 /// assert!(parse_rating_line("1 2").unwrap_err().contains("3 fields"));
+/// assert!(parse_rating_line("1 2 1e38").unwrap_err().contains("`1e38` is larger"));
 /// ```
 pub fn parse_rating_line(line: &str) -> Result<RawRating, String> {
     let mut fields = line.split_whitespace();
@@ -345,10 +442,7 @@ pub fn parse_rating_line(line: &str) -> Result<RawRating, String> {
     let item = item
         .parse()
         .map_err(|_| format!("item id `{item}` is not a non-negative integer"))?;
-    let rating = match rating.parse::<f32>() {
-        Ok(v) if v.is_finite() => v,
-        _ => return Err(format!("rating `{rating}` is not a finite number")),
-    };
+    let rating = bounded_value("rating", rating)?;
     Ok(RawRating { user, item, rating })
 }
 
@@ -368,14 +462,19 @@ pub fn is_header(line: &str) -> bool {
 }
 
 /// How many header lines `path` has (0 or 1): 1 when its first line is a header
-/// ([`is_header`]).
+/// ([`is_header`]); a byte-order mark before it does not make it one.
 pub fn header_lines(path: &Path) -> Result<usize, LoadError> {
+    if path.is_dir() {
+        return Err(LoadError::file(path, "is a directory, not a file"));
+    }
     let file = std::fs::File::open(path).map_err(|e| LoadError::file(path, e.to_string()))?;
-    let mut first = String::new();
+    let mut first = Vec::new();
     std::io::BufReader::new(file)
-        .read_line(&mut first)
+        .read_until(b'\n', &mut first)
         .map_err(|e| LoadError::file(path, e.to_string()))?;
-    Ok(usize::from(is_header(&first)))
+    // Bad bytes are the reader's to report, with their line.
+    let first = String::from_utf8_lossy(&first);
+    Ok(usize::from(is_header(strip_bom(&first))))
 }
 
 /// Dense ids for the distinct values of `ids`, in increasing order of the original id.
@@ -425,18 +524,14 @@ fn read_lines<T>(
     header: usize,
     parse: impl Fn(&str) -> Result<T, String>,
 ) -> Result<Vec<T>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    let text = read_text(path)?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().skip(header) {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        out.push(parse(line).map_err(|message| LoadError {
-            path: path.to_path_buf(),
-            line: Some(i + 1),
-            message,
-        })?);
+        out.push(parse(line).map_err(|message| LoadError::at(path, i + 1, message))?);
     }
     if out.is_empty() {
         return Err(LoadError::file(path, "the file has no data lines"));
@@ -467,6 +562,8 @@ pub struct RawSample {
 }
 
 /// Parses a libsvm line `label idx:val idx:val ...` (a trailing `# comment` is ignored).
+/// Indices are at most [`MAX_FEATURE_INDEX`]; values are finite and at most
+/// [`MAX_ABS_VALUE`] in magnitude.
 ///
 /// # Examples
 /// ```
@@ -474,6 +571,7 @@ pub struct RawSample {
 /// let s = parse_libsvm_line("+1 3:0.5 10:-2 # note").unwrap();
 /// assert_eq!((s.label, s.x), (1.0, vec![(3, 0.5), (10, -2.0)]));
 /// assert!(parse_libsvm_line("1 3=0.5").unwrap_err().contains("idx:val"));
+/// assert!(parse_libsvm_line("1 4294967295:1").unwrap_err().contains("above 16777215"));
 /// ```
 pub fn parse_libsvm_line(line: &str) -> Result<RawSample, String> {
     let line = line.split('#').next().unwrap_or("");
@@ -488,32 +586,47 @@ pub fn parse_libsvm_line(line: &str) -> Result<RawSample, String> {
             let (idx, val) = field
                 .split_once(':')
                 .ok_or_else(|| format!("feature `{field}` is not of the form idx:val"))?;
-            let idx = idx
-                .parse::<u32>()
+            let index = idx
+                .parse::<u64>()
                 .map_err(|_| format!("feature index `{idx}` is not a non-negative integer"))?;
-            match val.parse::<f32>() {
-                Ok(v) if v.is_finite() => Ok((idx, v)),
-                _ => Err(format!("feature value `{val}` is not a finite number")),
-            }
+            let index = u32::try_from(index)
+                .ok()
+                .filter(|&i| i <= MAX_FEATURE_INDEX)
+                .ok_or_else(|| {
+                    format!(
+                        "feature index `{idx}` is above {MAX_FEATURE_INDEX}, the largest the \
+                         loader accepts (weights are dense rows)"
+                    )
+                })?;
+            Ok((index, bounded_value("feature value", val)?))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(RawSample { label, x })
 }
 
+/// Most weights a libsvm data set may ask of MLR, `2^28` (1 GiB of `f32`): one dense row
+/// of `features + 1` per class.
+pub const MAX_WEIGHTS: usize = 1 << 28;
+
 /// Remaps libsvm samples: labels to classes `0..classes` in increasing order of the label
 /// value; feature indices to `0..features` (shifted down by one when no index is 0, i.e.
 /// the usual 1-based libsvm indices).
+///
+/// Fails when `classes × (features + 1)` exceeds [`MAX_WEIGHTS`]: typically a regression
+/// file, whose real-valued labels each become a class.
 ///
 /// # Examples
 /// ```
 /// use strads_ap_examples::data::{remap_samples, RawSample};
 /// let raw = vec![RawSample { label: -1.0, x: vec![(1, 1.0)] }, RawSample { label: 1.0, x: vec![(4, 2.0)] }];
-/// let s = remap_samples(raw);
+/// let s = remap_samples(raw).unwrap();
 /// assert_eq!((s.classes, s.features), (2, 4));
 /// assert_eq!(s.samples[1].label, 1);
 /// assert_eq!(s.samples[1].x, vec![(3, 2.0)]);
+/// let many = (0..100).map(|k| RawSample { label: k as f64 / 7.0, x: vec![(16_000_000, 1.0)] });
+/// assert!(remap_samples(many.collect()).unwrap_err().contains("100 classes"));
 /// ```
-pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
+pub fn remap_samples(raw: Vec<RawSample>) -> Result<Samples, String> {
     let mut labels: Vec<f64> = raw.iter().map(|s| s.label).collect();
     labels.sort_by(f64::total_cmp);
     labels.dedup();
@@ -521,9 +634,17 @@ pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
     let shift = u32::from(min_index.is_some_and(|m| m >= 1));
     let features = raw
         .iter()
-        .flat_map(|s| s.x.iter().map(|p| p.0 - shift + 1))
+        .flat_map(|s| s.x.iter().map(|p| (p.0 - shift) as usize + 1))
         .max()
-        .unwrap_or(0) as usize;
+        .unwrap_or(0);
+    let weights = labels.len().saturating_mul(features + 1);
+    if weights > MAX_WEIGHTS {
+        return Err(format!(
+            "{} classes (distinct labels) of {features} features need {weights} weights, more \
+             than the {MAX_WEIGHTS} allowed; is the label column a class?",
+            labels.len()
+        ));
+    }
     let samples = raw
         .into_iter()
         .map(|s| Sample {
@@ -533,11 +654,11 @@ pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
             x: s.x.into_iter().map(|(i, v)| (i - shift, v)).collect(),
         })
         .collect();
-    Samples {
+    Ok(Samples {
         samples,
         features: features.max(1),
         classes: labels.len(),
-    }
+    })
 }
 
 /// Loads a libsvm file (`label idx:val ...` lines; blank and `#` lines skipped) and
@@ -548,5 +669,5 @@ pub fn remap_samples(raw: Vec<RawSample>) -> Samples {
 pub fn load_libsvm(path: impl AsRef<Path>) -> Result<Samples, LoadError> {
     let path = path.as_ref();
     let raw = read_lines(path, 0, parse_libsvm_line)?;
-    Ok(remap_samples(raw))
+    remap_samples(raw).map_err(|message| LoadError::file(path, message))
 }

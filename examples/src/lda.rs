@@ -28,7 +28,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use strads_ap::Aggregate;
 
-use crate::data::{gaussian, rng_for, LoadError};
+use crate::data::{gaussian, read_text, rng_for, LoadError};
 
 // ---------------------------------------------------------------------------------------
 // Corpora
@@ -79,38 +79,22 @@ pub fn flatten(corpus: &Corpus) -> Vec<Token> {
     tokens
 }
 
-fn file_error(path: &Path, message: impl Into<String>) -> LoadError {
-    LoadError {
-        path: path.to_path_buf(),
-        line: None,
-        message: message.into(),
-    }
-}
-
-fn line_error(path: &Path, line: usize, message: impl Into<String>) -> LoadError {
-    LoadError {
-        path: path.to_path_buf(),
-        line: Some(line),
-        message: message.into(),
-    }
-}
-
 /// Most tokens a corpus may have: `async_for!` runs at most 2^32 indices per call.
 pub const MAX_TOKENS: u64 = u32::MAX as u64;
 
 /// Refuses a corpus without words or tokens, naming the file it came from.
 fn check_corpus(path: &Path, corpus: Corpus) -> Result<Corpus, LoadError> {
     if corpus.docs.is_empty() {
-        return Err(file_error(path, "the corpus has no documents"));
+        return Err(LoadError::file(path, "the corpus has no documents"));
     }
     if corpus.tokens() as u64 > MAX_TOKENS {
-        return Err(file_error(
+        return Err(LoadError::file(
             path,
             format!("the corpus has more than {MAX_TOKENS} tokens"),
         ));
     }
     if corpus.tokens() == 0 {
-        return Err(file_error(
+        return Err(LoadError::file(
             path,
             format!(
                 "the corpus has no tokens ({} documents, all empty)",
@@ -119,13 +103,22 @@ fn check_corpus(path: &Path, corpus: Corpus) -> Result<Corpus, LoadError> {
         ));
     }
     if corpus.vocab.is_empty() {
-        return Err(file_error(path, "the vocabulary is empty"));
+        return Err(LoadError::file(path, "the vocabulary is empty"));
     }
     Ok(corpus)
 }
 
+/// Largest count of one term in one document of an LDA-C file: a word repeated more than a
+/// million times in a document is a corrupt count, and each occurrence becomes a token.
+pub const MAX_TERM_COUNT: u32 = 1_000_000;
+
+/// Largest term id of an LDA-C file without a vocabulary file, `2^24 - 1`: the ids then
+/// make the vocabulary `0..=max id`, and each word has a row of topic counts. With a
+/// vocabulary file the ids are bounded by its length instead.
+pub const MAX_TERM_ID: u32 = (1 << 24) - 1;
+
 /// Parses one LDA-C line, `n id:count id:count ...`: the `(id, count)` pairs, of which
-/// there must be exactly `n`.
+/// there must be exactly `n`. A count is at most [`MAX_TERM_COUNT`].
 ///
 /// # Examples
 /// ```
@@ -133,6 +126,7 @@ fn check_corpus(path: &Path, corpus: Corpus) -> Result<Corpus, LoadError> {
 /// assert_eq!(parse_ldac_line("2 0:3 7:1").unwrap(), vec![(0, 3), (7, 1)]);
 /// assert!(parse_ldac_line("3 0:3 7:1").unwrap_err().contains("says 3 distinct terms but has 2"));
 /// assert!(parse_ldac_line("1 0=3").unwrap_err().contains("id:count"));
+/// assert!(parse_ldac_line("1 0:4000000000").unwrap_err().contains("above 1000000"));
 /// ```
 pub fn parse_ldac_line(line: &str) -> Result<Vec<(u32, u32)>, String> {
     let mut fields = line.split_whitespace();
@@ -146,12 +140,20 @@ pub fn parse_ldac_line(line: &str) -> Result<Vec<(u32, u32)>, String> {
                 .split_once(':')
                 .ok_or_else(|| format!("term `{field}` is not of the form id:count"))?;
             let id = id
-                .parse::<u32>()
+                .parse::<u64>()
                 .map_err(|_| format!("term id `{id}` is not a non-negative integer"))?;
-            let count = count.parse::<u32>().map_err(|_| {
+            let id =
+                u32::try_from(id).map_err(|_| format!("term id {id} is above {}", u32::MAX))?;
+            let count = count.parse::<u64>().map_err(|_| {
                 format!("count `{count}` of term {id} is not a non-negative integer")
             })?;
-            Ok((id, count))
+            match u32::try_from(count) {
+                Ok(count) if count <= MAX_TERM_COUNT => Ok((id, count)),
+                _ => Err(format!(
+                    "count `{count}` of term {id} is above {MAX_TERM_COUNT}, the most one \
+                     document may hold of a term"
+                )),
+            }
         })
         .collect::<Result<Vec<_>, String>>()?;
     if pairs.len() != n {
@@ -172,10 +174,10 @@ pub fn vocabulary_path(ldac: &Path) -> PathBuf {
 /// Reads a vocabulary file: one word per line, line `i` (0-based) being word id `i`.
 /// An empty file is an error.
 pub fn load_vocabulary(path: &Path) -> Result<Vec<String>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     let vocab: Vec<String> = text.lines().map(|w| w.trim().to_string()).collect();
     if vocab.iter().all(String::is_empty) {
-        return Err(file_error(path, "the vocabulary is empty"));
+        return Err(LoadError::file(path, "the vocabulary is empty"));
     }
     Ok(vocab)
 }
@@ -183,10 +185,11 @@ pub fn load_vocabulary(path: &Path) -> Result<Vec<String>, LoadError> {
 /// Loads an LDA-C corpus: one document per line, `n id:count id:count ...` with `n` the
 /// number of pairs (a line whose `n` does not match is an error naming `file:line`); blank
 /// lines are skipped. The vocabulary comes from [`vocabulary_path`] when that file exists
-/// (every id must then be below its length), else it is the ids `0..=max id` themselves.
+/// (every id must then be below its length), else it is the ids `0..=max id` themselves
+/// (every id at most [`MAX_TERM_ID`]). Counts are at most [`MAX_TERM_COUNT`].
 /// A word with count `c` in a document becomes `c` consecutive tokens.
 pub fn load_ldac(path: &Path) -> Result<Corpus, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     parse_ldac(path, &text)
 }
 
@@ -205,12 +208,23 @@ fn parse_ldac(path: &Path, text: &str) -> Result<Corpus, LoadError> {
         if line.trim().is_empty() {
             continue;
         }
-        let pairs = parse_ldac_line(line).map_err(|m| line_error(path, i + 1, m))?;
+        let pairs = parse_ldac_line(line).map_err(|m| LoadError::at(path, i + 1, m))?;
         let mut words = Vec::new();
         for (id, count) in pairs {
+            if vocab.is_none() && id > MAX_TERM_ID {
+                return Err(LoadError::at(
+                    path,
+                    i + 1,
+                    format!(
+                        "term id {id} is above {MAX_TERM_ID}, the largest accepted without a \
+                         vocabulary file (none at {})",
+                        vocab_path.display()
+                    ),
+                ));
+            }
             if let Some(v) = &vocab {
                 if id as usize >= v.len() {
-                    return Err(line_error(
+                    return Err(LoadError::at(
                         path,
                         i + 1,
                         format!(
@@ -224,7 +238,7 @@ fn parse_ldac(path: &Path, text: &str) -> Result<Corpus, LoadError> {
             max_id = max_id.max(Some(id));
             tokens += u64::from(count);
             if tokens > MAX_TOKENS {
-                return Err(line_error(
+                return Err(LoadError::at(
                     path,
                     i + 1,
                     format!("the corpus has more than {MAX_TOKENS} tokens"),
@@ -235,7 +249,7 @@ fn parse_ldac(path: &Path, text: &str) -> Result<Corpus, LoadError> {
         docs.push(words);
     }
     if docs.is_empty() {
-        return Err(file_error(path, "the file has no documents"));
+        return Err(LoadError::file(path, "the file has no documents"));
     }
     let vocab = vocab.unwrap_or_else(|| match max_id {
         Some(m) => (0..=m).map(|i| i.to_string()).collect(),
@@ -248,7 +262,7 @@ fn parse_ldac(path: &Path, text: &str) -> Result<Corpus, LoadError> {
 /// whitespace; the vocabulary is built in order of first appearance. Blank lines are
 /// skipped; a line without a tab is an error naming `file:line`.
 pub fn load_documents_tsv(path: &Path) -> Result<Corpus, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     parse_documents_tsv(path, &text)
 }
 
@@ -262,7 +276,7 @@ fn parse_documents_tsv(path: &Path, text: &str) -> Result<Corpus, LoadError> {
             continue;
         }
         let (_, body) = line.split_once('\t').ok_or_else(|| {
-            line_error(
+            LoadError::at(
                 path,
                 i + 1,
                 "expected `docid<TAB>tokens...` (no tab on the line)",
@@ -280,7 +294,7 @@ fn parse_documents_tsv(path: &Path, text: &str) -> Result<Corpus, LoadError> {
         docs.push(words);
     }
     if docs.is_empty() {
-        return Err(file_error(path, "the file has no documents"));
+        return Err(LoadError::file(path, "the file has no documents"));
     }
     check_corpus(path, Corpus { docs, vocab })
 }
@@ -289,7 +303,7 @@ fn parse_documents_tsv(path: &Path, text: &str) -> Result<Corpus, LoadError> {
 /// else [`load_ldac`] (also for an `.ldac` file with tabs).
 pub fn load_corpus(path: impl AsRef<Path>) -> Result<Corpus, LoadError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let ldac = path.extension().is_some_and(|e| e == "ldac");
     if !ldac && first.contains('\t') {

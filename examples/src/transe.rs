@@ -20,7 +20,7 @@ use std::path::Path;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{rng_for, LoadError, Zipf};
+use crate::data::{read_text, rng_for, LoadError, Zipf};
 
 // ---------------------------------------------------------------------------------------
 // Graphs
@@ -148,33 +148,17 @@ pub fn is_kg_header(line: &str) -> bool {
         })
 }
 
-fn file_error(path: &Path, message: impl Into<String>) -> LoadError {
-    LoadError {
-        path: path.to_path_buf(),
-        line: None,
-        message: message.into(),
-    }
-}
-
-fn line_error(path: &Path, line: usize, message: impl Into<String>) -> LoadError {
-    LoadError {
-        path: path.to_path_buf(),
-        line: Some(line),
-        message: message.into(),
-    }
-}
-
 /// Reads the triples of one file: blank lines are skipped, a header row (see
 /// [`is_kg_header`]) is skipped when `header` allows it, anything else must parse.
 fn read_triples(path: &Path, header: bool) -> Result<Vec<NamedTriple>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() || (i == 0 && header && is_kg_header(line)) {
             continue;
         }
         let (head, relation, tail) =
-            parse_triple_line(line).map_err(|message| line_error(path, i + 1, message))?;
+            parse_triple_line(line).map_err(|message| LoadError::at(path, i + 1, message))?;
         out.push(NamedTriple {
             head: head.to_string(),
             relation: relation.to_string(),
@@ -248,7 +232,7 @@ fn load_split_dir(dir: &Path) -> Result<KnowledgeGraph, LoadError> {
                 "a knowledge-graph directory needs train.txt, valid.txt and test.txt; \
                  {name} is missing"
             );
-            return Err(file_error(dir, message));
+            return Err(LoadError::file(dir, message));
         }
         let triples = read_triples(&path, false)?;
         Ok((path, triples))
@@ -257,10 +241,16 @@ fn load_split_dir(dir: &Path) -> Result<KnowledgeGraph, LoadError> {
     let (valid_path, valid_named) = file("valid.txt")?;
     let (test_path, test_named) = file("test.txt")?;
     if train_named.is_empty() {
-        return Err(file_error(&train_path, "no data: the file has no triples"));
+        return Err(LoadError::file(
+            &train_path,
+            "no data: the file has no triples",
+        ));
     }
     if test_named.is_empty() {
-        return Err(file_error(&test_path, "no data: the file has no triples"));
+        return Err(LoadError::file(
+            &test_path,
+            "no data: the file has no triples",
+        ));
     }
     let (train, entities, relations) = index_train(&train_named);
     let known = |path: &Path, named: &[NamedTriple]| -> Result<Vec<Triple>, LoadError> {
@@ -269,7 +259,7 @@ fn load_split_dir(dir: &Path) -> Result<KnowledgeGraph, LoadError> {
             .map(|t| {
                 let find = |ids: &Ids, what: &str, name: &str| {
                     ids.of.get(name).copied().ok_or_else(|| {
-                        line_error(
+                        LoadError::at(
                             path,
                             t.line,
                             format!("{what} `{name}` does not occur in the training triples"),
@@ -299,11 +289,11 @@ fn load_split_dir(dir: &Path) -> Result<KnowledgeGraph, LoadError> {
 fn load_unsplit_file(path: &Path, seed: u64) -> Result<KnowledgeGraph, LoadError> {
     let named = read_triples(path, true)?;
     if named.is_empty() {
-        return Err(file_error(path, "no data: the file has no triples"));
+        return Err(LoadError::file(path, "no data: the file has no triples"));
     }
     let (train_named, valid_named, test_named) = split_80_10_10(named, seed);
     if train_named.is_empty() {
-        return Err(file_error(
+        return Err(LoadError::file(
             path,
             "no data: the split left no training triples",
         ));
@@ -325,7 +315,7 @@ fn load_unsplit_file(path: &Path, seed: u64) -> Result<KnowledgeGraph, LoadError
     let test = known(&test_named);
     let dropped = valid_named.len() - valid.len() + test_named.len() - test.len();
     if test.is_empty() {
-        return Err(file_error(
+        return Err(LoadError::file(
             path,
             "no data: no test triple has both entities and its relation in the training part",
         ));

@@ -31,29 +31,13 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{rng_for, LoadError};
+use crate::data::{read_text, rng_for, LoadError};
 
 /// Largest analogy sample evaluated by default (`--analogy-sample`).
 pub const ANALOGY_SAMPLE: usize = 2_000;
 
 /// Stream of [`rng_for`] used for the analogy sample.
 const ANALOGY_STREAM: u64 = 0xa9a1_0677;
-
-fn file_error(path: &Path, message: impl Into<String>) -> LoadError {
-    LoadError {
-        path: path.to_path_buf(),
-        line: None,
-        message: message.into(),
-    }
-}
-
-fn line_error(path: &Path, line: usize, message: impl Into<String>) -> LoadError {
-    LoadError {
-        path: path.to_path_buf(),
-        line: Some(line),
-        message: message.into(),
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Corpora
@@ -62,14 +46,14 @@ fn line_error(path: &Path, line: usize, message: impl Into<String>) -> LoadError
 /// Reads a corpus file: one sentence per line, tokens separated by whitespace. Blank lines
 /// are skipped; a file without any token is an error naming the file.
 pub fn load_sentences(path: &Path) -> Result<Vec<Vec<String>>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     let sentences: Vec<Vec<String>> = text
         .lines()
         .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
         .filter(|s| !s.is_empty())
         .collect();
     if sentences.is_empty() {
-        return Err(file_error(path, "the corpus is empty (no words)"));
+        return Err(LoadError::file(path, "the corpus is empty (no words)"));
     }
     Ok(sentences)
 }
@@ -168,7 +152,7 @@ impl Corpus {
             }
         }
         if freq.is_empty() {
-            return Err(file_error(source, "the corpus is empty (no words)"));
+            return Err(LoadError::file(source, "the corpus is empty (no words)"));
         }
         let mut kept: Vec<(&str, u64)> = freq
             .iter()
@@ -176,7 +160,7 @@ impl Corpus {
             .map(|(&w, &c)| (w, c))
             .collect();
         if kept.is_empty() {
-            return Err(file_error(
+            return Err(LoadError::file(
                 source,
                 format!(
                     "the vocabulary is empty: none of the {} distinct words occurs at least \
@@ -476,7 +460,7 @@ pub fn init_input_row(seed: u64, word: usize, dim: usize) -> Vec<f32> {
 /// Reads WordSim-353 (`word1<TAB>word2<TAB>score` lines; `#` lines and blank lines are
 /// skipped; words are lowercased). A bad line is an error naming `file:line`.
 pub fn load_wordsim(path: &Path) -> Result<Vec<(String, String, f64)>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     let mut pairs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -485,19 +469,24 @@ pub fn load_wordsim(path: &Path) -> Result<Vec<(String, String, f64)>, LoadError
         }
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() != 3 {
-            return Err(line_error(
+            return Err(LoadError::at(
                 path,
                 i + 1,
                 format!("expected `word1 word2 score`, found {} fields", f.len()),
             ));
         }
-        let score: f64 = f[2]
-            .parse()
-            .map_err(|_| line_error(path, i + 1, format!("score `{}` is not a number", f[2])))?;
+        let score = f[2].parse::<f64>().ok().filter(|x| x.is_finite());
+        let score = score.ok_or_else(|| {
+            LoadError::at(
+                path,
+                i + 1,
+                format!("score `{}` is not a finite number", f[2]),
+            )
+        })?;
         pairs.push((f[0].to_lowercase(), f[1].to_lowercase(), score));
     }
     if pairs.is_empty() {
-        return Err(file_error(path, "no word pairs"));
+        return Err(LoadError::file(path, "no word pairs"));
     }
     Ok(pairs)
 }
@@ -505,7 +494,7 @@ pub fn load_wordsim(path: &Path) -> Result<Vec<(String, String, f64)>, LoadError
 /// Reads analogy questions (`a b c d` lines, `: section` lines skipped; lowercased). A line
 /// without four words is an error naming `file:line`.
 pub fn load_analogies(path: &Path) -> Result<Vec<[String; 4]>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
+    let text = read_text(path)?;
     let mut questions = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -516,7 +505,7 @@ pub fn load_analogies(path: &Path) -> Result<Vec<[String; 4]>, LoadError> {
         match <[String; 4]>::try_from(f) {
             Ok(q) => questions.push(q),
             Err(f) => {
-                return Err(line_error(
+                return Err(LoadError::at(
                     path,
                     i + 1,
                     format!("expected four words, found {}", f.len()),
@@ -603,6 +592,10 @@ pub fn wordsim_rho(
             _ => skipped += 1,
         }
     }
+    // A vector with a NaN (a diverged model) has no rank: say so rather than rank it last.
+    if model.iter().any(|x| x.is_nan()) {
+        return (f64::NAN, skipped);
+    }
     (spearman(&human, &model), skipped)
 }
 
@@ -677,7 +670,7 @@ pub fn analogy_accuracy(questions: &[[usize; 4]], vectors: &[Vec<f32>]) -> f64 {
 
 /// Writes vectors in the word2vec text format: `V D`, then `word v1 ... vD` per word.
 pub fn save_vectors(path: &Path, vocab: &[String], vectors: &[Vec<f32>]) -> Result<(), LoadError> {
-    let err = |e: std::io::Error| file_error(path, e.to_string());
+    let err = |e: std::io::Error| LoadError::file(path, e.to_string());
     let file = std::fs::File::create(path).map_err(err)?;
     let mut out = std::io::BufWriter::new(file);
     let dim = vectors.first().map_or(0, Vec::len);

@@ -7,7 +7,14 @@
 
 use crate::checkpoint;
 use crate::cluster::{self, Config};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// Most worker threads a process may have (`STRADS_THREADS`, [`Config::threads`]).
+///
+/// A thread count beyond it is a typo rather than a plan (each worker has its own stack
+/// and its own replicas of `sync_for!` tables); [`init_with`] refuses it with a clear error
+/// instead of starting tens of thousands of threads.
+pub const MAX_THREADS: usize = 1024;
 
 /// Joins the job the launcher described, or starts a world of one using all cores.
 ///
@@ -31,13 +38,36 @@ pub fn init() -> Result<()> {
 /// Fails if the runtime was already started with a different configuration, except that
 /// the thread count may differ (operators can choose their thread count per call).
 /// Checkpoints ([`Config::checkpoint`]) are turned on by the call that starts the
-/// runtime.
+/// runtime. A thread count above [`MAX_THREADS`] is a configuration error that names
+/// where it came from.
+///
+/// ```
+/// let err = strads_ap_runtime::init_with(strads_ap_runtime::Config::local(100_000)).unwrap_err();
+/// assert!(err.to_string().contains("at most 1024"), "{err}");
+/// ```
 pub fn init_with(config: Config) -> Result<()> {
+    check_threads(config.threads)?;
     let fresh = cluster::start(&config)?;
     if fresh && config.checkpoint.is_some() {
         checkpoint::configure(config.checkpoint.clone());
     }
     Ok(())
+}
+
+/// Refuses a thread count above [`MAX_THREADS`], naming `STRADS_THREADS` when that is
+/// where it came from.
+fn check_threads(threads: usize) -> Result<()> {
+    if threads <= MAX_THREADS {
+        return Ok(());
+    }
+    let from_env = std::env::var(cluster::env::THREADS)
+        .ok()
+        .filter(|v| v.trim().parse::<usize>() == Ok(threads))
+        .map(|v| format!(" ({}={v})", cluster::env::THREADS))
+        .unwrap_or_default();
+    Err(Error::Config(format!(
+        "{threads} worker threads per process{from_env}: at most {MAX_THREADS} are allowed"
+    )))
 }
 
 /// Leaves the job cleanly: says goodbye to every rank, waits until everything sent has been

@@ -43,4 +43,4 @@ pub use dds::{
 };
 pub use engine::{loop_stats, Diagnosis, Finding, HotKey, LoopStats, Opts, SyncMode};
 pub use error::{Error, Result};
-pub use job::{finish, init, init_with};
+pub use job::{finish, init, init_with, MAX_THREADS};

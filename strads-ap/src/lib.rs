@@ -52,12 +52,15 @@
 //!
 //! The `docs/` folder of the repository has the conversion tutorial and the architecture.
 
+pub mod metric;
+
+pub use metric::{check_finite, NonFiniteMetric};
 pub use strads_ap_macros::{async_for, sync_for};
 pub use strads_ap_runtime::{
     checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
     threads, world_size, Aggregate, Aggregation, Config, DMap, DMultiMap, DVector, Diagnosis,
     Element, Error, Finding, HotKey, LoopStats, Opts, ReadOptions, ReadReport, Relaxed, Result,
-    SyncMode,
+    SyncMode, MAX_THREADS,
 };
 
 /// Views and planner internals, for the curious and for tools.

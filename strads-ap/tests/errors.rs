@@ -352,3 +352,30 @@ fn a_snapshot_of_another_type_or_a_damaged_one_is_refused() {
     std::fs::write(&path, &bytes).unwrap();
     assert!(DVector::<f32>::load(&path).is_err());
 }
+
+#[test]
+fn a_byte_order_mark_is_dropped_and_a_directory_is_named() {
+    let dir = temp_dir("bom");
+    let path = dir.join("bom.txt");
+    std::fs::write(&path, "\u{feff}1 2 5\n3 4 1.5\n").unwrap();
+    let v = read_from_file(&path, parse_rating).unwrap();
+    assert_eq!(v.to_vec().unwrap(), vec![(1, 2, 5.0), (3, 4, 1.5)]);
+    // A header after the mark is still the first line.
+    std::fs::write(&path, "\u{feff}user item rating\n3 4 1.5\n").unwrap();
+    let (v, _) = ReadOptions::new()
+        .header_lines(1)
+        .read(&path, parse_rating)
+        .unwrap();
+    assert_eq!(v.len(), 1);
+    let err = read_from_file(&dir, parse_rating).unwrap_err().to_string();
+    assert!(err.ends_with("is a directory, not a file"), "{err}");
+}
+
+#[test]
+fn more_threads_than_the_limit_is_a_configuration_error() {
+    let err = strads_ap::init_with(strads_ap::Config::local(strads_ap::MAX_THREADS + 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("1025 worker threads per process"), "{err}");
+    assert!(err.contains("at most 1024"), "{err}");
+}

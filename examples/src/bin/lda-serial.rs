@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap_examples::cli::LdaArgs;
 use strads_ap_examples::lda::{self, LdaResult, Prior};
 use strads_ap_examples::report::{mean, print_json_line, progress, SERIAL};
@@ -91,6 +92,7 @@ fn main() -> Result<()> {
         let secs = start.elapsed().as_secs_f64();
         epoch_secs.push(secs);
         let ll = loglik(&doc_topic, &word_topic, &totals);
+        let ll = check_finite("loglik_per_token", ll, epoch)?;
         progress("lda", SERIAL, epoch, "loglik_per_token", ll, secs);
     }
 
@@ -102,7 +104,11 @@ fn main() -> Result<()> {
         threads: 1,
         epochs: args.common.epochs,
         secs_per_epoch,
-        loglik_per_token: loglik(&doc_topic, &word_topic, &totals),
+        loglik_per_token: check_finite(
+            "loglik_per_token",
+            loglik(&doc_topic, &word_topic, &totals),
+            args.common.epochs,
+        )?,
         tokens_per_sec: lda::tokens_per_sec(tokens.len(), secs_per_epoch),
         setup_secs: 0.0,
         s_error: None,

@@ -31,6 +31,7 @@
 
 use anyhow::Result;
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::LdaArgs;
 use strads_ap_examples::lda::{self, LdaResult, Prior};
@@ -129,14 +130,15 @@ fn main() -> Result<()> {
     for epoch in 1..=epochs {
         let start = sweep(epoch)?;
         let secs = clock.stop(start, epoch);
-        progress("lda", STRADS, epoch, "loglik_per_token", loglik()?, secs);
+        let ll = check_finite("loglik_per_token", loglik()?, epoch)?;
+        progress("lda", STRADS, epoch, "loglik_per_token", ll, secs);
         let (lost, drift) = relaxed_error()?;
         eprintln!(
             "lda [{STRADS}] epoch {epoch}: relaxed totals after merging: L1 to recount per \
              token {lost:.3e}, smoothing mass drift {drift:.3e}"
         );
     }
-    let loglik_per_token = loglik()?;
+    let loglik_per_token = check_finite("loglik_per_token", loglik()?, epochs)?;
 
     // The s-error probe sweep (see above), once the plan exists (a single worker in a
     // world of one needs none).

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap_examples::cli::MlrArgs;
 use strads_ap_examples::metrics::{correct, softmax_loss};
 use strads_ap_examples::model::{add_scaled, score, softmax};
@@ -83,10 +84,12 @@ fn main() -> Result<()> {
         let secs = start.elapsed().as_secs_f64();
         epoch_secs.push(secs);
         let loss = train.iter().map(|s| softmax_loss(&w, s)).sum::<f64>() / train.len() as f64;
+        let loss = check_finite("train_loss", loss, epoch)?;
         progress("mlr", SERIAL, epoch, "train_loss", loss, secs);
     }
 
     let train_loss = train.iter().map(|s| softmax_loss(&w, s)).sum::<f64>() / train.len() as f64;
+    let train_loss = check_finite("train_loss", train_loss, args.common.epochs)?;
     let right: usize = test.iter().map(|s| correct(&w, s)).sum();
     print_json_line(&MlrResult {
         app: "mlr".into(),

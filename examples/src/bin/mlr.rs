@@ -13,6 +13,7 @@
 
 use anyhow::{ensure, Result};
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::MlrArgs;
 use strads_ap_examples::metrics::{correct, softmax_loss};
@@ -43,7 +44,9 @@ fn main() -> Result<()> {
             let (raw, _) = ReadOptions::new()
                 .comment_prefix("#")
                 .read(path, data::parse_libsvm_line)?;
-            (data::remap_samples(raw.to_vec()?), None)
+            let samples = data::remap_samples(raw.to_vec()?)
+                .map_err(|message| data::LoadError::file(path, message))?;
+            (samples, None)
         }
         None => (
             data::synthetic_samples(args.samples, args.features, args.classes, seed),
@@ -113,7 +116,8 @@ fn main() -> Result<()> {
             // strads-ap: body end
         })?;
         let secs = clock.stop(start, epoch);
-        progress("mlr", STRADS, epoch, "train_loss", mean_loss(&train)?, secs);
+        let train_loss = check_finite("train_loss", mean_loss(&train)?, epoch)?;
+        progress("mlr", STRADS, epoch, "train_loss", train_loss, secs);
     }
     print_loop_stats();
 
@@ -124,8 +128,8 @@ fn main() -> Result<()> {
         threads,
         epochs: args.common.epochs,
         secs_per_epoch: clock.secs_per_epoch(),
-        train_loss: mean_loss(&train)?,
-        test_accuracy: accuracy(&test)?,
+        train_loss: check_finite("train_loss", mean_loss(&train)?, args.common.epochs)?,
+        test_accuracy: check_finite("test_accuracy", accuracy(&test)?, args.common.epochs)?,
         setup_secs: clock.setup_secs(),
         sync: Some(args.sync.name().into()),
     });

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap_examples::cli::SgdmfArgs;
 use strads_ap_examples::data;
 use strads_ap_examples::metrics::{rating_mean_std, rmse, squared_error};
@@ -69,18 +70,13 @@ fn main() -> Result<()> {
         let secs = start.elapsed().as_secs_f64();
         epoch_secs.push(secs);
         let sum: f64 = ratings.iter().map(|r| squared_error(&w, &h, r)).sum();
-        progress(
-            "sgdmf",
-            SERIAL,
-            epoch,
-            "train_rmse",
-            rmse(sum, ratings.len()),
-            secs,
-        );
+        let train_rmse = check_finite("train_rmse", rmse(sum, ratings.len()), epoch)?;
+        progress("sgdmf", SERIAL, epoch, "train_rmse", train_rmse, secs);
     }
 
     let train_sum: f64 = ratings.iter().map(|r| squared_error(&w, &h, r)).sum();
     let test_sum: f64 = test.iter().map(|r| squared_error(&w, &h, r)).sum();
+    let epochs = args.common.epochs;
     print_json_line(&SgdmfResult {
         app: "sgdmf".into(),
         implementation: SERIAL.into(),
@@ -88,8 +84,8 @@ fn main() -> Result<()> {
         threads: 1,
         epochs: args.common.epochs,
         secs_per_epoch: mean(&epoch_secs),
-        train_rmse: rmse(train_sum, ratings.len()),
-        test_rmse: rmse(test_sum, test.len()),
+        train_rmse: check_finite("train_rmse", rmse(train_sum, ratings.len()), epochs)?,
+        test_rmse: check_finite("test_rmse", rmse(test_sum, test.len()), epochs)?,
         setup_secs: 0.0,
     });
     Ok(())

@@ -10,6 +10,7 @@
 
 use anyhow::{ensure, Result};
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::SgdmfArgs;
 use strads_ap_examples::data;
@@ -95,10 +96,12 @@ fn main() -> Result<()> {
         // `setup_secs`.
         let secs = clock.stop(start, epoch);
         let train_rmse = rmse(sum_squared(&ratings)?, ratings.len());
+        let train_rmse = check_finite("train_rmse", train_rmse, epoch)?;
         progress("sgdmf", STRADS, epoch, "train_rmse", train_rmse, secs);
     }
     print_loop_stats();
 
+    let epochs = args.common.epochs;
     print_json_line(&SgdmfResult {
         app: "sgdmf".into(),
         implementation: STRADS.into(),
@@ -106,8 +109,12 @@ fn main() -> Result<()> {
         threads,
         epochs: args.common.epochs,
         secs_per_epoch: clock.secs_per_epoch(),
-        train_rmse: rmse(sum_squared(&ratings)?, ratings.len()),
-        test_rmse: rmse(sum_squared(&test)?, test.len()),
+        train_rmse: check_finite(
+            "train_rmse",
+            rmse(sum_squared(&ratings)?, ratings.len()),
+            epochs,
+        )?,
+        test_rmse: check_finite("test_rmse", rmse(sum_squared(&test)?, test.len()), epochs)?,
         setup_secs: clock.setup_secs(),
     });
     // Leave the job cleanly (every rank; nothing in a world of one).

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap_examples::cli::TranseArgs;
 use strads_ap_examples::report::{mean, print_json_line, progress, SERIAL};
 use strads_ap_examples::transe::{
@@ -97,6 +98,7 @@ fn main() -> Result<()> {
         let secs = start.elapsed().as_secs_f64();
         epoch_secs.push(secs);
         let loss = transe::mean_margin_loss(&entities, &relations, &triples, seed, margin, norm);
+        let loss = check_finite("train_loss", loss, epoch)?;
         progress("transe", SERIAL, epoch, "train_loss", loss, secs);
     }
 
@@ -109,8 +111,8 @@ fn main() -> Result<()> {
         threads: 1,
         epochs: args.common.epochs,
         secs_per_epoch,
-        mrr: ranks.mrr(),
-        hits10: ranks.hits10(),
+        mrr: check_finite("mrr", ranks.mrr(), args.common.epochs)?,
+        hits10: check_finite("hits10", ranks.hits10(), args.common.epochs)?,
         triples_per_sec: transe::per_sec(triples.len(), secs_per_epoch),
         setup_secs: 0.0,
         sync: None,

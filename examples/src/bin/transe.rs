@@ -33,6 +33,7 @@
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::TranseArgs;
 use strads_ap_examples::report::{print_json_line, print_loop_stats, progress, EpochClock, STRADS};
@@ -191,7 +192,8 @@ fn main() -> Result<()> {
         // The training loop alone: the first call's set-up is reported separately as
         // `setup_secs`.
         let secs = clock.stop(start, epoch);
-        progress("transe", STRADS, epoch, "train_loss", loss()?, secs);
+        let train_loss = check_finite("train_loss", loss()?, epoch)?;
+        progress("transe", STRADS, epoch, "train_loss", train_loss, secs);
     }
     print_loop_stats();
 
@@ -209,8 +211,8 @@ fn main() -> Result<()> {
         threads,
         epochs: args.common.epochs,
         secs_per_epoch,
-        mrr: ranks.mrr(),
-        hits10: ranks.hits10(),
+        mrr: check_finite("mrr", ranks.mrr(), args.common.epochs)?,
+        hits10: check_finite("hits10", ranks.hits10(), args.common.epochs)?,
         triples_per_sec: transe::per_sec(triples.len(), secs_per_epoch),
         setup_secs: clock.setup_secs(),
         sync: Some(loop_name.into()),

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap_examples::cli::Word2vecArgs;
 use strads_ap_examples::report::{mean, print_json_line, progress, SERIAL};
 use strads_ap_examples::word2vec::{
@@ -102,14 +103,8 @@ fn main() -> Result<()> {
         }
         let secs = start.elapsed().as_secs_f64();
         epoch_secs.push(secs);
-        progress(
-            "word2vec",
-            SERIAL,
-            epoch,
-            "wordsim_rho",
-            eval.rho(&syn0),
-            secs,
-        );
+        let rho = check_finite("wordsim_rho", eval.rho(&syn0), epoch)?;
+        progress("word2vec", SERIAL, epoch, "wordsim_rho", rho, secs);
     }
 
     let scores = eval.scores(&syn0);
@@ -129,7 +124,7 @@ fn main() -> Result<()> {
         } else {
             0.0
         },
-        wordsim_rho: scores.rho,
+        wordsim_rho: check_finite("wordsim_rho", scores.rho, epochs)?,
         wordsim_skipped: scores.skipped,
         analogy_acc: scores.analogy,
         analogy_questions: scores.questions,

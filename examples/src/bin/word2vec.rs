@@ -18,6 +18,7 @@
 
 use anyhow::Result;
 use clap::Parser;
+use strads_ap::check_finite;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::Word2vecArgs;
 use strads_ap_examples::report::{print_json_line, print_loop_stats, progress, EpochClock, STRADS};
@@ -107,6 +108,7 @@ fn main() -> Result<()> {
         })?;
         let secs = clock.stop(start, epoch);
         let rho = eval.rho(&syn0.to_vec()?);
+        let rho = check_finite("wordsim_rho", rho, epoch)?;
         progress("word2vec", STRADS, epoch, "wordsim_rho", rho, secs);
     }
     print_loop_stats();
@@ -129,7 +131,7 @@ fn main() -> Result<()> {
         } else {
             0.0
         },
-        wordsim_rho: scores.rho,
+        wordsim_rho: check_finite("wordsim_rho", scores.rho, epochs)?,
         wordsim_skipped: scores.skipped,
         analogy_acc: scores.analogy,
         analogy_questions: scores.questions,

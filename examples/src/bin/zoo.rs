@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Parser;
+use strads_ap_examples::cli;
 use strads_ap_examples::report::print_json_line;
 use strads_ap_examples::zoo::{self, Run, PROGRAMS};
 
@@ -32,13 +33,13 @@ struct Args {
     #[arg(long)]
     serial: bool,
 
-    /// Passes over the data [default: the program's].
-    #[arg(long)]
+    /// Passes over the data, at least 1 [default: the program's].
+    #[arg(long, value_parser = cli::at_least_one)]
     epochs: Option<usize>,
 
-    /// Worker threads of the strads-ap twin per process [default: `STRADS_THREADS`, or
-    /// all cores].
-    #[arg(long)]
+    /// Worker threads of the strads-ap twin per process, 1 to 1024 [default:
+    /// `STRADS_THREADS`, or all cores].
+    #[arg(long, value_parser = cli::thread_count)]
     threads: Option<usize>,
 
     /// Seed of the data, the split and the initial parameters.
@@ -50,8 +51,8 @@ struct Args {
     #[arg(long, value_name = "PATH")]
     data: Option<PathBuf>,
 
-    /// Multiplies the synthetic default's size.
-    #[arg(long, default_value_t = 1.0)]
+    /// Multiplies the synthetic default's size (above 0, at most 1000).
+    #[arg(long, default_value_t = 1.0, value_parser = scale)]
     scale: f64,
 
     /// Prints nothing per epoch.
@@ -64,23 +65,28 @@ fn main() -> Result<()> {
     if args.list {
         for p in PROGRAMS {
             println!("{:<16} {}", p.name, p.shape);
+            if let Some(format) = p.reads {
+                println!("{:<16} --data: {format}", "");
+            }
         }
         return Ok(());
     }
     let program = zoo::program(args.program.as_deref().expect("clap requires it"))?;
-    anyhow::ensure!(
-        args.scale > 0.0 && args.scale.is_finite(),
-        "--scale must be a positive number"
-    );
-    let threads = args
-        .threads
-        .or_else(|| {
-            std::env::var("STRADS_THREADS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    if let (Some(path), None) = (&args.data, program.reads) {
+        let readers: Vec<&str> = PROGRAMS
+            .iter()
+            .filter(|p| p.reads.is_some())
+            .map(|p| p.name)
+            .collect();
+        anyhow::bail!(
+            "zoo {} reads no data (it runs on its synthetic data, sized by --scale), so \
+             --data {} would be ignored; the programs that read data: {}",
+            program.name,
+            path.display(),
+            readers.join(", ")
+        );
+    }
+    let threads = cli::threads_or_default(args.threads);
     let run = Run {
         epochs: args.epochs,
         seed: args.seed,
@@ -100,6 +106,20 @@ fn main() -> Result<()> {
         strads_ap::finish()?;
         outcome
     };
+    // A diverged program ends with an error, not a `null` in its result line.
+    strads_ap::check_finite(&outcome.metric, outcome.value, outcome.epochs)?;
     print_json_line(&outcome);
     Ok(())
+}
+
+/// Parses `--scale`: a finite number above 0 and at most 1000 (the synthetic defaults are
+/// sized for a minute's run; a thousand times that is hours and tens of gigabytes).
+fn scale(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(x.is_finite() && x > 0.0 && x <= 1000.0) {
+        return Err("must be a number above 0 and at most 1000".into());
+    }
+    Ok(x)
 }

@@ -27,7 +27,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use strads_ap::prelude::*;
@@ -100,16 +100,15 @@ fn synthetic_documents(run: &Run) -> Vec<Doc> {
 /// (the id's second letter `a`-`c`). The documents are shuffled by `seed` (the file is
 /// sorted by genre).
 fn load_documents(path: &Path, seed: u64) -> Result<Vec<Doc>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the documents {}", path.display()))?;
+    let text = data::read_text(path)?;
     let mut docs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let (id, tokens) = line.split_once('\t').with_context(|| {
-            format!("{}:{}: expected `docid<TAB>tokens`", path.display(), i + 1)
-        })?;
+        let (id, tokens) = line
+            .split_once('\t')
+            .ok_or_else(|| data::LoadError::at(path, i + 1, "expected `docid<TAB>tokens`"))?;
         let genre = id.chars().nth(1).unwrap_or(' ');
         docs.push(Doc {
             tokens: tokens.split_whitespace().map(str::to_string).collect(),

@@ -23,11 +23,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use strads_ap::prelude::*;
 
 use super::{serial_outcome, strads_outcome, Outcome, Run, SerialClock, StradsClock};
-use crate::data;
+use crate::data::{self, LoadError};
 use crate::report::{SERIAL, STRADS};
 
 const NAME: &str = "mf-strings";
@@ -60,8 +60,7 @@ fn ratings(run: &Run) -> Result<Vec<Record>> {
 /// Reads `user item rating [more]` lines (a header line, blank and `#` lines skipped),
 /// keeping the ids as strings.
 fn load_records(path: &Path) -> Result<Vec<Record>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the ratings {}", path.display()))?;
+    let text = data::read_text(path)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -69,15 +68,11 @@ fn load_records(path: &Path) -> Result<Vec<Record>> {
             continue;
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
-        ensure!(
-            fields.len() >= 3,
-            "{}:{}: expected `user item rating`",
-            path.display(),
-            n + 1
-        );
-        let rating: f32 = fields[2]
-            .parse()
-            .with_context(|| format!("{}:{}: rating `{}`", path.display(), n + 1, fields[2]))?;
+        if fields.len() < 3 {
+            return Err(LoadError::at(path, n + 1, "expected `user item rating`").into());
+        }
+        let rating = data::bounded_value("rating", fields[2])
+            .map_err(|message| LoadError::at(path, n + 1, message))?;
         out.push((fields[0].to_string(), fields[1].to_string(), rating));
     }
     Ok(out)

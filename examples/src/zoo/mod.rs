@@ -133,6 +133,9 @@ pub struct Program {
     /// How far the twin's metric may be from the serial one's at 2 threads, relatively
     /// (0.005 for serializable loops; 0.01 with relaxed tables or `sync_for!`).
     pub tolerance: f64,
+    /// The file format `--data` gives it, or `None` for a program that only runs on its
+    /// synthetic data (the `zoo` binary then refuses `--data` rather than ignore it).
+    pub reads: Option<&'static str>,
 }
 
 /// Every program of the zoo.
@@ -143,6 +146,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: biased_mf::serial,
         strads: biased_mf::strads,
         tolerance: 0.005,
+        reads: Some("`user item rating` lines"),
     },
     Program {
         name: "fm",
@@ -150,6 +154,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: fm::serial,
         strads: fm::strads,
         tolerance: 0.005,
+        reads: None,
     },
     Program {
         name: "logreg",
@@ -157,6 +162,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: logreg::serial,
         strads: logreg::strads,
         tolerance: 0.005,
+        reads: Some("`docid<TAB>tokens` lines"),
     },
     Program {
         name: "mf-strings",
@@ -164,6 +170,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: mf_strings::serial,
         strads: mf_strings::strads,
         tolerance: 0.02,
+        reads: Some("`user item rating` lines"),
     },
     Program {
         name: "pagerank",
@@ -171,6 +178,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: pagerank::serial,
         strads: pagerank::strads,
         tolerance: 0.005,
+        reads: Some("`head<TAB>relation<TAB>tail` lines"),
     },
     Program {
         name: "pegasos",
@@ -178,6 +186,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: pegasos::serial,
         strads: pegasos::strads,
         tolerance: 0.01,
+        reads: None,
     },
     Program {
         name: "kmeans",
@@ -185,6 +194,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: kmeans::serial,
         strads: kmeans::strads,
         tolerance: 0.01,
+        reads: None,
     },
     Program {
         name: "mf-small",
@@ -192,6 +202,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: mf_small::serial,
         strads: mf_small::strads,
         tolerance: 0.01,
+        reads: Some("`user item rating` lines"),
     },
     Program {
         name: "transe-fb",
@@ -199,6 +210,7 @@ pub const PROGRAMS: &[Program] = &[
         serial: transe_fb::serial,
         strads: transe_fb::strads,
         tolerance: 0.01,
+        reads: Some("`head<TAB>relation<TAB>tail` lines"),
     },
 ];
 

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use rand::Rng;
 use strads_ap::prelude::*;
 
@@ -72,8 +72,7 @@ fn synthetic_graph(run: &Run) -> Graph {
 /// Reads `head relation tail` lines as edges head → tail, numbering the nodes in order of
 /// first appearance.
 fn load_graph(path: &Path) -> Result<Graph> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the graph {}", path.display()))?;
+    let text = crate::data::read_text(path)?;
     let mut ids: HashMap<&str, u32> = HashMap::new();
     let mut edges = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -82,12 +81,10 @@ fn load_graph(path: &Path) -> Result<Graph> {
             continue;
         }
         let fields: Vec<&str> = line.split('\t').collect();
-        ensure!(
-            fields.len() >= 3,
-            "{}:{}: expected `head<TAB>relation<TAB>tail`",
-            path.display(),
-            n + 1
-        );
+        if fields.len() < 3 {
+            let message = "expected `head<TAB>relation<TAB>tail`";
+            return Err(crate::data::LoadError::at(path, n + 1, message).into());
+        }
         let mut id = |name| {
             let next = ids.len() as u32;
             *ids.entry(name).or_insert(next)

@@ -36,7 +36,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use rand::Rng;
 use strads_ap::prelude::*;
 
@@ -71,8 +71,7 @@ struct Graph {
 /// Reads `head<TAB>relation<TAB>tail` lines (a RecBole header row skipped), the first
 /// `keep` of them, with dense ids in order of first appearance.
 fn read_triples(path: &Path, keep: usize) -> Result<(Vec<Triple>, usize, usize)> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = crate::data::read_text(path)?;
     let (mut entities, mut relations) = (HashMap::new(), HashMap::new());
     let id = |ids: &mut HashMap<String, u32>, name: &str| -> u32 {
         let next = ids.len() as u32;
@@ -86,8 +85,8 @@ fn read_triples(path: &Path, keep: usize) -> Result<(Vec<Triple>, usize, usize)>
         if line.trim().is_empty() || (i == 0 && is_kg_header(line)) {
             continue;
         }
-        let (h, r, t) = parse_triple_line(line)
-            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), i + 1))?;
+        let (h, r, t) =
+            parse_triple_line(line).map_err(|e| crate::data::LoadError::at(path, i + 1, e))?;
         triples.push(Triple {
             head: id(&mut entities, h),
             relation: id(&mut relations, r),

@@ -107,34 +107,52 @@ pub fn temp_file(tag: &str, name: &str, content: &str) -> PathBuf {
     path
 }
 
-/// `../shared/data/<what>` if `present(path)` holds, or `None` after saying it is skipped.
+/// Whether the tests run in CI (`CI=true`, as `.ci/run` sets it): a test that cannot find
+/// what it needs then fails instead of skipping, so CI never passes by skipping.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The one rule for a missing input: under CI ([`in_ci`]) the test fails, saying what is
+/// missing and how to provide it; elsewhere it is skipped with the same message on both
+/// streams (so `cargo test` shows it).
+pub fn missing(what: &str, how: &str) {
+    if in_ci() {
+        panic!("{what} is missing, and CI=true does not skip tests: {how}");
+    }
+    eprintln!("skipping: {what} is missing ({how})");
+    println!("skipping: {what} is missing ({how})");
+}
+
+/// `../shared/data/<what>` if `present(path)` holds, or `None` after [`missing`] (which
+/// fails the test under CI).
 pub fn shared_data(what: &str, present: impl Fn(&Path) -> bool) -> Option<PathBuf> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/data")
         .join(what);
     if present(&path) {
-        Some(path)
-    } else {
-        eprintln!("skipping: {} not found", path.display());
-        println!("skipping: {} not found", path.display());
-        None
+        return Some(path);
     }
+    missing(
+        &path.display().to_string(),
+        "the shared data sets live in ../shared/data beside the checkout (see \
+         ../shared/data/README.md)",
+    );
+    None
 }
 
 /// The launcher, built beside the examples by `cargo test --workspace` (found next to the
-/// example binary `sibling`), or `None` with a visible skip message.
+/// example binary `sibling`), or `None` after [`missing`] (which fails the test under CI).
 pub fn launcher(sibling: &str) -> Option<PathBuf> {
     let path = PathBuf::from(sibling).with_file_name("strads-ap");
     if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: the launcher is not built at {} (run `cargo test --workspace`, or \
-             `cargo build -p strads-ap` first)",
-            path.display()
-        );
-        None
+        return Some(path);
     }
+    missing(
+        &format!("the launcher {}", path.display()),
+        "run `cargo test --workspace`, or `cargo build -p strads-ap` first",
+    );
+    None
 }
 
 /// The launcher's arguments for `PROGRAM ARGS` as `ranks` processes of `threads` threads,

@@ -13,7 +13,9 @@ use crate::util::excerpt;
 
 /// Reads `path` line by line into a DVector, parsing each line with `parser`.
 ///
-/// Empty lines are skipped. The file is split into byte ranges aligned to line boundaries
+/// Empty lines are skipped, and so is a UTF-8 byte-order mark at the start of the file. A
+/// directory, or bytes that are not UTF-8, are errors naming the file (and the line). The
+/// file is split into byte ranges aligned to line boundaries
 /// and parsed in parallel; element order is line order. A line the parser rejects fails
 /// the whole read with an error naming the file and line; see [`ReadOptions`] to skip
 /// bad lines, skip a header or comments instead.
@@ -208,6 +210,10 @@ impl ReadOptions {
         E: Display,
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
+        if path.is_dir() {
+            let e = std::io::Error::other("is a directory, not a file");
+            return Err(Error::io(path, e));
+        }
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let text = std::str::from_utf8(&bytes).map_err(|e| {
             let line = bytes[..e.valid_up_to()]
@@ -222,6 +228,8 @@ impl ReadOptions {
                 text: String::new(),
             }
         })?;
+        // A UTF-8 byte-order mark is not part of the first line (nor a header).
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut body_start = 0;
         for _ in 0..self.header_lines {
             match text[body_start..].find('\n') {
