@@ -33,6 +33,10 @@ pub const OUTPUT_DIR: &str = "STRADS_OUTPUT_DIR";
 /// `--startup-timeout` is given (the program's default is 60).
 pub const STARTUP_TIMEOUT: &str = "STRADS_STARTUP_TIMEOUT";
 
+/// The IP address every rank listens on; set only with `--bind` (default: the local
+/// address that routes to the rendezvous; `0.0.0.0` for every interface).
+pub const BIND: &str = "STRADS_BIND";
+
 /// Directory of the job's checkpoints; set only with `--checkpoint-dir` or `--resume`.
 pub const CHECKPOINT_DIR: &str = "STRADS_CHECKPOINT_DIR";
 /// Checkpoint after every N-th loop call; set only with `--checkpoint-every`.
@@ -61,6 +65,7 @@ mod tests {
         assert_eq!(super::SECRET_FILE, quic::SECRET_FILE);
         assert_eq!(super::JOB_ID, quic::JOB_ID);
         assert_eq!(super::STARTUP_TIMEOUT, quic::STARTUP_TIMEOUT);
+        assert_eq!(super::BIND, quic::BIND);
         use strads_ap::checkpoint::env as ckpt;
         assert_eq!(super::CHECKPOINT_DIR, ckpt::CHECKPOINT_DIR);
         assert_eq!(super::CHECKPOINT_EVERY, ckpt::CHECKPOINT_EVERY);

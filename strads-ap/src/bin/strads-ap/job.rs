@@ -42,6 +42,8 @@ pub struct Job {
     pub output_dir: PathBuf,
     /// Seconds to wait for the other ranks at startup, when given.
     pub startup_timeout: Option<u64>,
+    /// The address every rank listens on, when given.
+    pub bind: Option<std::net::IpAddr>,
     /// Where the ranks run.
     pub placement: Placement,
     /// Checkpoints of the job, when asked for.
@@ -127,6 +129,9 @@ impl Job {
         vars.push((env::OUTPUT_DIR, self.output_dir.clone().into()));
         if let Some(secs) = self.startup_timeout {
             vars.push((env::STARTUP_TIMEOUT, secs.to_string().into()));
+        }
+        if let Some(ip) = self.bind {
+            vars.push((env::BIND, ip.to_string().into()));
         }
         if let Some(c) = &self.checkpoint {
             vars.push((env::CHECKPOINT_DIR, c.dir.clone().into()));
@@ -226,6 +231,7 @@ mod tests {
             placement,
             checkpoint: None,
             recover: false,
+            bind: Some("10.0.0.7".parse().unwrap()),
         }
     }
 
@@ -253,6 +259,7 @@ mod tests {
             assert_eq!(value(proc, env::JOB_ID), Some("0123456789ab"));
             assert_eq!(value(proc, env::OUTPUT_DIR), Some("/shared/logs/j"));
             assert_eq!(value(proc, env::STARTUP_TIMEOUT), Some("30"));
+            assert_eq!(value(proc, env::BIND), Some("10.0.0.7"));
         }
         assert_eq!(procs[0].output, Output::Terminal);
         assert_eq!(
@@ -266,8 +273,10 @@ mod tests {
         let mut job = job(Placement::Local);
         job.threads = None;
         job.startup_timeout = None;
+        job.bind = None;
         let procs = job.processes(&"p".into(), &[]);
         assert_eq!(value(&procs[0], env::THREADS), None);
+        assert_eq!(value(&procs[0], env::BIND), None);
         assert_eq!(value(&procs[0], env::STARTUP_TIMEOUT), None);
     }
 

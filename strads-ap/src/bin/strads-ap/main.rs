@@ -23,6 +23,7 @@
 //! | `STRADS_JOB_ID` | a random 12-hex-digit id |
 //! | `STRADS_OUTPUT_DIR` | `D`, absolute |
 //! | `STRADS_STARTUP_TIMEOUT` | seconds to wait for all ranks, only with `--startup-timeout` |
+//! | `STRADS_BIND` | the IP address every rank listens on, only with `--bind` |
 //! | `STRADS_CHECKPOINT_DIR` | `C`, absolute, with `--checkpoint-dir` or `--resume` |
 //! | `STRADS_CHECKPOINT_EVERY`, `STRADS_CHECKPOINT_KEEP`, `STRADS_CHECKPOINT_SYNC` | with the options of those names |
 //! | `STRADS_RECOVER` | `1` when the ranks resume from the checkpoints |
@@ -111,8 +112,8 @@ Run PROGRAM ARGS as the N ranks of a job and watch them.
 Each rank learns its place from environment variables: STRADS_RANK (0..N, not set under \
 Slurm), STRADS_WORLD_SIZE, STRADS_THREADS (with --threads), STRADS_RENDEZVOUS (host:port \
 of rank 0), STRADS_SECRET (local and Slurm modes) and STRADS_SECRET_FILE (D/secret, mode \
-0600), STRADS_JOB_ID, STRADS_OUTPUT_DIR (D) and STRADS_STARTUP_TIMEOUT (with \
---startup-timeout).
+0600), STRADS_JOB_ID, STRADS_OUTPUT_DIR (D), STRADS_STARTUP_TIMEOUT (with \
+--startup-timeout) and STRADS_BIND (with --bind).
 
 Rank 0 writes to the terminal; rank r to D/rank-r.log. If a rank fails, the others are \
 stopped, the end of its log is shown, and strads-ap exits with the rank's exit code \
@@ -148,6 +149,11 @@ struct RunArgs {
     /// Port rank 0 listens on [default: a free port locally, 29517 with --hosts/--slurm].
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
+
+    /// IP address every rank listens on [default: the local address that routes to the
+    /// rendezvous, loopback for local jobs]; `0.0.0.0` listens on every interface.
+    #[arg(long, value_name = "IP")]
+    bind: Option<std::net::IpAddr>,
 
     /// Seconds the ranks wait for each other at startup [program's default: 60].
     #[arg(long, value_name = "SECS")]
@@ -321,6 +327,7 @@ fn run(args: RunArgs) -> Result<u8> {
         placement,
         checkpoint,
         recover: args.resume.is_some(),
+        bind: args.bind,
     };
     write_secret(&job.secret_file(), &job.secret)?;
     let signals = supervise::watch_signals().context("cannot watch for signals")?;
