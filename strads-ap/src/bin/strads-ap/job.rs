@@ -302,7 +302,7 @@ mod tests {
                 "cd /home/me/proj && exec env STRADS_RANK=2 STRADS_WORLD_SIZE=3 \
                  STRADS_THREADS=4 STRADS_RENDEZVOUS=node1:29517 \
                  STRADS_SECRET_FILE=/shared/logs/j/secret STRADS_JOB_ID=0123456789ab \
-                 STRADS_OUTPUT_DIR=/shared/logs/j STRADS_STARTUP_TIMEOUT=30 STRADS_SEED=7 \
+                 STRADS_OUTPUT_DIR=/shared/logs/j STRADS_STARTUP_TIMEOUT=30 STRADS_BIND=10.0.0.7 STRADS_SEED=7 \
                  ./train 'a b'"
                     .into(),
             ]
