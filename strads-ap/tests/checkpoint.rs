@@ -174,6 +174,17 @@ fn a_stopped_job_recovers_to_the_failure_free_result() {
     }
 }
 
+/// The committed checkpoints' directories in `dir` (those with a manifest), oldest first.
+fn committed(dir: &Path) -> Vec<PathBuf> {
+    let mut ckpts: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("MANIFEST").exists())
+        .collect();
+    ckpts.sort();
+    ckpts
+}
+
 #[test]
 fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
     let clean = run(2, CheckpointConfig::new(temp_dir("ref")), EPOCHS, 0);
@@ -181,12 +192,7 @@ fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
     let dir = temp_dir("corrupt");
     run(2, CheckpointConfig::new(&dir).keep(3), 3, 0);
     // Tear rank 1's file of the newest checkpoint.
-    let mut ckpts: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("MANIFEST").exists())
-        .collect();
-    ckpts.sort();
+    let ckpts = committed(&dir);
     let newest = ckpts.last().unwrap().join("rank-1-of-2.bin");
     let bytes = std::fs::read(&newest).unwrap();
     std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
@@ -206,12 +212,7 @@ fn a_stale_rank_file_falls_back_to_the_previous_checkpoint() {
     let _ = std::fs::remove_dir_all(temp_dir("ref-stale"));
     let dir = temp_dir("stale");
     run(2, CheckpointConfig::new(&dir).keep(3), 3, 0);
-    let mut ckpts: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("MANIFEST").exists())
-        .collect();
-    ckpts.sort();
+    let ckpts = committed(&dir);
     let [.., older, newest] = &ckpts[..] else {
         panic!("fewer than two checkpoints in {}", dir.display())
     };

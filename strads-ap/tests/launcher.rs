@@ -367,25 +367,30 @@ fi
     assert_eq!(job_summary(&out)["failed_rank"], 2);
 }
 
-#[test]
-fn ranks_die_with_a_killed_launcher() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("job");
+/// A 2-rank job with output directory `out` whose ranks record their pids and sleep.
+fn sleeping_job(dir: &Path, out: &Path) -> Launcher {
     let script = format!("D=$STRADS_OUTPUT_DIR; {RECORD_PID_AND_SLEEP}");
-    let mut launcher = Launcher::start(
-        dir.path(),
+    Launcher::start(
+        dir,
         &[
             "run",
             "-n",
             "2",
             "--output-dir",
-            path_str(&out),
+            path_str(out),
             "--",
             "sh",
             "-c",
             &script,
         ],
-    );
+    )
+}
+
+#[test]
+fn ranks_die_with_a_killed_launcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("job");
+    let mut launcher = sleeping_job(dir.path(), &out);
     let pids = recorded_pids(&out, &[0, 1]);
     assert!(pids.iter().all(|&pid| alive(pid)));
     launcher.child.kill().unwrap(); // SIGKILL: no chance to clean up
@@ -400,21 +405,7 @@ fn ranks_die_with_a_killed_launcher() {
 fn status_tells_the_truth_after_the_launcher_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("job");
-    let script = format!("D=$STRADS_OUTPUT_DIR; {RECORD_PID_AND_SLEEP}");
-    let mut launcher = Launcher::start(
-        dir.path(),
-        &[
-            "run",
-            "-n",
-            "2",
-            "--output-dir",
-            path_str(&out),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let mut launcher = sleeping_job(dir.path(), &out);
     let pids = recorded_pids(&out, &[0, 1]);
     let status = |expect: i32| {
         let o = Command::new(LAUNCHER)
