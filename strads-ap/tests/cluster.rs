@@ -14,11 +14,18 @@ fn run_bounded(args: &[&str], limit: Duration) -> (Output, Duration) {
         std::process::id(),
         args.join("-").replace('/', "_")
     ));
+    let ran = run_bounded_in(&dir, args, limit);
+    let _ = std::fs::remove_dir_all(&dir);
+    ran
+}
+
+/// As [`run_bounded`], with the job's output directory `dir`, left for the caller.
+fn run_bounded_in(dir: &std::path::Path, args: &[&str], limit: Duration) -> (Output, Duration) {
     let start = Instant::now();
     let mut child = Command::new(LAUNCHER)
         .arg("run")
         .arg("--output-dir")
-        .arg(&dir)
+        .arg(dir)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -39,7 +46,6 @@ fn run_bounded(args: &[&str], limit: Duration) -> (Output, Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("output");
-    let _ = std::fs::remove_dir_all(&dir);
     (out, start.elapsed())
 }
 
@@ -101,7 +107,9 @@ fn a_rank_that_dies_mid_job_stops_the_job_with_its_name() {
 /// it, instead of waiting forever.
 #[test]
 fn a_rank_that_leaves_early_ends_the_job_naming_it() {
-    let (out, took) = run_bounded(
+    let dir = std::env::temp_dir().join(format!("strads-ap-left-early-{}", std::process::id()));
+    let (out, took) = run_bounded_in(
+        &dir,
         &[
             "-n",
             "3",
@@ -122,4 +130,8 @@ fn a_rank_that_leaves_early_ends_the_job_naming_it() {
         "{stderr}"
     );
     assert!(took < Duration::from_secs(60), "took {took:?}");
+    // The rank that waited told the launcher, which would not restart such a job.
+    let note = std::fs::read_to_string(dir.join("left-early")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(note.contains("rank 1 has finished the job"), "{note:?}");
 }

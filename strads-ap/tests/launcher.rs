@@ -273,6 +273,64 @@ fn ranks_get_the_whole_contract() {
     assert!(ended.stdout.contains(&format!("STRADS_SECRET={secret}\n")));
 }
 
+/// A job that failed because a rank waited for one that had left (the runtime notes it in
+/// `D/left-early`) is not restarted, even with restarts allowed: it would fail again.
+/// Restarts still happen for other failures (counted by the runs' marker files).
+#[test]
+fn a_job_whose_rank_left_early_is_not_restarted() {
+    for left in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("job");
+        let ckpt = dir.path().join("ckpt");
+        let note = if left {
+            r#"echo "rank 0: rank 1 has finished the job" > "$D/left-early";"#
+        } else {
+            ""
+        };
+        let script = format!(
+            r#"D=$STRADS_OUTPUT_DIR
+if [ "$STRADS_RANK" = 0 ]; then mktemp "$D/run.XXXXXX" >/dev/null; {note} exit 1; fi
+exit 0"#
+        );
+        let ended = run(
+            dir.path(),
+            &[
+                "run",
+                "-n",
+                "2",
+                "--output-dir",
+                path_str(&out),
+                "--checkpoint-dir",
+                path_str(&ckpt),
+                "--max-restarts",
+                "2",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        assert_eq!(ended.code, Some(1), "stderr:\n{}", ended.stderr);
+        let runs = fs::read_dir(&out)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("run.")
+            })
+            .count();
+        if left {
+            assert_eq!(runs, 1, "{}", ended.stderr);
+            assert!(ended.stderr.contains("not restarted"), "{}", ended.stderr);
+        } else {
+            assert_eq!(runs, 3, "{}", ended.stderr);
+            assert!(!ended.stderr.contains("not restarted"), "{}", ended.stderr);
+        }
+    }
+}
+
 #[test]
 fn a_failing_rank_stops_the_others() {
     let dir = tempfile::tempdir().unwrap();

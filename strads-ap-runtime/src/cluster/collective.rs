@@ -134,11 +134,24 @@ impl Comm {
             if r == root {
                 all.push(Vec::new());
             } else {
-                all.push(t.recv(r, tag, deadline)?);
+                all.push(self.recv(r, tag, deadline)?);
             }
         }
         all[root] = mine;
         Ok(Some(all))
+    }
+
+    /// The next message from `from` with `tag`. A wait for a rank that has left the job
+    /// is noted for the launcher (see [`env::LEFT_EARLY_FILE`](super::env::LEFT_EARLY_FILE)).
+    fn recv(&self, from: Rank, tag: u64, deadline: std::time::Instant) -> Result<Vec<u8>> {
+        self.transport.recv(from, tag, deadline).inspect_err(|e| {
+            if let (Error::PeerLeft { .. }, Some(dir)) =
+                (e, std::env::var_os(super::env::OUTPUT_DIR))
+            {
+                let path = std::path::Path::new(&dir).join(super::env::LEFT_EARLY_FILE);
+                let _ = std::fs::write(path, format!("rank {}: {e}\n", self.rank()));
+            }
+        })
     }
 
     /// Root's bytes on every rank.
@@ -153,7 +166,7 @@ impl Comm {
             }
             Ok(Vec::from(bytes))
         } else {
-            t.recv(root, tag, deadline_in(self.timeout))
+            self.recv(root, tag, deadline_in(self.timeout))
         }
     }
 
@@ -308,7 +321,7 @@ impl Comm {
             if r == me {
                 all.push(Vec::from(mine.take().expect("one own buffer")));
             } else {
-                all.push(t.recv(r, tag, deadline)?);
+                all.push(self.recv(r, tag, deadline)?);
             }
         }
         Ok(all)

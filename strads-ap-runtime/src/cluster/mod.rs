@@ -32,6 +32,12 @@ pub mod env {
     pub const VERBOSE: &str = "STRADS_VERBOSE";
     /// Slurm's rank, read when `STRADS_RANK` is not set.
     pub const SLURM_PROCID: &str = "SLURM_PROCID";
+    /// The job's output directory, set by the launcher.
+    pub const OUTPUT_DIR: &str = "STRADS_OUTPUT_DIR";
+    /// The file in [`OUTPUT_DIR`] where a rank notes that it waited for a rank that had
+    /// left the job ([`crate::Error::PeerLeft`]): the launcher does not restart a job
+    /// that failed so, since a restart would only fail the same way.
+    pub const LEFT_EARLY_FILE: &str = "left-early";
     /// Slurm's task count, read when `STRADS_WORLD_SIZE` is not set.
     pub const SLURM_NTASKS: &str = "SLURM_NTASKS";
     pub use crate::transport::quic::env::*;

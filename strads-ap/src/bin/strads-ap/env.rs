@@ -37,6 +37,10 @@ pub const STARTUP_TIMEOUT: &str = "STRADS_STARTUP_TIMEOUT";
 /// address that routes to the rendezvous; `0.0.0.0` for every interface).
 pub const BIND: &str = "STRADS_BIND";
 
+/// The file in the output directory where a rank notes that it waited for a rank that had
+/// left the job; a job that failed so is not restarted.
+pub const LEFT_EARLY_FILE: &str = "left-early";
+
 /// Directory of the job's checkpoints; set only with `--checkpoint-dir` or `--resume`.
 pub const CHECKPOINT_DIR: &str = "STRADS_CHECKPOINT_DIR";
 /// Checkpoint after every N-th loop call; set only with `--checkpoint-every`.
@@ -66,6 +70,8 @@ mod tests {
         assert_eq!(super::JOB_ID, quic::JOB_ID);
         assert_eq!(super::STARTUP_TIMEOUT, quic::STARTUP_TIMEOUT);
         assert_eq!(super::BIND, quic::BIND);
+        assert_eq!(super::OUTPUT_DIR, cluster::OUTPUT_DIR);
+        assert_eq!(super::LEFT_EARLY_FILE, cluster::LEFT_EARLY_FILE);
         use strads_ap::checkpoint::env as ckpt;
         assert_eq!(super::CHECKPOINT_DIR, ckpt::CHECKPOINT_DIR);
         assert_eq!(super::CHECKPOINT_EVERY, ckpt::CHECKPOINT_EVERY);

@@ -359,10 +359,25 @@ fn run(args: RunArgs) -> Result<u8> {
         );
     }
     let mut restarts = 0;
+    let left_early = job.output_dir.join(env::LEFT_EARLY_FILE);
     loop {
+        let _ = std::fs::remove_file(&left_early);
         let processes = job.processes(program, program_args);
         let ended = supervise::supervise(&job, processes, args.grace, &signals)?;
-        if ended.code == 0 || !ended.rank_failed || restarts >= args.max_restarts {
+        if ended.code == 0 || !ended.rank_failed {
+            return Ok(ended.code);
+        }
+        // A rank waited for one that had left the job: the program's ranks do not run
+        // the same operators, and a restart would fail the same way.
+        if let Ok(note) = std::fs::read_to_string(&left_early) {
+            eprintln!(
+                "strads-ap run: a rank left the job while others still needed it ({}); not \
+                 restarted: a restart would end the same way",
+                note.trim()
+            );
+            return Ok(ended.code);
+        }
+        if restarts >= args.max_restarts {
             return Ok(ended.code);
         }
         restarts += 1;
