@@ -134,4 +134,28 @@ fn a_rank_that_leaves_early_ends_the_job_naming_it() {
     let note = std::fs::read_to_string(dir.join("left-early")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(note.contains("rank 1 has finished the job"), "{note:?}");
+    // With checkpoints on, the early `finish()` flushes them (a collective) while the
+    // others are in their allreduce: each waits for the other, and they find out.
+    let ckpt = std::env::temp_dir().join(format!("strads-ap-left-ckpt-{}", std::process::id()));
+    let (out, took) = run_bounded(
+        &[
+            "-n",
+            "2",
+            "--grace",
+            "1",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--",
+            LAUNCHER,
+            "check",
+            "--leave-rank",
+            "1",
+        ],
+        Duration::from_secs(120),
+    );
+    let _ = std::fs::remove_dir_all(&ckpt);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("driver code differs"), "{stderr}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
 }

@@ -141,11 +141,12 @@ impl Comm {
         Ok(Some(all))
     }
 
-    /// The next message from `from` with `tag`. A wait for a rank that has left the job
-    /// is noted for the launcher (see [`env::LEFT_EARLY_FILE`](super::env::LEFT_EARLY_FILE)).
+    /// The next message from `from` with `tag`. A wait for a rank that has left the job, or
+    /// that waits for this one in another collective, is noted for the launcher (see
+    /// [`env::LEFT_EARLY_FILE`](super::env::LEFT_EARLY_FILE)).
     fn recv(&self, from: Rank, tag: u64, deadline: std::time::Instant) -> Result<Vec<u8>> {
         self.transport.recv(from, tag, deadline).inspect_err(|e| {
-            if let (Error::PeerLeft { .. }, Some(dir)) =
+            if let (Error::PeerLeft { .. } | Error::Deadlock { .. }, Some(dir)) =
                 (e, std::env::var_os(super::env::OUTPUT_DIR))
             {
                 let path = std::path::Path::new(&dir).join(super::env::LEFT_EARLY_FILE);
@@ -406,6 +407,75 @@ impl Comm {
             Verdict::Diverged { rank, driver, here } => {
                 Err(Error::Divergence { rank, driver, here })
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::transport::mem;
+
+    /// Runs `job(rank, comm)` on each rank of a 2-rank mem cluster; results in rank order,
+    /// within 60 s.
+    fn on_two<T: Send + 'static>(job: impl Fn(Rank, &Comm) -> T + Send + Sync + 'static) -> Vec<T> {
+        let job = std::sync::Arc::new(job);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for t in mem::MemCluster::new(2).into_transports() {
+            let (job, tx) = (job.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let rank = t.rank();
+                let out = job(rank, &Comm::new(t.clone()));
+                t.leave();
+                let _ = tx.send((rank, out));
+            });
+        }
+        let mut out: Vec<(Rank, T)> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(60)).expect("no hang"))
+            .collect();
+        out.sort_by_key(|o| o.0);
+        out.into_iter().map(|o| o.1).collect()
+    }
+
+    #[test]
+    fn ranks_waiting_for_each_other_in_different_collectives_fail_naming_both() {
+        let out = on_two(|rank, comm| match rank {
+            0 => comm.allreduce(1u64, |a, b| a + b).map(|_| ()),
+            _ => comm.broadcast(0, 5u64).map(|_| ()),
+        });
+        let deadlocks = out
+            .iter()
+            .filter(|r| matches!(r, Err(Error::Deadlock { .. })))
+            .count();
+        assert!(deadlocks >= 1, "{out:?}");
+        for r in &out {
+            match r {
+                Err(e @ Error::Deadlock { .. }) => {
+                    let m = e.to_string();
+                    assert!(m.contains("collective number 0"), "{m}");
+                    assert!(m.contains("driver code differs"), "{m}");
+                }
+                // The other may learn first that the one which detected it has left.
+                Err(Error::PeerLeft { .. }) => {}
+                other => panic!("expected a deadlock, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_wait_for_a_busy_rank_is_no_deadlock() {
+        // Rank 1 works for longer than two probes before joining the collective: its
+        // driver waits for nothing, so rank 0 keeps waiting.
+        let out = on_two(|rank, comm| {
+            if rank == 1 {
+                std::thread::sleep(2 * crate::transport::PROBE_AFTER + Duration::from_millis(500));
+            }
+            comm.allreduce(rank as u64 + 1, |a, b| a + b)
+        });
+        for r in out {
+            assert_eq!(r.unwrap(), 3);
         }
     }
 }

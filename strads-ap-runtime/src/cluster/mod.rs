@@ -35,8 +35,9 @@ pub mod env {
     /// The job's output directory, set by the launcher.
     pub const OUTPUT_DIR: &str = "STRADS_OUTPUT_DIR";
     /// The file in [`OUTPUT_DIR`] where a rank notes that it waited for a rank that had
-    /// left the job ([`crate::Error::PeerLeft`]): the launcher does not restart a job
-    /// that failed so, since a restart would only fail the same way.
+    /// left the job ([`crate::Error::PeerLeft`]) or that waited for it in another
+    /// collective ([`crate::Error::Deadlock`]): the launcher does not restart a job that
+    /// failed so, since a restart would only fail the same way.
     pub const LEFT_EARLY_FILE: &str = "left-early";
     /// Slurm's task count, read when `STRADS_WORLD_SIZE` is not set.
     pub const SLURM_NTASKS: &str = "SLURM_NTASKS";

@@ -39,6 +39,17 @@ impl MemCluster {
     pub fn into_transports(self) -> Vec<Arc<MemTransport>> {
         let boxes = Arc::new(self.boxes);
         let alive = Arc::new(self.alive);
+        for (rank, mailbox) in boxes.iter().enumerate() {
+            let all = Arc::downgrade(&boxes);
+            mailbox.set_replier(
+                rank,
+                Box::new(move |to, tag, bytes| {
+                    if let Some(target) = all.upgrade().as_ref().and_then(|b| b.get(to)) {
+                        target.deliver(rank, tag, bytes);
+                    }
+                }),
+            );
+        }
         (0..boxes.len())
             .map(|rank| {
                 Arc::new(MemTransport {

@@ -42,7 +42,22 @@ pub mod tags {
     pub const RANK_TABLE: u64 = SYSTEM | 1;
     /// A rank is done with the job and will send nothing more.
     pub const GOODBYE: u64 = SYSTEM | 2;
+    /// "What are you waiting for?": a rank that has waited long for a peer asks it (the
+    /// payload is a nonce); answered by the peer's mailbox, whatever its threads do.
+    pub const STATUS_QUERY: u64 = SYSTEM | 3;
+    /// The answer to [`STATUS_QUERY`]: the nonce and the peer's waits that nothing queued
+    /// can end.
+    pub const STATUS: u64 = SYSTEM | 4;
+    /// Whether messages of `tag` are sent only by a rank's driver thread (collectives and
+    /// operator entries): a driver blocked in a wait sends none of them meanwhile.
+    pub fn from_driver(tag: u64) -> bool {
+        matches!(tag >> 56, 0x01 | 0x03)
+    }
 }
+
+/// A wait that lasts this long asks the awaited rank what it waits for, and again as often
+/// afterwards; two ranks each waiting for the other's driver fail (see [`Mailbox::take`]).
+pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(2);
 
 /// Sends and receives tagged messages between the ranks of one job.
 pub trait Transport: Send + Sync {
@@ -81,6 +96,8 @@ pub trait Transport: Send + Sync {
 pub struct Mailbox {
     state: Mutex<MailState>,
     arrived: Condvar,
+    /// This rank, and how it answers status queries (none: waits are never probed).
+    replier: std::sync::OnceLock<(Rank, Replier)>,
 }
 
 /// A message as it arrived: whole, or as the transport's receive chunks, which the taker
@@ -110,8 +127,21 @@ impl Payload {
     }
 }
 
+/// A rank's answer to a status query: the query's nonce, and the waits of its driver that
+/// nothing queued could end, as (the rank waited for, tag).
+type Status = (u64, Vec<(Rank, u64)>);
+
+/// Sends a transport-level message (a status answer) to a rank without blocking: set by
+/// the transport that owns the mailbox.
+pub type Replier = Box<dyn Fn(Rank, u64, Vec<u8>) + Send + Sync>;
+
 struct MailState {
     queues: HashMap<u64, Vec<VecDeque<Payload>>>,
+    /// Driver waits in progress: (id, from, tag).
+    waits: Vec<(u64, Rank, u64)>,
+    next_wait: u64,
+    /// Per rank: its last status answer.
+    statuses: Vec<Option<Status>>,
     lost: Option<(Rank, String)>,
     /// Ranks that said goodbye (they send nothing more, and their loss is no failure).
     finished: Vec<bool>,
@@ -124,12 +154,22 @@ impl Mailbox {
         Mailbox {
             state: Mutex::new(MailState {
                 queues: HashMap::new(),
+                waits: Vec::new(),
+                next_wait: 0,
+                statuses: vec![None; world],
                 lost: None,
                 finished: vec![false; world],
                 world,
             }),
             arrived: Condvar::new(),
+            replier: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Lets this mailbox (of rank `me`) answer other ranks' status queries through
+    /// `replier`, and probe the ranks its driver waits long for. Set once.
+    pub fn set_replier(&self, me: Rank, replier: Replier) {
+        let _ = self.replier.set((me, replier));
     }
 
     fn lock(&self) -> MutexGuard<'_, MailState> {
@@ -152,6 +192,38 @@ impl Mailbox {
 
     fn put(&self, from: Rank, tag: u64, payload: Payload) {
         let mut st = self.lock();
+        if tag == tags::STATUS_QUERY {
+            // Answered at once, from whatever thread delivers: the waits of this rank's
+            // driver that nothing already queued can end.
+            let nonce = status_nonce(&payload.into_vec());
+            let stuck: Vec<(Rank, u64)> = st
+                .waits
+                .iter()
+                .filter(|&&(_, f, t)| {
+                    st.queues
+                        .get(&t)
+                        .and_then(|q| q.get(f))
+                        .is_none_or(|q| q.is_empty())
+                })
+                .map(|&(_, f, t)| (f, t))
+                .collect();
+            drop(st);
+            if let (Some(nonce), Some((_, reply))) = (nonce, self.replier.get()) {
+                reply(from, tags::STATUS, encode_status(nonce, &stuck));
+            }
+            return;
+        }
+        if tag == tags::STATUS {
+            if let (Some(status), Some(slot)) = (
+                decode_status(&payload.into_vec()),
+                st.statuses.get_mut(from),
+            ) {
+                *slot = Some(status);
+            }
+            drop(st);
+            self.arrived.notify_all();
+            return;
+        }
         if tag == tags::GOODBYE {
             if let Some(f) = st.finished.get_mut(from) {
                 *f = true;
@@ -206,9 +278,85 @@ impl Mailbox {
     /// Takes the next message from `from` with `tag`. Fails with [`Error::PeerLeft`] once
     /// `from` has said goodbye without sending it (messages from a rank arrive in order,
     /// so nothing it sent can come after its goodbye).
+    ///
+    /// A driver's wait (a collective or an operator entry, see [`tags::from_driver`]) that
+    /// lasts asks `from` what it waits for. If `from` answers that its driver waits for
+    /// this rank's (and the message still has not come, although everything `from` sent
+    /// before answering has), neither can go on: the wait fails with [`Error::Deadlock`].
     pub fn take(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
+        let me = match self.replier.get() {
+            Some(&(me, _)) if tags::from_driver(tag) && from != me => me,
+            _ => return self.take_until(from, tag, deadline),
+        };
+        let started = Instant::now();
+        let id = {
+            let mut st = self.lock();
+            let id = st.next_wait;
+            st.next_wait += 1;
+            st.waits.push((id, from, tag));
+            id
+        };
+        struct Done<'a>(&'a Mailbox, u64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                let id = self.1;
+                self.0.lock().waits.retain(|w| w.0 != id);
+            }
+        }
+        let _done = Done(self, id);
+        let mut asked: Option<u64> = None;
+        for round in 1u64.. {
+            match self.take_until(from, tag, deadline.min(deadline_in(PROBE_AFTER))) {
+                Err(Error::Timeout { what, .. }) => {
+                    if Instant::now() >= deadline {
+                        return Err(Error::Timeout {
+                            what,
+                            secs: started.elapsed().as_secs_f64(),
+                        });
+                    }
+                }
+                other => return other,
+            }
+            if let Some(theirs) = asked.and_then(|n| self.waits_for(from, tag, me, n)) {
+                return Err(Error::Deadlock {
+                    rank: from,
+                    mine: describe_tag(tag),
+                    theirs: describe_tag(theirs),
+                });
+            }
+            let nonce = (id << 20) | (round & 0xf_ffff);
+            asked = Some(nonce);
+            if let Some((_, reply)) = self.replier.get() {
+                reply(from, tags::STATUS_QUERY, nonce.to_le_bytes().to_vec());
+            }
+        }
+        unreachable!("the rounds of a wait end by returning")
+    }
+
+    /// The tag `from`'s driver waits for from `me`, by `from`'s answer to query `nonce`,
+    /// if the message from `from` with `tag` still has not come.
+    fn waits_for(&self, from: Rank, tag: u64, me: Rank, nonce: u64) -> Option<u64> {
+        let st = self.lock();
+        let queued = st
+            .queues
+            .get(&tag)
+            .and_then(|q| q.get(from))
+            .is_some_and(|q| !q.is_empty());
+        if queued || st.finished.get(from).copied().unwrap_or(true) {
+            return None;
+        }
+        match st.statuses.get(from) {
+            Some(Some((n, stuck))) if *n == nonce => stuck
+                .iter()
+                .find(|&&(f, t)| f == me && tags::from_driver(t))
+                .map(|&(_, t)| t),
+            _ => None,
+        }
+    }
+
+    /// As [`Mailbox::take`], without asking `from` anything.
+    fn take_until(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
         let what = format!("a message from rank {from}");
-        let mut left = false;
         let got = self.wait(deadline, &what, |st| {
             let message = st
                 .queues
@@ -216,21 +364,14 @@ impl Mailbox {
                 .and_then(|q| q.get_mut(from))
                 .and_then(|q| q.pop_front());
             if message.is_none() && st.finished.get(from).copied().unwrap_or(false) {
-                left = true;
                 return Some(None);
             }
             message.map(Some)
         })?;
-        match got {
-            Some(payload) => Ok(payload.into_vec()),
-            None => {
-                debug_assert!(left);
-                Err(Error::PeerLeft {
-                    rank: from,
-                    what: "a message".into(),
-                })
-            }
-        }
+        got.map(Payload::into_vec).ok_or_else(|| Error::PeerLeft {
+            rank: from,
+            what: "a message".into(),
+        })
     }
 
     /// Takes the next message with `tag` from any rank (lowest rank first).
@@ -272,6 +413,48 @@ impl Mailbox {
             }
             st = self.arrived.wait_timeout(st, deadline - now).0;
         }
+    }
+}
+
+/// A status answer's bytes: the nonce, then each wait as (rank, tag).
+fn encode_status(nonce: u64, stuck: &[(Rank, u64)]) -> Vec<u8> {
+    let mut out = nonce.to_le_bytes().to_vec();
+    for &(rank, tag) in stuck {
+        out.extend((rank as u64).to_le_bytes());
+        out.extend(tag.to_le_bytes());
+    }
+    out
+}
+
+/// A status answer from its bytes; `None` for bytes that are not one (a peer's garbage is
+/// ignored: it only delays a deadlock's detection).
+fn decode_status(bytes: &[u8]) -> Option<Status> {
+    let word = |i: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
+    };
+    let nonce = word(0)?;
+    let rest = bytes.len() - 8;
+    if rest % 16 != 0 || rest / 16 > 1 << 16 {
+        return None;
+    }
+    let stuck = (0..rest / 16)
+        .map(|k| Some((usize::try_from(word(8 + 16 * k)?).ok()?, word(16 + 16 * k)?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some((nonce, stuck))
+}
+
+/// A status query's nonce.
+fn status_nonce(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// What a driver waits for, by its tag: `collective 12`, `operator entry 3`.
+fn describe_tag(tag: u64) -> String {
+    let number = tag & ((1 << 56) - 1);
+    match tag >> 56 {
+        0x01 => format!("collective number {number}"),
+        0x03 => format!("operator entry number {number}"),
+        kind => format!("a message of kind {kind:#x}, number {number}"),
     }
 }
 
@@ -361,6 +544,20 @@ mod tests {
             }
             other => panic!("expected PeerLeft, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn status_answers_decode_or_are_ignored() {
+        let bytes = encode_status(7, &[(1, tags::COLLECTIVE | 3), (0, 5)]);
+        assert_eq!(
+            decode_status(&bytes),
+            Some((7, vec![(1, tags::COLLECTIVE | 3), (0, 5)]))
+        );
+        for bad in [&bytes[..7], &bytes[..9], &[][..]] {
+            assert_eq!(decode_status(bad), None);
+        }
+        assert_eq!(status_nonce(&9u64.to_le_bytes()), Some(9));
+        assert_eq!(status_nonce(&[1, 2]), None);
     }
 
     #[test]

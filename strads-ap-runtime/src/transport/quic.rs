@@ -314,7 +314,7 @@ pub struct QuicTransport {
     rank: Rank,
     world: usize,
     mailbox: Arc<Mailbox>,
-    peers: RwLock<Vec<Option<Peer>>>,
+    peers: Arc<RwLock<Vec<Option<Peer>>>>,
     conns: Mutex<Vec<Option<Connection>>>,
     endpoint: Endpoint,
     closed: Arc<AtomicBool>,
@@ -425,7 +425,7 @@ impl QuicTransport {
             rank: opts.rank,
             world: opts.world,
             mailbox,
-            peers: RwLock::new(vec![None; opts.world]),
+            peers: Arc::new(RwLock::new(vec![None; opts.world])),
             conns: Mutex::new(vec![None; opts.world]),
             endpoint,
             closed,
@@ -433,6 +433,20 @@ impl QuicTransport {
             local,
             runtime,
         };
+        // Status answers (deadlock probes) go straight onto a peer's queue, from the
+        // thread that delivered the query; like goodbyes, they are not counted against
+        // the send budget (a few bytes) and never wait.
+        let peers = Arc::downgrade(&t.peers);
+        t.mailbox.set_replier(
+            t.rank,
+            Box::new(move |to, tag, bytes| {
+                if let Some(peers) = peers.upgrade() {
+                    if let Some(Some(peer)) = peers.read().get(to) {
+                        let _ = peer.tx.send(Outgoing::Msg(tag, bytes.into()));
+                    }
+                }
+            }),
+        );
         t.meet_ranks(&mut joined_rx, &opts, deadline)?;
         // Later connections (intruders, duplicates) are refused by the accept loop's
         // handshake or here.
