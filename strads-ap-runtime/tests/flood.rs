@@ -33,13 +33,12 @@ fn resident_bytes() -> u64 {
     kib << 10
 }
 
-/// Not a test on its own: the flooder process of the test below (returns at once
-/// unless [`TARGET`] is set).
+/// Not a test on its own: the flooder process of the test below, which runs it (ignored
+/// otherwise; it needs [`TARGET`]).
 #[test]
+#[ignore = "the flood test's second process"]
 fn flooder() {
-    let Ok(target) = std::env::var(TARGET) else {
-        return;
-    };
+    let target = std::env::var(TARGET).expect("run by the flood test, which sets the target");
     let target: SocketAddr = target.parse().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
@@ -132,18 +131,18 @@ fn a_flood_of_unauthenticated_clients_costs_a_rank_little_and_the_job_goes_on() 
     }
     let before = resident_bytes();
     let mut flooder = Command::new(std::env::current_exe().unwrap())
-        .args(["flooder", "--exact", "--test-threads", "1"])
+        .args(["flooder", "--exact", "--ignored", "--test-threads", "1"])
         .env(TARGET, addr.to_string())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let started = Instant::now();
     let mut peak = before;
-    loop {
+    let flooded = loop {
         peak = peak.max(resident_bytes());
-        if flooder.try_wait().unwrap().is_some() {
-            break;
+        if let Some(status) = flooder.try_wait().unwrap() {
+            break status;
         }
         if started.elapsed() > Duration::from_secs(60) {
             let _ = flooder.kill();
@@ -151,8 +150,15 @@ fn a_flood_of_unauthenticated_clients_costs_a_rank_little_and_the_job_goes_on() 
             panic!("the flooder did not finish within 60 s");
         }
         thread::sleep(Duration::from_millis(20));
-    }
+    };
     peak = peak.max(resident_bytes());
+    // The flood really ran: the second process ran its one (ignored) test, and it passed.
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut flooder.stdout.take().unwrap(), &mut report).unwrap();
+    assert!(
+        flooded.success() && report.contains("1 passed"),
+        "the flooder did not run: {flooded}\n{report}"
+    );
     go_tx.send(()).unwrap();
     for _ in 0..2 {
         let (rank, outcome) = done_rx

@@ -16,7 +16,7 @@
 //!   [`MERGE_SHARE`] of the workers' time merging replicas.
 //!
 //! `STRADS_DIAGNOSE=0` keeps them off stderr (they are still in the loop figures).
-//! `STRADS_DIAGNOSE_BUSY=SHARE` replaces [`BUSY_SHARE`]: `1` reports the fixed costs of
+//! `STRADS_DIAGNOSE_BUSY=SHARE` (read at the first diagnosis) replaces [`BUSY_SHARE`]: `1` reports the fixed costs of
 //! every loop that ran twice, with the planner's reason for its plan, which is how to ask
 //! "why is this loop a components plan?" on a machine where it happens to be fast enough.
 
@@ -390,13 +390,17 @@ pub(crate) fn after_call(
     }
 }
 
-/// [`BUSY_SHARE`], or `STRADS_DIAGNOSE_BUSY` when it holds a share in `0..=1`.
+/// [`BUSY_SHARE`], or `STRADS_DIAGNOSE_BUSY` when it holds a share in `0..=1` (read once
+/// per process, not at every call).
 fn busy_share() -> f64 {
-    std::env::var("STRADS_DIAGNOSE_BUSY")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| (0.0..=1.0).contains(s))
-        .map_or(BUSY_SHARE, |s| if s >= 1.0 { f64::INFINITY } else { s })
+    static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *SHARE.get_or_init(|| {
+        std::env::var("STRADS_DIAGNOSE_BUSY")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| (0.0..=1.0).contains(s))
+            .map_or(BUSY_SHARE, |s| if s >= 1.0 { f64::INFINITY } else { s })
+    })
 }
 
 /// Names of `slots`, quoted.
