@@ -69,7 +69,7 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
         .iter()
         .map(|c| quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)));
 
-    let (kind, run_fn, head, run, record) = match &input.head {
+    let (kind, run_fn, head, run, record, direct) = match &input.head {
         Head::Async { range } => {
             let idx = local("__strads_idx");
             (
@@ -78,6 +78,7 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 quote!(#range),
                 gen.body_fn(Pass::Run, &idx, quote!(#idx)),
                 gen.body_fn(Pass::Record, &idx, quote!(#idx)),
+                gen.body_fn(Pass::Direct, &idx, quote!(#idx)),
             )
         }
         Head::Sync {
@@ -93,7 +94,8 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 quote!(run_sync_for),
                 quote!(#data, #minibatch, #mode),
                 gen.body_fn(Pass::Run, &batch, once.clone()),
-                gen.body_fn(Pass::Record, &batch, once),
+                gen.body_fn(Pass::Record, &batch, once.clone()),
+                gen.body_fn(Pass::Direct, &batch, once),
             )
         }
     };
@@ -116,17 +118,19 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 captures: &[#(#names),*],
             };
             let #task_var = #task { #(#inits),* };
-            #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record)
+            #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct)
         }
     }
 }
 
-/// The two versions of the body: `Run` over real views, `Record` over recording views
-/// for reconnaissance execution.
+/// The three versions of the body: `Run` over checked views (a plan's tags, locks, a
+/// replica's dirty note), `Record` over recording views for reconnaissance execution, and
+/// `Direct` over views that check only bounds, for a worker that runs a call alone.
 #[derive(Clone, Copy)]
 enum Pass {
     Run,
     Record,
+    Direct,
 }
 
 /// What the pieces of the expansion share.
@@ -186,6 +190,7 @@ impl<'a> Generator<'a> {
         let (ctx, method, fallback) = match pass {
             Pass::Run => (local("__strads_ctx"), "__strads_enter", "EnterFallback"),
             Pass::Record => (local("__strads_rec"), "__strads_record", "RecordFallback"),
+            Pass::Direct => (local("__strads_ctx"), "__strads_direct", "DirectFallback"),
         };
         let method = Ident::new(method, Span::call_site());
         let fallback = Ident::new(fallback, Span::call_site());

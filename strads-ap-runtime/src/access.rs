@@ -40,6 +40,15 @@ pub(crate) struct Binding {
     pub locks: *const LockWord,
 }
 
+impl Binding {
+    /// Whether a lone worker may use the table through a
+    /// [`DirectView`](crate::dds::DirectView): no tags to check, no locks, no dirty note.
+    #[inline]
+    pub fn is_direct(&self) -> bool {
+        self.tags.is_null() && self.stamps.is_null() && self.locks.is_null() && self.dirty.is_null()
+    }
+}
+
 /// The lock of one element in a locking run. (Padding each to its own cache line, against
 /// false sharing, made no measurable difference to TransE.)
 pub(crate) struct LockWord(pub AtomicU32);

@@ -379,3 +379,71 @@ fn more_threads_than_the_limit_is_a_configuration_error() {
     assert!(err.contains("1025 worker threads per process"), "{err}");
     assert!(err.contains("at most 1024"), "{err}");
 }
+
+/// One worker runs a call over direct views (bounds checks only); they must refuse what
+/// the checked views of two workers refuse, with the same words: an index past the end, a
+/// missing map key, and writes `sync_for!` cannot merge.
+#[test]
+fn one_worker_refuses_what_two_workers_refuse() {
+    for threads in [1, 2] {
+        let w = DVector::from_fn(10, |_| 0.0f32).unwrap();
+        let err = async_for!(
+            0..11usize,
+            |k| {
+                w[k] += 1.0;
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("index 10 is out of bounds for DVector `w` of length 10"),
+            "{threads} threads: {err}"
+        );
+
+        let m: DMap<u32, f32> = DMap::from_pairs((0..4u32).map(|k| (k, 0.0)).collect()).unwrap();
+        let err = async_for!(
+            0..5usize,
+            |k| {
+                m[&(k as u32)] += 1.0;
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::BodyPanicked { index: 4, .. }) && err.to_string().contains("`m`"),
+            "{threads} threads: {err}"
+        );
+
+        let data = DVector::from_fn(10, |i| i as u32).unwrap();
+        let names = DVector::from_fn(1, |_| String::new()).unwrap();
+        let err = sync_for!(
+            data,
+            2,
+            SyncMode::Hybrid,
+            |batch| {
+                names[0].push_str(&batch.len().to_string());
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("does not implement Aggregate"),
+            "{threads} threads: {err}"
+        );
+        let err = sync_for!(
+            data,
+            2,
+            SyncMode::Bsp,
+            |batch| {
+                data[0] += batch.len() as u32;
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("input of this sync_for!"),
+            "{threads} threads: {err}"
+        );
+    }
+}

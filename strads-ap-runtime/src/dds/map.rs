@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::direct::DirectView;
 use super::table::{lookup_table, register_table, Snapshot, Spread, TableHandle, TableLock};
 use super::view::{RecordVectorView, VectorView};
 use super::Element;
@@ -636,6 +637,22 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
     }
 
     #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_direct<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MapView<'a, K, DirectView<'a, V>> {
+        let b = ctx.binding(self.table.id);
+        MapView {
+            // SAFETY: as in `__strads_enter`.
+            index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
+            values: DirectView::bind(b, name),
+            name,
+        }
+    }
+
+    #[doc(hidden)]
     pub fn __strads_record<'a>(
         &'a self,
         rec: &'a Recorder,
@@ -869,6 +886,16 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         name: &'static str,
     ) -> MultiMapView<'a, K, VectorView<'a, Vec<V>>> {
         MultiMapView(self.0.__strads_enter(ctx, name))
+    }
+
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_direct<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MultiMapView<'a, K, DirectView<'a, Vec<V>>> {
+        MultiMapView(self.0.__strads_direct(ctx, name))
     }
 
     #[doc(hidden)]

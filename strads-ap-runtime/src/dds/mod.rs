@@ -6,6 +6,7 @@
 //! body the macros bind each captured DDS to a *view* that indexes like a `Vec` or a
 //! `HashMap`.
 
+mod direct;
 mod map;
 pub(crate) mod persist;
 mod snapshot;
@@ -15,6 +16,7 @@ mod vector;
 mod view;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
+pub use direct::{DirectFallback, DirectView};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};

@@ -504,6 +504,11 @@ impl<T: Clone> Scratch<T> {
 pub struct Plain<T>(Option<T>);
 
 impl<T> Plain<T> {
+    #[inline(always)]
+    pub(crate) fn new(v: T) -> Self {
+        Plain(Some(v))
+    }
+
     #[doc(hidden)]
     #[inline(always)]
     pub fn __strads_bind(&mut self) -> T {

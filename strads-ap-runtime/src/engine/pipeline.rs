@@ -265,6 +265,7 @@ mod tests {
             register,
             |_, _, _| {},
             |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
+            |_, _, _| {},
         );
         let sync_run = run_sync_for(
             site(LoopKind::Sync),
@@ -276,6 +277,7 @@ mod tests {
             register,
             |_, _, _| {},
             |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
+            |_, _, _| {},
         );
         [async_run, sync_run]
     }

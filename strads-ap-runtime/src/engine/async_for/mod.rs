@@ -41,6 +41,8 @@ pub(super) struct Loop<'c, 'a, Task, I> {
     pub opts: &'c Opts,
     pub run: fn(&Task, &ExecCtx, Indices<'_, I>),
     pub record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    /// The body over direct views, for a lone worker.
+    pub direct: fn(&Task, &ExecCtx, Indices<'_, I>),
     /// What the rank keeps of this call between calls is kept under.
     pub key: PlanKey,
 }
@@ -74,6 +76,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     register: fn(&Task, &mut Registry),
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    direct: fn(&Task, &ExecCtx, Indices<'_, I>),
 ) -> Result<()> {
     let (start, n) = check_range(site, range)?;
     let Some(call) = pipeline::enter(site, task, &opts, register, MAX_TABLES)? else {
@@ -98,6 +101,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         opts: &opts,
         run,
         record,
+        direct,
         key,
     };
     call.note(|f| f.range = Some((start, start + n)));

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::reconnoitre::reconnoitre;
 use super::Loop;
-use crate::access::{ExecCtx, Indices, LoopIndex};
+use crate::access::{Binding, ExecCtx, Indices, LoopIndex};
 use crate::engine::cache::kept;
 use crate::engine::pipeline::Ran;
 use crate::engine::{body_error, Base, CallSite};
@@ -22,6 +22,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         l.start..l.start + l.n,
         l.call.task(),
         l.run,
+        l.direct,
         &locked.bases,
     );
     l.call.note(|f| {
@@ -38,15 +39,21 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     Ok(Ran::new(Ok(()), written))
 }
 
-/// Runs every index in order on this thread (one worker, one process).
+/// Runs every index in order on this thread (one worker, one process), over direct views
+/// (bounds checks only) when every table is bound plainly, as it is in a world of one.
 fn run_serially<Task, I: LoopIndex>(
     site: &CallSite,
     range: Range<usize>,
     task: &Task,
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    direct: fn(&Task, &ExecCtx, Indices<'_, I>),
     bases: &[Base],
 ) -> Result<()> {
     let ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
+    let run = match ctx.bindings.iter().all(Binding::is_direct) {
+        true => direct,
+        false => run,
+    };
     catch_unwind(AssertUnwindSafe(|| {
         run(task, &ctx, Indices::range(range, &ctx))
     }))

@@ -52,6 +52,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
     register: fn(&Task, &mut Registry),
     run: fn(&Task, &ExecCtx, &[D]),
     record: fn(&Task, &Recorder, &[D]),
+    direct: fn(&Task, &ExecCtx, &[D]),
 ) -> Result<()> {
     if minibatch == 0 {
         return Err(Error::invalid(
@@ -74,6 +75,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
         opts: &opts,
         run,
         record,
+        direct,
     };
     let ran = run_call(&call, &body, strategy);
     pipeline::finish(call, ran)
@@ -87,6 +89,8 @@ struct Body<'b, Task, D: Element> {
     opts: &'b Opts,
     run: fn(&Task, &ExecCtx, &[D]),
     record: fn(&Task, &Recorder, &[D]),
+    /// The body over direct views, for a lone worker.
+    direct: fn(&Task, &ExecCtx, &[D]),
 }
 
 /// Makes the call ready, runs it by `strategy`, and says what it wrote.
@@ -195,6 +199,7 @@ struct Minibatches<'m, Task, D> {
     site: &'static CallSite,
     task: &'m Task,
     run: fn(&Task, &ExecCtx, &[D]),
+    direct: fn(&Task, &ExecCtx, &[D]),
     registry: &'m Registry,
     bases: &'m [Base],
     batches: Vec<&'m [D]>,
@@ -274,6 +279,7 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
             site: call.site,
             task: call.task(),
             run: body.run,
+            direct: body.direct,
             registry,
             bases,
             batches,
@@ -317,10 +323,23 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
 
     /// Runs mini-batch `b` in `ctx`; a failure is kept in `errors`.
     fn run_batch(&self, ctx: &ExecCtx, b: usize) {
+        self.run_batch_by(self.run, ctx, b)
+    }
+
+    /// The body a lone worker runs in `ctx`: over direct views when every table is bound
+    /// plainly (no replica's dirty note, no tags), else over checked views.
+    fn lone_body(&self, ctx: &ExecCtx) -> fn(&Task, &ExecCtx, &[D]) {
+        match ctx.bindings.iter().all(Binding::is_direct) {
+            true => self.direct,
+            false => self.run,
+        }
+    }
+
+    /// Runs mini-batch `b` in `ctx` by `body` (checked or direct); a failure is kept in
+    /// `errors`.
+    fn run_batch_by(&self, body: fn(&Task, &ExecCtx, &[D]), ctx: &ExecCtx, b: usize) {
         ctx.current.set(self.batch_start(b));
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            (self.run)(self.task, ctx, self.batches[b])
-        }));
+        let outcome = catch_unwind(AssertUnwindSafe(|| body(self.task, ctx, self.batches[b])));
         if let Err(payload) = outcome {
             self.errors
                 .set(body_error(self.site, self.batch_start(b), payload));

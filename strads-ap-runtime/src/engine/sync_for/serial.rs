@@ -16,6 +16,7 @@ pub(super) fn run<Task: Sync, D: Element>(
     mode: SyncMode,
 ) -> Result<()> {
     let (ctx, _) = m.new_worker();
+    let body = m.lone_body(&ctx);
     // Across ranks, BSP synchronises after every mini-batch (one worker per rank)
     // and Hybrid after every window; in a world of one there is nothing to wait for.
     let window = match (comm, mode) {
@@ -32,7 +33,7 @@ pub(super) fn run<Task: Sync, D: Element>(
             if m.errors.failed() {
                 break;
             }
-            m.run_batch(&ctx, b);
+            m.run_batch_by(body, &ctx, b);
             ran += 1;
         }
         let stop = match &mut cross {
