@@ -66,8 +66,10 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
 
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
 ///
-/// Called by generated code; see the `async_for!` macro for the user-facing contract.
+/// Called by generated code (the body three times: over checked views, recording views
+/// and direct views); see the `async_for!` macro for the user-facing contract.
 #[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
 pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
     site: &'static CallSite,
     range: Range<I>,
