@@ -23,14 +23,6 @@ struct Expect {
 
 /// The programs that need a change to their loops with today's planner, and the change.
 const NEEDS_A_CHANGE: &[Expect] = &[
-    // Four written tables, `bu` keyed like `p` and `bi` like `q`: a components plan of
-    // hundreds of batches; stored as two tables it would rotate.
-    Expect {
-        program: "biased-mf",
-        finding: Finding::FixedCosts,
-        tables: &["bu", "p", "bi", "q"],
-        fix: "move `bu` into the elements of `p` and `bi` into the elements of `q`",
-    },
     // A bias and a loss accumulator every task writes: one component.
     Expect {
         program: "fm",

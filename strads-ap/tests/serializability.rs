@@ -235,3 +235,58 @@ fn rotation_shaped_patterns_are_serializable() {
         }
     }
 }
+
+#[test]
+fn tables_keyed_alike_rotate_serializably() {
+    // Biased MF's shape: four written tables, `bw` keyed like `w` and `bh` one to one with
+    // `h` (a permutation of its keys): two dimensions, rotated like two tables.
+    for threads in 1..=3 {
+        let (n, rows, cols) = (4000, 150usize, 60usize);
+        let mut rng = ChaCha8Rng::seed_from_u64(10 + threads as u64);
+        let pairs: Vec<(u32, u32)> = (0..n)
+            .map(|_| (rng.gen_range(0..rows) as u32, rng.gen_range(0..cols) as u32))
+            .collect();
+        let pairs = DVector::from_vec(pairs).unwrap();
+        let w = DVector::from_fn(rows, |_| Vec::<u32>::new()).unwrap();
+        let h = DVector::from_fn(cols, |_| Vec::<u32>::new()).unwrap();
+        let bw = DVector::from_fn(rows, |_| Vec::<u32>::new()).unwrap();
+        let bh = DVector::from_fn(cols, |_| Vec::<u32>::new()).unwrap();
+        for call in 0..2 {
+            for t in [&w, &h, &bw, &bh] {
+                t.transform(|_, v| v.clear()).unwrap();
+            }
+            let line = line!() + 1;
+            async_for!(
+                0..pairs.len(),
+                |k| {
+                    let (i, j) = pairs[k];
+                    let (i, j) = (i as usize, j as usize);
+                    w[i].push(k as u32);
+                    h[j].push(k as u32);
+                    bw[i].push(k as u32);
+                    bh[(j * 7 + 3) % cols].push(k as u32);
+                },
+                Opts::new().threads(threads)
+            )
+            .unwrap();
+            let site = stats_at(line);
+            let expected = if threads == 1 { "serial" } else { "rotation" };
+            assert_eq!(site.strategy, expected, "{site:?}");
+            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+            let mut total = 0;
+            for t in [&w, &h, &bw, &bh] {
+                for seq in t.to_vec().unwrap() {
+                    total += seq.len();
+                    for p in seq.windows(2) {
+                        edges[p[0] as usize].push(p[1] as usize);
+                    }
+                }
+            }
+            assert_eq!(total, 4 * n, "every task wrote each table once");
+            assert!(
+                acyclic(&edges),
+                "{threads} threads, call {call}: not serializable"
+            );
+        }
+    }
+}

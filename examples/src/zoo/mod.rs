@@ -145,7 +145,11 @@ pub const PROGRAMS: &[Program] = &[
         shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",
         serial: biased_mf::serial,
         strads: biased_mf::strads,
-        tolerance: 0.005,
+        // Rotation (over two dimensions: `p` with `bu`, `q` with `bi`) visits the ratings
+        // cell by cell: after 3 epochs on 15,000 ratings (the test's size) the RMSE is
+        // 0.1-1.2% above serial over seeds 1-5, as for the other rotated programs; at the
+        // full size (10 epochs, 300,000 ratings) +0.06%.
+        tolerance: 0.015,
         reads: Some("`user item rating` lines"),
     },
     Program {

@@ -114,11 +114,6 @@ pub(crate) struct PlanShape {
     pub hot: Vec<(usize, u64, usize)>,
     /// Per conflicting slot: tasks that read a key some other task writes.
     pub readers_of_written: Vec<(usize, usize)>,
-    /// Pairs of conflicting slots every task writes at the same single key.
-    pub keyed_alike: Vec<(usize, usize)>,
-    /// Whether the conflicting slots, with those keyed alike taken together, are one or
-    /// two tables each written at one key per task: the shape rotation plans.
-    pub rotates_if_joined: bool,
 }
 
 /// The plan's shape when it leaves workers idle or is a components plan (whose batches
@@ -137,25 +132,7 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
     let conflicting: Vec<usize> = (0..plan.modes.len())
         .filter(|&s| plan.modes[s] == SlotMode::Checked)
         .collect();
-    let (hot, readers_of_written, keyed_alike, single) =
-        look_at_log(&plan.log, tables, &conflicting);
-    let rotates_if_joined = !keyed_alike.is_empty() && single.iter().all(|&x| x) && {
-        // Dimensions: conflicting slots, those keyed alike joined (petgraph's union-find).
-        let mut uf = petgraph::unionfind::UnionFind::<usize>::new(conflicting.len());
-        for &(a, b) in &keyed_alike {
-            let at = |s: usize| {
-                conflicting
-                    .iter()
-                    .position(|&c| c == s)
-                    .expect("conflicting")
-            };
-            uf.union(at(a), at(b));
-        }
-        let mut roots = uf.into_labeling();
-        roots.sort_unstable();
-        roots.dedup();
-        roots.len() <= 2
-    };
+    let (hot, readers_of_written) = look_at_log(&plan.log, tables, &conflicting);
     Some(PlanShape {
         strategy: plan.stats.strategy,
         tasks,
@@ -166,8 +143,6 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
         conflicting,
         hot,
         readers_of_written,
-        keyed_alike,
-        rotates_if_joined,
     })
 }
 
@@ -196,15 +171,10 @@ fn longest_chain(schedule: &Schedule) -> usize {
     }
 }
 
-type LogLook = (
-    Vec<(usize, u64, usize)>,
-    Vec<(usize, usize)>,
-    Vec<(usize, usize)>,
-    Vec<bool>,
-);
+type LogLook = (Vec<(usize, u64, usize)>, Vec<(usize, usize)>);
 
-/// One pass over the log: the hottest written keys, tasks reading keys others write,
-/// conflicting slots keyed alike, and per slot whether every task writes one key of it.
+/// One pass over the log: the hottest written keys, and tasks reading keys others write.
+/// (Tables keyed alike need no advice: the planner rotates them as one dimension.)
 fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLook {
     let index: HashMap<usize, usize> = slots.iter().enumerate().map(|(i, &s)| (s, i)).collect();
     let mut writers: Vec<Vec<u32>> = slots
@@ -213,9 +183,6 @@ fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLoo
         .collect();
     // Per task: (slot position, key, written), deduplicated.
     let mut touched: Vec<Vec<(usize, u64, bool)>> = Vec::with_capacity(log.tasks());
-    // Per pair (a, b): still possibly keyed alike.
-    let mut alike: Vec<Vec<bool>> = vec![vec![true; slots.len()]; slots.len()];
-    let mut single_key = vec![true; slots.len()];
     log.for_each_in(0..log.tasks(), |_, accesses| {
         let mut mine: Vec<(usize, u64, bool)> = Vec::new();
         for a in accesses {
@@ -227,25 +194,11 @@ fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLoo
                 _ => mine.push((i, a.key(), a.write())),
             }
         }
-        // The one written key per slot, if exactly one.
-        let mut single: Vec<Option<u64>> = vec![None; slots.len()];
-        let mut count = vec![0u32; slots.len()];
         for &(i, key, written) in &mine {
             if written {
                 if let Some(c) = writers[i].get_mut(key as usize) {
                     *c += 1;
                 }
-                count[i] += 1;
-                single[i] = Some(key);
-            }
-        }
-        for (one, &c) in single_key.iter_mut().zip(&count) {
-            *one &= c == 1;
-        }
-        for a in 0..slots.len() {
-            for b in a + 1..slots.len() {
-                let same = count[a] == 1 && count[b] == 1 && single[a] == single[b];
-                alike[a][b] &= same;
             }
         }
         touched.push(mine);
@@ -280,15 +233,7 @@ fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLoo
         .filter(|(_, &r)| r > 0)
         .map(|(i, &r)| (slots[i], r))
         .collect();
-    let mut keyed_alike = Vec::new();
-    for a in 0..slots.len() {
-        for b in a + 1..slots.len() {
-            if alike[a][b] && tasks > 0 {
-                keyed_alike.push((slots[a], slots[b]));
-            }
-        }
-    }
-    (hot, readers_of_written, keyed_alike, single_key)
+    (hot, readers_of_written)
 }
 
 /// What the diagnoses remember of a call site between calls.
@@ -458,8 +403,6 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         fix = "give the loop more tasks per call (or more work per task), or run it with \
                `Opts::new().threads(1)`"
             .to_string();
-    } else if shape.rotates_if_joined {
-        (what, fix) = join_alike(registry, shape, &tables);
     } else if !hot_keys.is_empty() {
         (what, fix, tables) = relax_hot(registry, &hot_keys);
     } else if let Some(&(slot, readers)) = shape.readers_of_written.first() {
@@ -488,45 +431,6 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         tables,
         hot_keys,
     }
-}
-
-/// Tables keyed alike, the shape rotation would plan if they were one table: the words and
-/// the fix.
-fn join_alike(registry: &Registry, shape: &PlanShape, tables: &[String]) -> (String, String) {
-    // Per pair: (the table holding the smaller elements, the one holding the larger).
-    let pairs: Vec<(String, String)> = shape
-        .keyed_alike
-        .iter()
-        .map(|&(a, b)| {
-            let (ea, eb) = (&registry.entries[a], &registry.entries[b]);
-            match ea.table.elem_size() <= eb.table.elem_size() {
-                true => (ea.name.to_string(), eb.name.to_string()),
-                false => (eb.name.to_string(), ea.name.to_string()),
-            }
-        })
-        .collect();
-    let alike: Vec<String> = pairs
-        .iter()
-        .map(|(small, large)| format!("`{small}` at the key of `{large}`"))
-        .collect();
-    let what = format!(
-        "the body writes {} tables ({}) and the planner rotates one or two, but every task \
-         writes {}",
-        tables.len(),
-        quoted(tables),
-        alike.join(" and ")
-    );
-    let moves: Vec<String> = pairs
-        .iter()
-        .map(|(small, large)| format!("`{small}` into the elements of `{large}`"))
-        .collect();
-    let fix = format!(
-        "store tables keyed alike as one table: move {} (a bias as one more entry of its \
-         factor row, say); each task then writes one element of one or two tables, and the \
-         planner rotates them",
-        moves.join(" and ")
-    );
-    (what, fix)
 }
 
 /// Hot keys: the words, the fix (relax them, or `sync_for!`) and the tables named.

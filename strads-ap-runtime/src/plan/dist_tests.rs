@@ -142,6 +142,8 @@ fn rotation() -> Plan {
     let schedule = Schedule::Rotation(Rotation {
         row_slot: 0,
         col_slot: Some(1),
+        row_members: Vec::new(),
+        col_members: Vec::new(),
         rows: 2,
         cols: 2,
         cells: vec![cell(0, 0, 0), cell(0, 1, 1), cell(1, 0, 2), cell(1, 1, 3)],

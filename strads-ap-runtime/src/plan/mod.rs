@@ -68,6 +68,11 @@ pub struct Rotation {
     pub row_slot: usize,
     /// Slot of the table whose blocks are columns, if two tables rotate.
     pub col_slot: Option<usize>,
+    /// Tables that follow `row_slot` in its dimension (their keys map one to one to its
+    /// keys, task by task, and take the same blocks).
+    pub row_members: Vec<usize>,
+    /// Tables that follow `col_slot` likewise.
+    pub col_members: Vec<usize>,
     /// Number of row blocks.
     pub rows: usize,
     /// Number of column blocks (1 for a one-table rotation).
@@ -257,6 +262,17 @@ pub fn plan_ahead(
         })
         .collect();
 
+    // More than two shared tables may still fall into one or two *dimensions*: tables
+    // whose keys coincide task by task (biased MF's `p` and `bu` by user, `q` and `bi` by
+    // item). Rotation then runs over one table of each dimension, the others following it.
+    let dims = match shared.len() {
+        3..=MAX_DIMENSION_SLOTS => dimensions(&log, tables, &shared),
+        _ => None,
+    };
+    let (shared, members) = match &dims {
+        Some(d) => (d.representatives(), d.members()),
+        None => (shared, Vec::new()),
+    };
     // Rotation input for the shared tables: reuse the gathered keys when they cover
     // exactly those tables, else gather them now.
     let rotated = if !(1..=2).contains(&shared.len()) {
@@ -272,7 +288,16 @@ pub fn plan_ahead(
         }
     };
     let (schedule, stats) = match rotated {
-        Some(g) => rotation(&log, &modes, &g, blocks, &mut tags),
+        Some(g) => {
+            let (mut schedule, stats, block_of) =
+                rotation(&log, &modes, &g, blocks, &members, &mut tags);
+            if let (Some(d), Schedule::Rotation(r)) = (&dims, &mut schedule) {
+                d.tag_members(&g, &block_of, &mut tags);
+                r.row_members = d.followers(r.row_slot);
+                r.col_members = r.col_slot.map(|c| d.followers(c)).unwrap_or_default();
+            }
+            (schedule, stats)
+        }
         None => components(&log, &modes, config, &mut tags),
     };
     Plan {
@@ -636,13 +661,17 @@ fn balanced_blocks(weights: &[u32], blocks: usize) -> Vec<u32> {
     block_of
 }
 
+/// A rotation schedule over the gathered tables (their blocks, cells and tags), tagging the
+/// private checked tables by cell too; `members` (tables that follow a gathered one in its
+/// dimension) are left to the caller. Returns each gathered table's block per key as well.
 fn rotation(
     log: &AccessLog,
     modes: &[SlotMode],
     g: &Gathered,
     blocks: usize,
+    members: &[usize],
     tags: &mut [Vec<u32>],
-) -> (Schedule, PlanStats) {
+) -> (Schedule, PlanStats, Vec<Vec<u32>>) {
     let n = log.tasks();
     let row_slot = g.slots[0];
     let col_slot = g.slots.get(1).copied();
@@ -702,7 +731,9 @@ fn rotation(
         }
     }
     let private: Vec<usize> = (0..modes.len())
-        .filter(|&s| modes[s] == SlotMode::Checked && !g.slots.contains(&s))
+        .filter(|&s| {
+            modes[s] == SlotMode::Checked && !g.slots.contains(&s) && !members.contains(&s)
+        })
         .collect();
     if !private.is_empty() {
         for (c, cell) in cells.iter().enumerate() {
@@ -728,12 +759,149 @@ fn rotation(
         Schedule::Rotation(Rotation {
             row_slot,
             col_slot,
+            row_members: Vec::new(),
+            col_members: Vec::new(),
             rows: blocks,
             cols,
             cells,
         }),
         stats,
+        block_of,
     )
+}
+
+/// Most shared tables the planner tries to group into dimensions.
+const MAX_DIMENSION_SLOTS: usize = 8;
+
+/// Shared written tables grouped into one or two dimensions (see [`dimensions`]).
+struct Dimensions {
+    /// The shared tables, in the column order of `keys`.
+    slots: Vec<usize>,
+    /// Per task, its one key of each table of `slots` (row-major, `slots.len()` per task).
+    keys: Vec<u32>,
+    /// The dimensions: columns of `slots`, the representative first.
+    groups: Vec<Vec<usize>>,
+}
+
+impl Dimensions {
+    /// The table that represents each dimension in the rotation.
+    fn representatives(&self) -> Vec<usize> {
+        self.groups.iter().map(|g| self.slots[g[0]]).collect()
+    }
+
+    /// The tables that follow a representative.
+    fn members(&self) -> Vec<usize> {
+        self.groups
+            .iter()
+            .flat_map(|g| g[1..].iter().map(|&c| self.slots[c]))
+            .collect()
+    }
+
+    /// The tables that follow representative `rep`.
+    fn followers(&self, rep: usize) -> Vec<usize> {
+        self.groups
+            .iter()
+            .find(|g| self.slots[g[0]] == rep)
+            .map(|g| g[1..].iter().map(|&c| self.slots[c]).collect())
+            .unwrap_or_default()
+    }
+
+    /// Tags each member's keys with the block of the key its dimension's representative
+    /// has in the same task (`block_of`, per gathered table of `g`).
+    fn tag_members(&self, g: &Gathered, block_of: &[Vec<u32>], tags: &mut [Vec<u32>]) {
+        let width = self.slots.len();
+        for group in &self.groups {
+            let rep = self.slots[group[0]];
+            let i = g
+                .slots
+                .iter()
+                .position(|&s| s == rep)
+                .expect("gathered representative");
+            for &m in &group[1..] {
+                let tag = &mut tags[self.slots[m]];
+                for task in self.keys.chunks_exact(width) {
+                    tag[task[m] as usize] = block_of[i][task[group[0]] as usize];
+                }
+            }
+        }
+    }
+}
+
+/// Groups the `shared` written tables into at most two dimensions, if every task touches
+/// exactly one key of each and, within a dimension, the keys of any two tables map one to
+/// one across tasks (task `t` touches `p[u]` and `bu[u']` with `u ↦ u'` a bijection over the
+/// keys touched: usually `u' = u`). Such tables conflict exactly when their representative
+/// does, so rotating the representative's blocks keeps the plan conflict-free when the
+/// others take their representative's tags.
+fn dimensions(log: &AccessLog, tables: &[TableInfo], shared: &[usize]) -> Option<Dimensions> {
+    let width = shared.len();
+    let column = |s: usize| shared.iter().position(|&x| x == s);
+    let parts = task_parts(log.tasks());
+    let found: Vec<Option<Vec<u32>>> = parts
+        .par_iter()
+        .map(|range| {
+            let mut keys = vec![u32::MAX; range.len() * width];
+            let mut row = 0;
+            let mut ok = true;
+            log.for_each_in(range.clone(), |_, accesses| {
+                let task = &mut keys[row * width..(row + 1) * width];
+                for a in accesses {
+                    if let Some(c) = column(a.slot()) {
+                        // Two keys of one table (or a key past 32 bits): not one dimension.
+                        ok &= task[c] == u32::MAX && a.key() < u32::MAX as u64;
+                        task[c] = a.key() as u32;
+                    }
+                }
+                ok &= task.iter().all(|&k| k != u32::MAX);
+                row += 1;
+            });
+            ok.then_some(keys)
+        })
+        .collect();
+    let mut keys = Vec::with_capacity(log.tasks() * width);
+    for part in found {
+        keys.extend(part?);
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for c in 0..width {
+        let len = |c: usize| tables[shared[c]].key_space;
+        match groups
+            .iter()
+            .position(|g| one_to_one(&keys, width, (g[0], len(g[0])), (c, len(c))))
+        {
+            Some(i) => groups[i].push(c),
+            None if groups.len() < 2 => groups.push(vec![c]),
+            None => return None,
+        }
+    }
+    // Nothing to gain unless some dimension holds two tables (else the caller's own
+    // check of one or two shared tables applies).
+    groups.iter().any(|g| g.len() > 1).then(|| Dimensions {
+        slots: shared.to_vec(),
+        keys,
+        groups,
+    })
+}
+
+/// Whether, across the tasks of `keys` (rows of `width`), column `a`'s key and column
+/// `b`'s key determine each other (keys below `len_a` and `len_b`, the tables' lengths).
+fn one_to_one(
+    keys: &[u32],
+    width: usize,
+    (a, len_a): (usize, usize),
+    (b, len_b): (usize, usize),
+) -> bool {
+    let (mut fwd, mut bwd) = (vec![u32::MAX; len_a], vec![u32::MAX; len_b]);
+    keys.chunks_exact(width).all(|task| {
+        let (ka, kb) = (task[a], task[b]);
+        let (f, g) = (&mut fwd[ka as usize], &mut bwd[kb as usize]);
+        if *f == u32::MAX && *g == u32::MAX {
+            (*f, *g) = (kb, ka);
+            true
+        } else {
+            *f == kb && *g == ka
+        }
+    })
 }
 
 struct UnionFind(Vec<u32>);
@@ -952,9 +1120,9 @@ impl Schedule {
         match (self, group) {
             (Schedule::Rotation(r), GroupRef::Cell(c)) => {
                 let cell = &r.cells[c];
-                if slot == r.row_slot {
+                if slot == r.row_slot || r.row_members.contains(&slot) {
                     cell.row
-                } else if Some(slot) == r.col_slot {
+                } else if Some(slot) == r.col_slot || r.col_members.contains(&slot) {
                     cell.col
                 } else {
                     cell.row * r.cols as u32 + cell.col

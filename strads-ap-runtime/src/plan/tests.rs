@@ -153,8 +153,38 @@ fn arb_rotation_log(rows: u64, cols: u64) -> impl Strategy<Value = AccessLog> {
     })
 }
 
+/// Biased MF's shape: a read of the rating (slot 0), then `p[u]` (1), `q[i]` (2), `bu[u]`
+/// (3) and `bi[perm(i)]` (4: keyed one to one with `i`, not equal to it); written.
+fn arb_dimension_log(rows: u64, cols: u64) -> impl Strategy<Value = AccessLog> {
+    prop::collection::vec((0..rows, 0..cols, 0..1000u64), 0..300).prop_map(move |tasks| {
+        AccessLog::from_tasks(tasks.into_iter().map(|(r, c, d)| {
+            vec![
+                Access::new(0, d, false),
+                Access::new(1, r, true),
+                Access::new(2, c, true),
+                Access::new(3, r, true),
+                Access::new(4, (c * 5 + 3) % cols, true),
+            ]
+        }))
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Tables keyed like a rotated one follow it: the plan rotates (once two keys of each
+    /// dimension are shared) and stays conflict-free, its tags admitting every access.
+    #[test]
+    fn tables_keyed_alike_rotate_as_one_dimension(log in arb_dimension_log(30, 12), threads in 1usize..5) {
+        let tables = vec![
+            TableInfo { key_space: 1000, relaxed: false },
+            TableInfo { key_space: 30, relaxed: false },
+            TableInfo { key_space: 12, relaxed: false },
+            TableInfo { key_space: 30, relaxed: false },
+            TableInfo { key_space: 12, relaxed: false },
+        ];
+        check_plan(&log, &tables, threads);
+    }
 
     #[test]
     fn random_patterns_are_conflict_free(log in arb_log(3, 20), threads in 1usize..5) {
@@ -573,4 +603,82 @@ fn validation_cost_against_planning() {
         100.0 * checks / planning,
         planning * 1e3,
     );
+}
+
+/// Biased MF at a fixed size: four written tables in two dimensions rotate like SGDMF,
+/// `bu` following `p` and `bi` following `q`; a fifth written table keyed by neither
+/// dimension (a shared accumulator) leaves three dimensions, which rotation cannot run.
+#[test]
+fn biased_mf_shape_rotates_over_two_dimensions() {
+    let task = |i: u64| {
+        vec![
+            Access::new(0, i, false),
+            Access::new(1, i % 97, true),
+            Access::new(2, (i * 7) % 31, true),
+            Access::new(3, i % 97, true),
+            Access::new(4, (i * 7) % 31, true),
+        ]
+    };
+    let tables = |n: usize| {
+        let mut t = vec![
+            TableInfo {
+                key_space: 2000,
+                relaxed: false,
+            },
+            TableInfo {
+                key_space: 97,
+                relaxed: false,
+            },
+            TableInfo {
+                key_space: 31,
+                relaxed: false,
+            },
+            TableInfo {
+                key_space: 97,
+                relaxed: false,
+            },
+            TableInfo {
+                key_space: 31,
+                relaxed: false,
+            },
+        ];
+        t.truncate(n);
+        t.resize(
+            n,
+            TableInfo {
+                key_space: 3,
+                relaxed: false,
+            },
+        );
+        t
+    };
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 1,
+        first_index: 0,
+    };
+    let log = AccessLog::from_tasks((0..2000u64).map(task));
+    let p = plan(log.clone(), &tables(5), &config);
+    match &p.schedule {
+        Schedule::Rotation(r) => {
+            assert_eq!((r.row_slot, r.col_slot), (1, Some(2)));
+            assert_eq!(
+                (&r.row_members[..], &r.col_members[..]),
+                (&[3][..], &[4][..])
+            );
+        }
+        other => panic!("expected rotation, got {other:?}"),
+    }
+    check_plan(&log, &tables(5), 2);
+
+    // A written key every task touches (`sum[i % 3]`) is a third dimension.
+    let log = AccessLog::from_tasks((0..2000u64).map(|i| {
+        let mut t = task(i);
+        t.push(Access::new(5, i % 3, true));
+        t
+    }));
+    let p = plan(log.clone(), &tables(6), &config);
+    assert_eq!(p.stats.strategy, "components");
+    check_plan(&log, &tables(6), 2);
 }
