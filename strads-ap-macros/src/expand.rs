@@ -69,7 +69,7 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
         .iter()
         .map(|c| quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)));
 
-    let (kind, run_fn, head, run, record, direct) = match &input.head {
+    let (kind, run_fn, head, run, record, direct, lock) = match &input.head {
         Head::Async { range } => {
             let idx = local("__strads_idx");
             (
@@ -79,6 +79,10 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 gen.body_fn(Pass::Run, &idx, quote!(#idx)),
                 gen.body_fn(Pass::Record, &idx, quote!(#idx)),
                 gen.body_fn(Pass::Direct, &idx, quote!(#idx)),
+                {
+                    let lock = gen.body_fn(Pass::Lock, &idx, quote!(#idx));
+                    quote!(, #lock)
+                },
             )
         }
         Head::Sync {
@@ -96,6 +100,7 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 gen.body_fn(Pass::Run, &batch, once.clone()),
                 gen.body_fn(Pass::Record, &batch, once.clone()),
                 gen.body_fn(Pass::Direct, &batch, once),
+                TokenStream::new(),
             )
         }
     };
@@ -118,19 +123,21 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 captures: &[#(#names),*],
             };
             let #task_var = #task { #(#inits),* };
-            #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct)
+            #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct #lock)
         }
     }
 }
 
-/// The three versions of the body: `Run` over checked views (a plan's tags, locks, a
-/// replica's dirty note), `Record` over recording views for reconnaissance execution, and
-/// `Direct` over views that check only bounds, for a worker that runs a call alone.
+/// The versions of the body: `Run` over checked views (a plan's tags, a replica's dirty
+/// note), `Record` over recording views for reconnaissance execution, `Direct` over views
+/// that check only bounds, for a worker that runs a call alone, and (`async_for!` only)
+/// `Lock` over views that lock elements, for loops whose accesses change every call.
 #[derive(Clone, Copy)]
 enum Pass {
     Run,
     Record,
     Direct,
+    Lock,
 }
 
 /// What the pieces of the expansion share.
@@ -191,6 +198,7 @@ impl<'a> Generator<'a> {
             Pass::Run => (local("__strads_ctx"), "__strads_enter", "EnterFallback"),
             Pass::Record => (local("__strads_rec"), "__strads_record", "RecordFallback"),
             Pass::Direct => (local("__strads_ctx"), "__strads_direct", "DirectFallback"),
+            Pass::Lock => (local("__strads_ctx"), "__strads_lock", "LockFallback"),
         };
         let method = Ident::new(method, Span::call_site());
         let fallback = Ident::new(fallback, Span::call_site());

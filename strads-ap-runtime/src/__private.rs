@@ -2,7 +2,7 @@
 
 pub use serde;
 
-pub use crate::dds::{DirectFallback, EnterFallback, Plain, RecordFallback};
+pub use crate::dds::{DirectFallback, EnterFallback, LockFallback, Plain, RecordFallback};
 pub use crate::engine::{
     run_async_for, run_sync_for, CallSite, ExecCtx, Indices, LoopKind, Opts, Registry, SyncMode,
 };

@@ -38,6 +38,11 @@ pub(crate) struct Binding {
     /// Locking runs: per-key lock words shared by the workers (0 free, else the holder's
     /// tag), or null for a table no other worker writes (a replica).
     pub locks: *const LockWord,
+    /// Keys `window_start..window_start + window_len` the running group holds alone (a
+    /// rotated table's block in a world of one): views admit reads and writes there with
+    /// one comparison, and check other keys by their tags. Empty for no window.
+    pub window_start: usize,
+    pub window_len: usize,
 }
 
 impl Binding {

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::direct::DirectView;
+use super::lock_view::LockView;
 use super::table::{lookup_table, register_table, Snapshot, Spread, TableHandle, TableLock};
 use super::view::{RecordVectorView, VectorView};
 use super::Element;
@@ -631,7 +632,22 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
             // SAFETY: the engine holds this map's lock for the whole operator and stored
             // a pointer to its key index in the binding; nothing changes keys meanwhile.
             index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
-            values: VectorView::bind(ctx, b, name),
+            values: VectorView::bind(b, name),
+            name,
+        }
+    }
+
+    #[doc(hidden)]
+    pub fn __strads_lock<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MapView<'a, K, LockView<'a, V>> {
+        let b = ctx.binding(self.table.id);
+        MapView {
+            // SAFETY: as in `__strads_enter`.
+            index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
+            values: LockView::bind(ctx, b, name),
             name,
         }
     }
@@ -886,6 +902,15 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         name: &'static str,
     ) -> MultiMapView<'a, K, VectorView<'a, Vec<V>>> {
         MultiMapView(self.0.__strads_enter(ctx, name))
+    }
+
+    #[doc(hidden)]
+    pub fn __strads_lock<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MultiMapView<'a, K, LockView<'a, Vec<V>>> {
+        MultiMapView(self.0.__strads_lock(ctx, name))
     }
 
     #[doc(hidden)]

@@ -7,6 +7,7 @@
 //! `HashMap`.
 
 mod direct;
+mod lock_view;
 mod map;
 pub(crate) mod persist;
 mod snapshot;
@@ -17,6 +18,7 @@ mod view;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
 pub use direct::{DirectFallback, DirectView};
+pub use lock_view::{LockFallback, LockView};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};

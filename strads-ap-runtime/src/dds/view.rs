@@ -5,24 +5,23 @@
 //! DDS the inherent methods win and yield a view; for a plain value the fallback traits
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
-use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
-use std::sync::atomic::Ordering;
 
 use super::vector::VectorRef;
-use crate::access::{raise, Binding, Conflict, Dirty, ExecCtx, Fault, LockWord, FREE, SHARED};
+use crate::access::{raise, Binding, Dirty, ExecCtx, Fault, SHARED};
 use crate::recon::Recorder;
 
 /// A DVector as a loop body sees it: indexable like a `Vec`.
 ///
 /// Every access is bounds-checked; in `async_for!` it is also checked against the
 /// conflict-free plan (one load and compare), so a body can never race with another group
-/// even if its accesses differ from what reconnaissance recorded. In a locking run (a loop
-/// whose accesses change between calls, see [`Opts::recheck`](crate::Opts::recheck)) the
-/// first access of a task to an element locks it and saves a copy, so that a task that
-/// meets an element another worker holds can be undone and retried.
+/// even if its accesses differ from what reconnaissance recorded. The view holds plain
+/// values only (no reference to the worker's context, nothing it changes behind a shared
+/// reference), so the compiler keeps them in registers across a body's inner loops.
+/// Locking runs bind a [`LockView`](super::LockView) instead, and a lone worker a
+/// [`DirectView`](super::DirectView).
 pub struct VectorView<'a, T> {
     ptr: *mut T,
     len: usize,
@@ -33,22 +32,18 @@ pub struct VectorView<'a, T> {
     name: &'static str,
     /// The worker's note of written keys (a Hybrid replica), or null.
     dirty: *mut Dirty,
-    /// Locking runs: the worker's per-key stamps (see [`Binding::stamps`]), or null.
-    stamps: *mut u32,
-    /// Locking runs: the shared lock words, or null.
-    locks: *const LockWord,
-    ctx: &'a ExecCtx,
-    /// Locking runs: the elements as the running task found them.
-    undo: UnsafeCell<Undo<T>>,
+    /// Keys the group holds alone (see `Binding::window_start`).
+    window_start: usize,
+    window_len: usize,
     _life: PhantomData<&'a mut [T]>,
 }
 
 impl<T: Clone> VectorRef<T> {
     /// Binds the captured DVector for the running group.
     #[doc(hidden)]
-    #[inline]
+    #[inline(always)]
     pub fn __strads_enter<'a>(&'a self, ctx: &'a ExecCtx, name: &'static str) -> VectorView<'a, T> {
-        VectorView::bind(ctx, ctx.binding(self.table.id), name)
+        VectorView::bind(ctx.binding(self.table.id), name)
     }
 
     /// Binds the captured DVector for reconnaissance.
@@ -62,10 +57,12 @@ impl<T: Clone> VectorRef<T> {
     }
 }
 
-impl<'a, T: Clone> VectorView<'a, T> {
-    /// A view of the elements a binding points to (a vector's, or a map's values).
-    #[inline]
-    pub(crate) fn bind(ctx: &'a ExecCtx, b: &Binding, name: &'static str) -> Self {
+impl<'a, T> VectorView<'a, T> {
+    /// A view of the elements a binding points to (a vector's, or a map's values). A
+    /// binding of a locking run (stamps, locks) needs a [`LockView`](super::LockView).
+    #[inline(always)]
+    pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
+        debug_assert!(b.stamps.is_null(), "a checked view of a locking binding");
         VectorView {
             ptr: b.ptr as *mut T,
             len: b.len,
@@ -75,34 +72,32 @@ impl<'a, T: Clone> VectorView<'a, T> {
             read_only_reason: b.read_only_reason,
             name,
             dirty: b.dirty,
-            stamps: b.stamps,
-            locks: b.locks,
-            ctx,
-            undo: UnsafeCell::new(Undo::default()),
+            window_start: b.window_start,
+            window_len: b.window_len.min(b.len.saturating_sub(b.window_start)),
             _life: PhantomData,
         }
     }
 
     /// Number of elements.
-    #[inline]
+    #[inline(always)]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether there are no elements.
-    #[inline]
+    #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Element `i`, or `None` past the end.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, i: usize) -> Option<&T> {
         (i < self.len).then(|| &self[i])
     }
 
     /// Element `i` mutably, or `None` past the end.
-    #[inline]
+    #[inline(always)]
     pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         (i < self.len).then(|| &mut self[i])
     }
@@ -112,82 +107,43 @@ impl<'a, T: Clone> VectorView<'a, T> {
     pub fn __strads_bind(&mut self) -> &mut Self {
         self
     }
-}
 
-impl<'a, T: Clone> VectorView<'a, T> {
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
+        // The group's own window: one comparison of values the compiler keeps in
+        // registers (a rotated table's block, written by no other group meanwhile).
+        if i.wrapping_sub(self.window_start) < self.window_len {
+            return;
+        }
         if i >= self.len {
-            raise(Fault::OutOfBounds {
-                table: self.name,
-                index: i,
-                len: self.len,
-            });
+            self.out_of_bounds(i);
         }
         if write && !self.writable {
-            raise(Fault::Outside {
-                table: self.name,
-                key: i as u64,
-                write,
-                reason: self.read_only_reason,
-            });
+            self.refuse(i, write, self.read_only_reason);
         }
         if !self.tags.is_null() {
             // SAFETY: `tags` has one entry per element (the planner sizes it to the
             // table), and `i < len` was checked above.
             let tag = unsafe { *self.tags.add(i) };
             if tag != self.allowed && (write || tag != SHARED) {
-                self.outside(i, write, tag);
+                self.refuse(i, write, outside_reason(tag));
             }
         }
-        if !self.stamps.is_null() {
-            // SAFETY: `stamps` has one entry per element (`i < len`), owned by this worker.
-            let stamp = unsafe { *self.stamps.add(i) };
-            if stamp != self.ctx.epoch.get() {
-                self.first_touch(i);
-            }
-        }
-    }
-
-    /// The running task's first access to element `i` in a locking run: takes the
-    /// element's lock (or abandons the task if another worker holds it) and saves the
-    /// element as it was, for an abandoned task to put back.
-    #[inline(never)]
-    fn first_touch(&self, i: usize) {
-        let epoch = self.ctx.epoch.get();
-        if !self.locks.is_null() {
-            // SAFETY: the lock words are one per element (`i < len`) and outlive the call.
-            let lock = unsafe { &*self.locks.add(i) };
-            // Acquire: the previous holder's writes to the element (released with its
-            // lock) happen before ours.
-            if lock
-                .0
-                .compare_exchange(FREE, self.ctx.tag, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                self.ctx.aborting.set(true);
-                std::panic::resume_unwind(Box::new(Conflict));
-            }
-            self.ctx.held.borrow_mut().push(lock);
-        }
-        // SAFETY: as in `check`; the stamps are this worker's alone.
-        unsafe { *self.stamps.add(i) = epoch };
-        // SAFETY: `undo` is used by this view's own methods only, on one thread, and no
-        // reference to it outlives this call.
-        let undo = unsafe { &mut *self.undo.get() };
-        // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica
-        // only this worker uses), so nothing writes it meanwhile.
-        undo.save(epoch, i, unsafe { &*self.ptr.add(i) });
     }
 
     #[cold]
     #[inline(never)]
-    fn outside(&self, i: usize, write: bool, tag: u32) -> ! {
-        let reason = match tag {
-            crate::access::UNTOUCHED => "no task touched this element during reconnaissance",
-            SHARED => "reconnaissance saw only reads of this element",
-            _ => "the element belongs to another task group of the plan",
-        };
+    fn out_of_bounds(&self, i: usize) -> ! {
+        raise(Fault::OutOfBounds {
+            table: self.name,
+            index: i,
+            len: self.len,
+        })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refuse(&self, i: usize, write: bool, reason: &'static str) -> ! {
         raise(Fault::Outside {
             table: self.name,
             key: i as u64,
@@ -197,19 +153,16 @@ impl<'a, T: Clone> VectorView<'a, T> {
     }
 }
 
-impl<T> Drop for VectorView<'_, T> {
-    fn drop(&mut self) {
-        if !self.stamps.is_null() && self.ctx.aborting.get() {
-            let epoch = self.ctx.epoch.get();
-            // SAFETY: the saved keys are below `len`, and the abandoned task still holds
-            // their locks (the engine releases them after the unwind); no reference from
-            // the body is alive once the view drops.
-            unsafe { self.undo.get_mut().restore(epoch, self.ptr) };
-        }
+/// Why the plan refuses an access to an element of tag `tag`.
+pub(crate) fn outside_reason(tag: u32) -> &'static str {
+    match tag {
+        crate::access::UNTOUCHED => "no task touched this element during reconnaissance",
+        SHARED => "reconnaissance saw only reads of this element",
+        _ => "the element belongs to another task group of the plan",
     }
 }
 
-impl<T: Clone> Index<usize> for VectorView<'_, T> {
+impl<T> Index<usize> for VectorView<'_, T> {
     type Output = T;
 
     #[inline(always)]
@@ -218,14 +171,16 @@ impl<T: Clone> Index<usize> for VectorView<'_, T> {
         // SAFETY: `i < len` was checked, and `ptr` points to `len` initialised elements
         // that the engine keeps alive and locked for the operator. No other thread writes
         // element `i` now: the plan gives each written element to one group at a time and
-        // `check` refused the access unless this group holds the element or it is shared
-        // read-only (tag SHARED, which no group may write); in a locking run, `check`
-        // took the element's lock.
+        // `check` refused the access unless this group holds the element (by its tag, or
+        // in its window, a key range of a block no other group may touch while this one
+        // runs) or it is shared read-only (tag SHARED, which no group may write); a table
+        // without tags is read-only for this loop, or a replica of this worker's own.
+        // The window lies within the table (`bind` clamps it to `len`).
         unsafe { &*self.ptr.add(i) }
     }
 }
 
-impl<T: Clone> IndexMut<usize> for VectorView<'_, T> {
+impl<T> IndexMut<usize> for VectorView<'_, T> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.check(i, true);
@@ -357,65 +312,16 @@ impl<T: Clone> RecordVectorView<'_, T> {
     }
 }
 
-/// The elements a task of a locking run touched, as it found them. Slots are kept from
-/// task to task and refilled with `clone_from`.
-struct Undo<T> {
-    items: Vec<(usize, T)>,
-    live: usize,
-    epoch: u32,
-}
-
-impl<T> Default for Undo<T> {
-    fn default() -> Self {
-        Undo {
-            items: Vec::new(),
-            live: 0,
-            epoch: 0,
-        }
-    }
-}
-
-impl<T: Clone> Undo<T> {
-    /// Saves element `key` as task `epoch` first touched it.
-    #[inline]
-    fn save(&mut self, epoch: u32, key: usize, src: &T) {
-        if self.epoch != epoch {
-            self.epoch = epoch;
-            self.live = 0;
-        }
-        put_copy(&mut self.items, self.live, key, src);
-        self.live += 1;
-    }
-}
-
 /// Stores a copy of `src` for `key` at position `at` of `items` (at most its length):
 /// refilling the slot there with `clone_from`, which reuses its allocations, or adding one.
 #[inline]
-fn put_copy<T: Clone>(items: &mut Vec<(usize, T)>, at: usize, key: usize, src: &T) {
+pub(super) fn put_copy<T: Clone>(items: &mut Vec<(usize, T)>, at: usize, key: usize, src: &T) {
     match items.get_mut(at) {
         Some(slot) => {
             slot.0 = key;
             slot.1.clone_from(src);
         }
         None => items.push((key, src.clone())),
-    }
-}
-
-impl<T> Undo<T> {
-    /// Puts back the elements task `epoch` saved.
-    ///
-    /// # Safety
-    /// `base` points to initialised elements beyond every saved key, which no one else
-    /// reads or writes during the call.
-    unsafe fn restore(&mut self, epoch: u32, base: *mut T) {
-        if self.epoch != epoch {
-            return;
-        }
-        for (key, saved) in self.items[..self.live].iter_mut().rev() {
-            // SAFETY: guaranteed by the caller.
-            std::mem::swap(unsafe { &mut *base.add(*key) }, saved);
-        }
-        self.live = 0;
     }
 }
 

@@ -266,6 +266,7 @@ mod tests {
             |_, _, _| {},
             |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
             |_, _, _| {},
+            |_, _, _| {},
         );
         let sync_run = run_sync_for(
             site(LoopKind::Sync),

@@ -132,6 +132,8 @@ impl Base {
             dirty: std::ptr::null_mut(),
             stamps: std::ptr::null_mut(),
             locks: std::ptr::null(),
+            window_start: 0,
+            window_len: 0,
         }
     }
 

@@ -73,6 +73,16 @@ pub struct Rotation {
     pub row_members: Vec<usize>,
     /// Tables that follow `col_slot` likewise.
     pub col_members: Vec<usize>,
+    /// Row block `b` holds keys `row_bounds[b]..row_bounds[b + 1]` of `row_slot` (blocks
+    /// are contiguous key ranges).
+    pub row_bounds: Vec<usize>,
+    /// Column block boundaries of `col_slot` likewise (empty for one table).
+    pub col_bounds: Vec<usize>,
+    /// Tables whose keys are `row_slot`'s own, task by task: `row_slot` and the members
+    /// keyed exactly like it. A cell holds their row block's key range alone.
+    pub row_windowed: Vec<usize>,
+    /// Tables keyed exactly like `col_slot` likewise.
+    pub col_windowed: Vec<usize>,
     /// Number of row blocks.
     pub rows: usize,
     /// Number of column blocks (1 for a one-table rotation).
@@ -295,6 +305,14 @@ pub fn plan_ahead(
                 d.tag_members(&g, &block_of, &mut tags);
                 r.row_members = d.followers(r.row_slot);
                 r.col_members = r.col_slot.map(|c| d.followers(c)).unwrap_or_default();
+                let same = |rep: usize, members: &[usize]| -> Vec<usize> {
+                    let keyed_alike = members.iter().filter(|&&m| d.keyed_alike(rep, m));
+                    std::iter::once(rep).chain(keyed_alike.copied()).collect()
+                };
+                r.row_windowed = same(r.row_slot, &r.row_members);
+                if let Some(c) = r.col_slot {
+                    r.col_windowed = same(c, &r.col_members);
+                }
             }
             (schedule, stats)
         }
@@ -761,6 +779,13 @@ fn rotation(
             col_slot,
             row_members: Vec::new(),
             col_members: Vec::new(),
+            row_bounds: block_bounds(&block_of[0], blocks),
+            col_bounds: block_of
+                .get(1)
+                .map(|b| block_bounds(b, cols))
+                .unwrap_or_default(),
+            row_windowed: vec![row_slot],
+            col_windowed: col_slot.into_iter().collect(),
             rows: blocks,
             cols,
             cells,
@@ -768,6 +793,20 @@ fn rotation(
         stats,
         block_of,
     )
+}
+
+/// Where each of `blocks` blocks starts in a table whose keys' blocks (`block_of`) never
+/// decrease, plus the end: block `b` holds keys `bounds[b]..bounds[b + 1]`.
+fn block_bounds(block_of: &[u32], blocks: usize) -> Vec<usize> {
+    let mut bounds = vec![block_of.len(); blocks + 1];
+    for (k, &b) in block_of.iter().enumerate().rev() {
+        bounds[b as usize] = k;
+    }
+    // Empty blocks start where the next one does.
+    for b in (0..blocks).rev() {
+        bounds[b] = bounds[b].min(bounds[b + 1]);
+    }
+    bounds
 }
 
 /// Most shared tables the planner tries to group into dimensions.
@@ -804,6 +843,20 @@ impl Dimensions {
             .find(|g| self.slots[g[0]] == rep)
             .map(|g| g[1..].iter().map(|&c| self.slots[c]).collect())
             .unwrap_or_default()
+    }
+
+    /// Whether every task touches the same key of tables `a` and `b`.
+    fn keyed_alike(&self, a: usize, b: usize) -> bool {
+        let col = |s: usize| {
+            self.slots
+                .iter()
+                .position(|&x| x == s)
+                .expect("shared slot")
+        };
+        let (a, b) = (col(a), col(b));
+        self.keys
+            .chunks_exact(self.slots.len())
+            .all(|task| task[a] == task[b])
     }
 
     /// Tags each member's keys with the block of the key its dimension's representative
@@ -1140,6 +1193,34 @@ impl Plan {
     /// The tag a group may access in a slot (see [`Schedule::allowed`]).
     pub fn allowed(&self, slot: usize, group: GroupRef) -> u32 {
         self.schedule.allowed(slot, group)
+    }
+}
+
+impl Schedule {
+    /// The keys of `slot` that `group` holds alone while it runs, if they form one range:
+    /// a rotation cell's row (or column) block of the rotated tables and of the tables
+    /// keyed exactly like them. Every key of the range that reconnaissance saw touched is
+    /// tagged with the block; the others no task touched, so no other group may touch
+    /// them either while the cell runs. (In a world of one only: across ranks a key no
+    /// task touched may not have been fetched.)
+    pub fn window(&self, slot: usize, group: GroupRef) -> std::ops::Range<usize> {
+        match (self, group) {
+            (Schedule::Rotation(r), GroupRef::Cell(c)) => {
+                let cell = &r.cells[c];
+                let (bounds, block) = if r.row_windowed.contains(&slot) {
+                    (&r.row_bounds, cell.row as usize)
+                } else if r.col_windowed.contains(&slot) {
+                    (&r.col_bounds, cell.col as usize)
+                } else {
+                    return 0..0;
+                };
+                match (bounds.get(block), bounds.get(block + 1)) {
+                    (Some(&lo), Some(&hi)) => lo..hi,
+                    _ => 0..0,
+                }
+            }
+            _ => 0..0,
+        }
     }
 }
 

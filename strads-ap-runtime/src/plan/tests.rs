@@ -103,6 +103,40 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
         }
     }
 
+    // Windows (key ranges a group holds alone): every key in a group's window is tagged
+    // for that group or untouched, and groups that may run together have disjoint windows.
+    for (g, _) in &groups {
+        for s in 0..tables.len() {
+            let w = plan.schedule.window(s, *g);
+            if w.is_empty() {
+                continue;
+            }
+            assert_eq!(
+                plan.modes[s],
+                SlotMode::Checked,
+                "a window on an unchecked table"
+            );
+            assert!(w.end <= tables[s].key_space, "window {w:?} past table {s}");
+            let allowed = plan.allowed(s, *g);
+            for k in w.clone() {
+                let tag = plan.tags[s][k];
+                assert!(
+                    tag == allowed || tag == crate::access::UNTOUCHED,
+                    "key {k} of table {s} in {g:?}'s window is tagged {tag}, not {allowed}"
+                );
+            }
+            for (h, _) in &groups {
+                if concurrent(&plan, *g, *h) {
+                    let v = plan.schedule.window(s, *h);
+                    assert!(
+                        v.end <= w.start || w.end <= v.start,
+                        "concurrent {g:?} and {h:?} share keys of table {s}: {w:?}, {v:?}"
+                    );
+                }
+            }
+        }
+    }
+
     // The tags admit every access the log recorded (components: after re-tagging).
     let mut tags = plan.tags.clone();
     let mut last_batch = usize::MAX;
@@ -667,6 +701,14 @@ fn biased_mf_shape_rotates_over_two_dimensions() {
                 (&r.row_members[..], &r.col_members[..]),
                 (&[3][..], &[4][..])
             );
+            // Keyed exactly alike: the members share their representative's windows.
+            assert_eq!(
+                (&r.row_windowed[..], &r.col_windowed[..]),
+                (&[1, 3][..], &[2, 4][..])
+            );
+            let cell = GroupRef::Cell(0);
+            assert_eq!(p.schedule.window(3, cell), p.schedule.window(1, cell));
+            assert!(!p.schedule.window(1, cell).is_empty());
         }
         other => panic!("expected rotation, got {other:?}"),
     }

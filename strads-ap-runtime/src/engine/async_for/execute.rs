@@ -46,6 +46,9 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         ..
     } = plan;
     let modes: &[SlotMode] = modes;
+    // Windows (key ranges a group holds alone) only in a world of one: across ranks a key
+    // no task touched in reconnaissance may not have been fetched to this rank.
+    let alone = !l.call.here.is_distributed();
     let new_worker = |tags: &[Vec<u32>]| -> Worker {
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
             if modes[slot] == SlotMode::Checked {
@@ -69,6 +72,10 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
             if modes[slot] == SlotMode::Checked {
                 b.allowed = schedule.allowed(slot, group);
+                if alone {
+                    let window = schedule.window(slot, group);
+                    (b.window_start, b.window_len) = (window.start, window.len());
+                }
             }
         }
         let outcome = catch_unwind(AssertUnwindSafe(|| {

@@ -111,7 +111,7 @@ fn run_locked<Task: Sync, I: LoopIndex>(
     bases: &[Base],
     modes: &[SlotMode],
 ) -> Result<Outcome> {
-    let (site, start, n, task, run) = (l.call.site, l.start, l.n, l.call.task(), l.run);
+    let (site, start, n, task, run) = (l.call.site, l.start, l.n, l.call.task(), l.lock);
     let (registry, threads) = (&l.call.registry, l.call.threads);
     let locks: Vec<Vec<LockWord>> = modes
         .iter()

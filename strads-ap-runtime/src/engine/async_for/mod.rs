@@ -43,6 +43,8 @@ pub(super) struct Loop<'c, 'a, Task, I> {
     pub record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     /// The body over direct views, for a lone worker.
     pub direct: fn(&Task, &ExecCtx, Indices<'_, I>),
+    /// The body over lock views, for locking runs.
+    pub lock: fn(&Task, &ExecCtx, Indices<'_, I>),
     /// What the rank keeps of this call between calls is kept under.
     pub key: PlanKey,
 }
@@ -66,8 +68,8 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
 
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
 ///
-/// Called by generated code (the body three times: over checked views, recording views
-/// and direct views); see the `async_for!` macro for the user-facing contract.
+/// Called by generated code (the body four times: over checked views, recording views,
+/// direct views and lock views); see the `async_for!` macro for the user-facing contract.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
@@ -79,6 +81,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     direct: fn(&Task, &ExecCtx, Indices<'_, I>),
+    lock: fn(&Task, &ExecCtx, Indices<'_, I>),
 ) -> Result<()> {
     let (start, n) = check_range(site, range)?;
     let Some(call) = pipeline::enter(site, task, &opts, register, MAX_TABLES)? else {
@@ -104,6 +107,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         run,
         record,
         direct,
+        lock,
         key,
     };
     call.note(|f| f.range = Some((start, start + n)));

@@ -1,0 +1,285 @@
+//! Lock views: how a captured DVector is indexed in a locking run (a loop whose accesses
+//! change between calls, see [`Opts::recheck`](crate::Opts::recheck)): the first access
+//! of a task to an element locks it and saves a copy, so that a task that meets an element
+//! another worker holds can be undone and retried.
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
+use std::sync::atomic::Ordering;
+
+use super::vector::VectorRef;
+use super::view::{outside_reason, put_copy, Plain};
+use crate::access::{raise, Binding, Conflict, Dirty, ExecCtx, Fault, LockWord, FREE, SHARED};
+
+/// A DVector as a loop body sees it: indexable like a `Vec`.
+///
+/// Every access is bounds-checked; in `async_for!` it is also checked against the
+/// conflict-free plan (one load and compare), so a body can never race with another group
+/// even if its accesses differ from what reconnaissance recorded. In a locking run (a loop
+/// whose accesses change between calls, see [`Opts::recheck`](crate::Opts::recheck)) the
+/// first access of a task to an element locks it and saves a copy, so that a task that
+/// meets an element another worker holds can be undone and retried.
+pub struct LockView<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    tags: *const u32,
+    allowed: u32,
+    writable: bool,
+    read_only_reason: &'static str,
+    name: &'static str,
+    /// The worker's note of written keys (a Hybrid replica), or null.
+    dirty: *mut Dirty,
+    /// Locking runs: the worker's per-key stamps (see [`Binding::stamps`]), or null.
+    stamps: *mut u32,
+    /// Locking runs: the shared lock words, or null.
+    locks: *const LockWord,
+    ctx: &'a ExecCtx,
+    /// Locking runs: the elements as the running task found them.
+    undo: UnsafeCell<Undo<T>>,
+    _life: PhantomData<&'a mut [T]>,
+}
+
+impl<T: Clone> VectorRef<T> {
+    /// Binds the captured DVector for a locking run.
+    #[doc(hidden)]
+    #[inline]
+    pub fn __strads_lock<'a>(&'a self, ctx: &'a ExecCtx, name: &'static str) -> LockView<'a, T> {
+        LockView::bind(ctx, ctx.binding(self.table.id), name)
+    }
+}
+
+impl<'a, T: Clone> LockView<'a, T> {
+    /// A view of the elements a binding points to (a vector's, or a map's values).
+    #[inline]
+    pub(crate) fn bind(ctx: &'a ExecCtx, b: &Binding, name: &'static str) -> Self {
+        LockView {
+            ptr: b.ptr as *mut T,
+            len: b.len,
+            tags: b.tags,
+            allowed: b.allowed,
+            writable: b.writable,
+            read_only_reason: b.read_only_reason,
+            name,
+            dirty: b.dirty,
+            stamps: b.stamps,
+            locks: b.locks,
+            ctx,
+            undo: UnsafeCell::new(Undo::default()),
+            _life: PhantomData,
+        }
+    }
+
+    /// Number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `i`, or `None` past the end.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&T> {
+        (i < self.len).then(|| &self[i])
+    }
+
+    /// Element `i` mutably, or `None` past the end.
+    #[inline]
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        (i < self.len).then(|| &mut self[i])
+    }
+
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_bind(&mut self) -> &mut Self {
+        self
+    }
+}
+
+impl<'a, T: Clone> LockView<'a, T> {
+    #[inline(always)]
+    fn check(&self, i: usize, write: bool) {
+        if i >= self.len {
+            raise(Fault::OutOfBounds {
+                table: self.name,
+                index: i,
+                len: self.len,
+            });
+        }
+        if write && !self.writable {
+            raise(Fault::Outside {
+                table: self.name,
+                key: i as u64,
+                write,
+                reason: self.read_only_reason,
+            });
+        }
+        if !self.tags.is_null() {
+            // SAFETY: `tags` has one entry per element (the planner sizes it to the
+            // table), and `i < len` was checked above.
+            let tag = unsafe { *self.tags.add(i) };
+            if tag != self.allowed && (write || tag != SHARED) {
+                self.outside(i, write, tag);
+            }
+        }
+        if !self.stamps.is_null() {
+            // SAFETY: `stamps` has one entry per element (`i < len`), owned by this worker.
+            let stamp = unsafe { *self.stamps.add(i) };
+            if stamp != self.ctx.epoch.get() {
+                self.first_touch(i);
+            }
+        }
+    }
+
+    /// The running task's first access to element `i` in a locking run: takes the
+    /// element's lock (or abandons the task if another worker holds it) and saves the
+    /// element as it was, for an abandoned task to put back.
+    #[inline(never)]
+    fn first_touch(&self, i: usize) {
+        let epoch = self.ctx.epoch.get();
+        if !self.locks.is_null() {
+            // SAFETY: the lock words are one per element (`i < len`) and outlive the call.
+            let lock = unsafe { &*self.locks.add(i) };
+            // Acquire: the previous holder's writes to the element (released with its
+            // lock) happen before ours.
+            if lock
+                .0
+                .compare_exchange(FREE, self.ctx.tag, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                self.ctx.aborting.set(true);
+                std::panic::resume_unwind(Box::new(Conflict));
+            }
+            self.ctx.held.borrow_mut().push(lock);
+        }
+        // SAFETY: as in `check`; the stamps are this worker's alone.
+        unsafe { *self.stamps.add(i) = epoch };
+        // SAFETY: `undo` is used by this view's own methods only, on one thread, and no
+        // reference to it outlives this call.
+        let undo = unsafe { &mut *self.undo.get() };
+        // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica
+        // only this worker uses), so nothing writes it meanwhile.
+        undo.save(epoch, i, unsafe { &*self.ptr.add(i) });
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, i: usize, write: bool, tag: u32) -> ! {
+        raise(Fault::Outside {
+            table: self.name,
+            key: i as u64,
+            write,
+            reason: outside_reason(tag),
+        })
+    }
+}
+
+impl<T> Drop for LockView<'_, T> {
+    fn drop(&mut self) {
+        if !self.stamps.is_null() && self.ctx.aborting.get() {
+            let epoch = self.ctx.epoch.get();
+            // SAFETY: the saved keys are below `len`, and the abandoned task still holds
+            // their locks (the engine releases them after the unwind); no reference from
+            // the body is alive once the view drops.
+            unsafe { self.undo.get_mut().restore(epoch, self.ptr) };
+        }
+    }
+}
+
+impl<T: Clone> Index<usize> for LockView<'_, T> {
+    type Output = T;
+
+    #[inline(always)]
+    fn index(&self, i: usize) -> &T {
+        self.check(i, false);
+        // SAFETY: `i < len` was checked, and `ptr` points to `len` initialised elements
+        // that the engine keeps alive and locked for the operator. No other thread writes
+        // element `i` now: the plan gives each written element to one group at a time and
+        // `check` refused the access unless this group holds the element or it is shared
+        // read-only (tag SHARED, which no group may write); in a locking run, `check`
+        // took the element's lock.
+        unsafe { &*self.ptr.add(i) }
+    }
+}
+
+impl<T: Clone> IndexMut<usize> for LockView<'_, T> {
+    #[inline(always)]
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        self.check(i, true);
+        if !self.dirty.is_null() {
+            // SAFETY: a non-null `dirty` is the running worker's own note for this
+            // replica, sized to the table (`i < len` was checked); only this thread uses
+            // it while the body runs, and no reference to it outlives this call.
+            unsafe { (*self.dirty).mark(i) };
+        }
+        // SAFETY: as for `index`; a write needs the element's tag to equal this group's, so
+        // no other thread holds a reference to element `i`, and `&mut self` rules out a
+        // second reference from this thread.
+        unsafe { &mut *self.ptr.add(i) }
+    }
+}
+
+/// The elements a task of a locking run touched, as it found them. Slots are kept from
+/// task to task and refilled with `clone_from`.
+struct Undo<T> {
+    items: Vec<(usize, T)>,
+    live: usize,
+    epoch: u32,
+}
+
+impl<T> Default for Undo<T> {
+    fn default() -> Self {
+        Undo {
+            items: Vec::new(),
+            live: 0,
+            epoch: 0,
+        }
+    }
+}
+
+impl<T: Clone> Undo<T> {
+    /// Saves element `key` as task `epoch` first touched it.
+    #[inline]
+    fn save(&mut self, epoch: u32, key: usize, src: &T) {
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.live = 0;
+        }
+        put_copy(&mut self.items, self.live, key, src);
+        self.live += 1;
+    }
+}
+
+impl<T> Undo<T> {
+    /// Puts back the elements task `epoch` saved.
+    ///
+    /// # Safety
+    /// `base` points to initialised elements beyond every saved key, which no one else
+    /// reads or writes during the call.
+    unsafe fn restore(&mut self, epoch: u32, base: *mut T) {
+        if self.epoch != epoch {
+            return;
+        }
+        for (key, saved) in self.items[..self.live].iter_mut().rev() {
+            // SAFETY: guaranteed by the caller.
+            std::mem::swap(unsafe { &mut *base.add(*key) }, saved);
+        }
+        self.live = 0;
+    }
+}
+
+/// Fallback of `__strads_lock` for captured plain values: an owned copy.
+#[doc(hidden)]
+pub trait LockFallback: Clone {
+    #[inline(always)]
+    fn __strads_lock(&self, _ctx: &ExecCtx, _name: &'static str) -> Plain<Self> {
+        Plain::new(self.clone())
+    }
+}
+
+impl<T: Clone> LockFallback for T {}
