@@ -106,7 +106,7 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
     // Windows (key ranges a group holds alone): every key in a group's window is tagged
     // for that group or untouched, and groups that may run together have disjoint windows.
     for (g, _) in &groups {
-        for s in 0..tables.len() {
+        for (s, table) in tables.iter().enumerate() {
             let w = plan.schedule.window(s, *g);
             if w.is_empty() {
                 continue;
@@ -116,7 +116,7 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
                 SlotMode::Checked,
                 "a window on an unchecked table"
             );
-            assert!(w.end <= tables[s].key_space, "window {w:?} past table {s}");
+            assert!(w.end <= table.key_space, "window {w:?} past table {s}");
             let allowed = plan.allowed(s, *g);
             for k in w.clone() {
                 let tag = plan.tags[s][k];

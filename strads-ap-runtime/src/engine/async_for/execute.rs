@@ -13,6 +13,27 @@ use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, Schedule, SlotMode, Work};
 use crate::sync::{Condvar, Mutex};
 
+/// Points a worker's checked bindings at `group`: the tag it may access and, in a world of
+/// one (`alone`), the key window it holds alone. (Not across ranks: there a key no task
+/// touched in reconnaissance may not have been fetched to this rank.)
+fn bind_group(
+    bindings: &mut [Binding],
+    modes: &[SlotMode],
+    schedule: &Schedule,
+    group: GroupRef,
+    alone: bool,
+) {
+    for (slot, b) in bindings.iter_mut().enumerate() {
+        if modes[slot] == SlotMode::Checked {
+            b.allowed = schedule.allowed(slot, group);
+            if alone {
+                let window = schedule.window(slot, group);
+                (b.window_start, b.window_len) = (window.start, window.len());
+            }
+        }
+    }
+}
+
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
 struct Worker {
     ctx: ExecCtx,
@@ -46,8 +67,6 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         ..
     } = plan;
     let modes: &[SlotMode] = modes;
-    // Windows (key ranges a group holds alone) only in a world of one: across ranks a key
-    // no task touched in reconnaissance may not have been fetched to this rank.
     let alone = !l.call.here.is_distributed();
     let new_worker = |tags: &[Vec<u32>]| -> Worker {
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
@@ -69,15 +88,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     };
     let run_group = |w: &mut Worker, group: GroupRef, tasks: &[u32]| {
         let t0 = std::time::Instant::now();
-        for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
-            if modes[slot] == SlotMode::Checked {
-                b.allowed = schedule.allowed(slot, group);
-                if alone {
-                    let window = schedule.window(slot, group);
-                    (b.window_start, b.window_len) = (window.start, window.len());
-                }
-            }
-        }
+        bind_group(&mut w.ctx.bindings, modes, schedule, group, alone);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             run(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
         }));
