@@ -179,12 +179,6 @@ fn tables_keyed_alike_rotate_without_advice() {
     let pairs: Vec<(usize, usize)> = (0..n as u64)
         .map(|k| (mix(k) as usize % users, mix(k + n as u64) as usize % items))
         .collect();
-    let mut serial = (
-        vec![0.1f32; users],
-        vec![0.1f32; items],
-        vec![0f32; users],
-        vec![0f32; items],
-    );
     let pairs = DVector::from_vec(pairs).unwrap();
     let p = DVector::from_fn(users, |_| vec![0.1f32; 2]).unwrap();
     let q = DVector::from_fn(items, |_| vec![0.1f32; 2]).unwrap();
