@@ -146,10 +146,11 @@ pub const PROGRAMS: &[Program] = &[
         serial: biased_mf::serial,
         strads: biased_mf::strads,
         // Rotation (over two dimensions: `p` with `bu`, `q` with `bi`) visits the ratings
-        // cell by cell: after 3 epochs on 15,000 ratings (the test's size) the RMSE is
-        // 0.1-1.2% above serial over seeds 1-5, as for the other rotated programs; at the
-        // full size (10 epochs, 300,000 ratings) +0.06%.
-        tolerance: 0.015,
+        // cell by cell, and which cells run side by side varies from run to run: after 3
+        // epochs on 15,000 ratings (the test's size) the RMSE was 0.1-1.25% above serial
+        // over seeds 1-5 in eight runs (three beside a CPU hog), as for `mf-strings`; at
+        // the full size (10 epochs, 300,000 ratings) +0.06%.
+        tolerance: 0.02,
         reads: Some("`user item rating` lines"),
     },
     Program {
