@@ -5,6 +5,7 @@
 //! DDS the inherent methods win and yield a view; for a plain value the fallback traits
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -208,6 +209,9 @@ pub struct RecordVectorView<'a, T> {
     in_place: bool,
     rec: &'a Recorder,
     name: &'static str,
+    /// The last access logged: (task number, key, written). A body that indexes the same
+    /// element over and over (`p[u][f]` in a loop over `f`) logs it once per task.
+    last: Cell<(u64, usize, bool)>,
     _life: PhantomData<&'a mut [T]>,
 }
 
@@ -223,8 +227,23 @@ impl<'a, T> RecordVectorView<'a, T> {
             in_place: rec.writes_in_place(),
             rec,
             name,
+            last: Cell::new((0, usize::MAX, false)),
             _life: PhantomData,
         }
+    }
+
+    /// Logs an access of element `i`, unless the task's last access through this view
+    /// was to the same element and logged as much (a write covers a read).
+    #[inline(always)]
+    fn note(&self, i: usize, write: bool) {
+        let epoch = self.rec.task_epoch();
+        let (e, k, w) = self.last.get();
+        let same = e == epoch && k == i;
+        if same && (w || !write) {
+            return;
+        }
+        self.last.set((epoch, i, write || (same && w)));
+        self.rec.log(self.slot, i as u64, write);
     }
 }
 
@@ -254,25 +273,31 @@ impl<'a, T: Clone> RecordVectorView<'a, T> {
         self
     }
 
-    #[inline]
+    #[inline(always)]
     fn bounds(&self, i: usize) {
         if i >= self.len {
-            raise(Fault::OutOfBounds {
-                table: self.name,
-                index: i,
-                len: self.len,
-            });
+            self.out_of_bounds(i);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_bounds(&self, i: usize) -> ! {
+        raise(Fault::OutOfBounds {
+            table: self.name,
+            index: i,
+            len: self.len,
+        })
     }
 }
 
 impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
     type Output = T;
 
-    #[inline]
+    #[inline(always)]
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
-        self.rec.log(self.slot, i as u64, false);
+        self.note(i, false);
         // SAFETY: `i < len`, and `ptr` points to `len` initialised elements that the
         // engine keeps alive and locked for the operator. In reconnaissance nothing
         // writes them (views write to scratch); in a recorded run only this thread's
@@ -291,7 +316,7 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
-        self.rec.log(self.slot, i as u64, true);
+        self.note(i, true);
         if self.in_place {
             // SAFETY: as in `index`; a recorded run is the only user of the table, on
             // this thread, and `&mut self` rules out a second reference from this view.
