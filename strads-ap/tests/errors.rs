@@ -378,6 +378,19 @@ fn more_threads_than_the_limit_is_a_configuration_error() {
         .to_string();
     assert!(err.contains("1025 worker threads per process"), "{err}");
     assert!(err.contains("at most 1024"), "{err}");
+
+    // Per call too: a loop asking for more is refused before any thread starts.
+    let w = DVector::from_fn(4, |_| 0.0f32).unwrap();
+    let err = async_for!(
+        0..4usize,
+        |k| {
+            w[k] += 1.0;
+        },
+        Opts::new().threads(100_000)
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("Opts::threads(100000): at most 1024"), "{err}");
 }
 
 /// One worker runs a call over direct views (bounds checks only); they must refuse what

@@ -75,10 +75,13 @@ impl Default for Config {
     }
 }
 
+/// All cores, up to [`MAX_THREADS`](crate::job::MAX_THREADS) (a machine with more cores
+/// than the limit gets the limit, not an error it cannot avoid).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+        .min(crate::job::MAX_THREADS)
 }
 
 impl Config {
