@@ -98,6 +98,79 @@ fn rotation_across_ranks_is_serializable() {
     }
 }
 
+/// Biased-MF-shaped tasks (four written tables in two dimensions: `bw` keyed like `w`,
+/// `bh` one to one with `h`) rotate across ranks too; serializable and complete, the
+/// same on every rank.
+#[test]
+fn dimensions_rotate_across_ranks_serializably() {
+    for world in [2, 3] {
+        let (n, rows, cols) = (3000, 120usize, 50usize);
+        let mut rng = ChaCha8Rng::seed_from_u64(70 + world as u64);
+        let pairs: Vec<(u32, u32)> = (0..n)
+            .map(|_| (rng.gen_range(0..rows) as u32, rng.gen_range(0..cols) as u32))
+            .collect();
+        let results = on_ranks(world, move || {
+            let pairs_v = DVector::from_vec(pairs.clone())?;
+            let w = DVector::from_fn(rows, |_| Vec::<u32>::new())?;
+            let h = DVector::from_fn(cols, |_| Vec::<u32>::new())?;
+            let bw = DVector::from_fn(rows, |_| Vec::<u32>::new())?;
+            let bh = DVector::from_fn(cols, |_| Vec::<u32>::new())?;
+            let line = line!() + 2;
+            for _ in 0..2 {
+                async_for!(
+                    0..pairs_v.len(),
+                    |k| {
+                        let (i, j) = pairs_v[k];
+                        let (i, j) = (i as usize, j as usize);
+                        bw[i].push(k as u32);
+                        w[i].push(k as u32);
+                        h[j].push(k as u32);
+                        bh[(j * 7 + 3) % cols].push(k as u32);
+                    },
+                    Opts::new().threads(1)
+                )?;
+            }
+            let here = format!("dist_async.rs:{line}:");
+            let stats = strads_ap::loop_stats();
+            let site = stats
+                .iter()
+                .find(|s| s.site.contains(&here))
+                .expect("the loop");
+            Ok((
+                site.strategy,
+                [w.to_vec()?, h.to_vec()?, bw.to_vec()?, bh.to_vec()?],
+            ))
+        });
+        let mut first = None;
+        for (rank, r) in results.into_iter().enumerate() {
+            let (strategy, tables) = r.unwrap_or_else(|e| panic!("{world} ranks: {e}"));
+            assert_eq!(strategy, "rotation", "{world} ranks, rank {rank}");
+            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); 2 * n];
+            for seq in tables.iter().flatten() {
+                let mut once = std::collections::HashSet::new();
+                let nodes: Vec<usize> = seq
+                    .iter()
+                    .map(|&t| t as usize + if once.insert(t) { 0 } else { n })
+                    .collect();
+                for p in nodes.windows(2) {
+                    edges[p[0]].push(p[1]);
+                }
+            }
+            assert!(
+                acyclic(&edges),
+                "{world} ranks, rank {rank}: not serializable"
+            );
+            for t in &tables {
+                assert_eq!(t.iter().map(Vec::len).sum::<usize>(), 2 * n);
+            }
+            match &first {
+                None => first = Some(tables),
+                Some(f) => assert_eq!(f, &tables, "rank {rank} sees another result"),
+            }
+        }
+    }
+}
+
 /// A small matrix factorisation trained by SGD on 2 and 3 ranks reaches the fit of a
 /// world of one with as many workers (within 2%), and every rank holds the same model.
 #[test]
