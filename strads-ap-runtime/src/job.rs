@@ -9,12 +9,7 @@ use crate::checkpoint;
 use crate::cluster::{self, Config};
 use crate::error::{Error, Result};
 
-/// Most worker threads a process may have (`STRADS_THREADS`, [`Config::threads`]).
-///
-/// A thread count beyond it is a typo rather than a plan (each worker has its own stack
-/// and its own replicas of `sync_for!` tables); [`init_with`] refuses it with a clear error
-/// instead of starting tens of thousands of threads.
-pub const MAX_THREADS: usize = 1024;
+pub use crate::cluster::MAX_THREADS;
 
 /// Joins the job the launcher described, or starts a world of one using all cores.
 ///

@@ -75,13 +75,20 @@ impl Default for Config {
     }
 }
 
-/// All cores, up to [`MAX_THREADS`](crate::job::MAX_THREADS) (a machine with more cores
+/// Most worker threads a process may have (`STRADS_THREADS`, [`Config::threads`]).
+///
+/// A thread count beyond it is a typo rather than a plan (each worker has its own stack
+/// and its own replicas of `sync_for!` tables); [`init_with`](crate::init_with) refuses it with a clear error
+/// instead of starting tens of thousands of threads.
+pub const MAX_THREADS: usize = 1024;
+
+/// All cores, up to [`MAX_THREADS`] (a machine with more cores
 /// than the limit gets the limit, not an error it cannot avoid).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-        .min(crate::job::MAX_THREADS)
+        .min(MAX_THREADS)
 }
 
 impl Config {

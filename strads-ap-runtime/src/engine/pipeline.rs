@@ -97,12 +97,12 @@ pub(crate) fn enter<'a, T: serde::Serialize + serde::de::DeserializeOwned>(
             format!("{site}: the body captures more than {max_tables} DDSs"),
         ));
     }
-    if let Some(threads) = opts.threads.filter(|&t| t > crate::job::MAX_THREADS) {
+    if let Some(threads) = opts.threads.filter(|&t| t > crate::cluster::MAX_THREADS) {
         return Err(Error::invalid(
             site.operator(),
             format!(
                 "{site}: Opts::threads({threads}): at most {} worker threads per process",
-                crate::job::MAX_THREADS
+                crate::cluster::MAX_THREADS
             ),
         ));
     }
