@@ -35,6 +35,24 @@ fn random_access_patterns_are_serializable_on_4_ranks() {
     }
 }
 
+/// Whether two calls of `n` tasks, each appending its index to every element it writes
+/// (`seqs`: per element, the appends in order), admit one serial order: a task's first
+/// append is node `t`, its second (the second call's) node `t + n`.
+fn two_calls_serializable<'a>(seqs: impl Iterator<Item = &'a Vec<u32>>, n: usize) -> bool {
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); 2 * n];
+    for seq in seqs {
+        let mut once = std::collections::HashSet::new();
+        let nodes: Vec<usize> = seq
+            .iter()
+            .map(|&t| t as usize + if once.insert(t) { 0 } else { n })
+            .collect();
+        for p in nodes.windows(2) {
+            edges[p[0]].push(p[1]);
+        }
+    }
+    acyclic(&edges)
+}
+
 /// Matrix-factorisation-shaped tasks (one key in each of two tables) rotate blocks
 /// around the ranks; the result is serializable and complete.
 #[test]
@@ -68,25 +86,8 @@ fn rotation_across_ranks_is_serializable() {
                 let (w, h) = r.unwrap_or_else(|e| panic!("{world} ranks {threads}t: {e}"));
                 // Each call appends every task once per key it touches, the first call's
                 // appends before the second's: a task's second append is its second run.
-                let mut edges: Vec<Vec<usize>> = vec![Vec::new(); 2 * n];
-                for seq in w.iter().chain(h.iter()) {
-                    let mut once = std::collections::HashSet::new();
-                    let nodes: Vec<usize> = seq
-                        .iter()
-                        .map(|&t| {
-                            if once.insert(t) {
-                                t as usize
-                            } else {
-                                t as usize + n
-                            }
-                        })
-                        .collect();
-                    for p in nodes.windows(2) {
-                        edges[p[0]].push(p[1]);
-                    }
-                }
                 assert!(
-                    acyclic(&edges),
+                    two_calls_serializable(w.iter().chain(h.iter()), n),
                     "{world} ranks {threads}t rank {rank}: not serializable"
                 );
                 let total: usize = w.iter().map(Vec::len).sum();
@@ -145,19 +146,8 @@ fn dimensions_rotate_across_ranks_serializably() {
         for (rank, r) in results.into_iter().enumerate() {
             let (strategy, tables) = r.unwrap_or_else(|e| panic!("{world} ranks: {e}"));
             assert_eq!(strategy, "rotation", "{world} ranks, rank {rank}");
-            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); 2 * n];
-            for seq in tables.iter().flatten() {
-                let mut once = std::collections::HashSet::new();
-                let nodes: Vec<usize> = seq
-                    .iter()
-                    .map(|&t| t as usize + if once.insert(t) { 0 } else { n })
-                    .collect();
-                for p in nodes.windows(2) {
-                    edges[p[0]].push(p[1]);
-                }
-            }
             assert!(
-                acyclic(&edges),
+                two_calls_serializable(tables.iter().flatten(), n),
                 "{world} ranks, rank {rank}: not serializable"
             );
             for t in &tables {

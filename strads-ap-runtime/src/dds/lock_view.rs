@@ -9,27 +9,22 @@ use std::ops::{Index, IndexMut};
 use std::sync::atomic::Ordering;
 
 use super::vector::VectorRef;
-use super::view::{outside_reason, put_copy, Plain};
-use crate::access::{raise, Binding, Conflict, Dirty, ExecCtx, Fault, LockWord, FREE, SHARED};
+use super::view::{put_copy, Plain};
+use crate::access::{raise, Binding, Conflict, ExecCtx, Fault, LockWord, FREE};
 
-/// A DVector as a loop body sees it: indexable like a `Vec`.
+/// A DVector as a locking run's loop body sees it: indexable like a `Vec`.
 ///
-/// Every access is bounds-checked; in `async_for!` it is also checked against the
-/// conflict-free plan (one load and compare), so a body can never race with another group
-/// even if its accesses differ from what reconnaissance recorded. In a locking run (a loop
-/// whose accesses change between calls, see [`Opts::recheck`](crate::Opts::recheck)) the
-/// first access of a task to an element locks it and saves a copy, so that a task that
-/// meets an element another worker holds can be undone and retried.
+/// Every access is bounds-checked and writes to tables the run reads only are refused.
+/// The first access of a task to an element of a written table locks it and saves a
+/// copy, so that a task that meets an element another worker holds can be undone and
+/// retried. (Locking runs bind no tags and no dirty note: there is no plan, and
+/// `sync_for!` never locks.)
 pub struct LockView<'a, T> {
     ptr: *mut T,
     len: usize,
-    tags: *const u32,
-    allowed: u32,
     writable: bool,
     read_only_reason: &'static str,
     name: &'static str,
-    /// The worker's note of written keys (a Hybrid replica), or null.
-    dirty: *mut Dirty,
     /// Locking runs: the worker's per-key stamps (see [`Binding::stamps`]), or null.
     stamps: *mut u32,
     /// Locking runs: the shared lock words, or null.
@@ -53,15 +48,16 @@ impl<'a, T: Clone> LockView<'a, T> {
     /// A view of the elements a binding points to (a vector's, or a map's values).
     #[inline]
     pub(crate) fn bind(ctx: &'a ExecCtx, b: &Binding, name: &'static str) -> Self {
+        debug_assert!(
+            b.tags.is_null() && b.dirty.is_null(),
+            "a lock view of a planned or replicated binding"
+        );
         LockView {
             ptr: b.ptr as *mut T,
             len: b.len,
-            tags: b.tags,
-            allowed: b.allowed,
             writable: b.writable,
             read_only_reason: b.read_only_reason,
             name,
-            dirty: b.dirty,
             stamps: b.stamps,
             locks: b.locks,
             ctx,
@@ -119,14 +115,6 @@ impl<'a, T: Clone> LockView<'a, T> {
                 reason: self.read_only_reason,
             });
         }
-        if !self.tags.is_null() {
-            // SAFETY: `tags` has one entry per element (the planner sizes it to the
-            // table), and `i < len` was checked above.
-            let tag = unsafe { *self.tags.add(i) };
-            if tag != self.allowed && (write || tag != SHARED) {
-                self.outside(i, write, tag);
-            }
-        }
         if !self.stamps.is_null() {
             // SAFETY: `stamps` has one entry per element (`i < len`), owned by this worker.
             let stamp = unsafe { *self.stamps.add(i) };
@@ -166,17 +154,6 @@ impl<'a, T: Clone> LockView<'a, T> {
         // only this worker uses), so nothing writes it meanwhile.
         undo.save(epoch, i, unsafe { &*self.ptr.add(i) });
     }
-
-    #[cold]
-    #[inline(never)]
-    fn outside(&self, i: usize, write: bool, tag: u32) -> ! {
-        raise(Fault::Outside {
-            table: self.name,
-            key: i as u64,
-            write,
-            reason: outside_reason(tag),
-        })
-    }
 }
 
 impl<T> Drop for LockView<'_, T> {
@@ -199,10 +176,9 @@ impl<T: Clone> Index<usize> for LockView<'_, T> {
         self.check(i, false);
         // SAFETY: `i < len` was checked, and `ptr` points to `len` initialised elements
         // that the engine keeps alive and locked for the operator. No other thread writes
-        // element `i` now: the plan gives each written element to one group at a time and
-        // `check` refused the access unless this group holds the element or it is shared
-        // read-only (tag SHARED, which no group may write); in a locking run, `check`
-        // took the element's lock.
+        // element `i` now: `check` took the element's lock (a written table), or it is in
+        // this worker's own replica (a relaxed table, no stamps' locks), or no task of the
+        // run writes the table (no stamps: writes are refused).
         unsafe { &*self.ptr.add(i) }
     }
 }
@@ -211,15 +187,9 @@ impl<T: Clone> IndexMut<usize> for LockView<'_, T> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.check(i, true);
-        if !self.dirty.is_null() {
-            // SAFETY: a non-null `dirty` is the running worker's own note for this
-            // replica, sized to the table (`i < len` was checked); only this thread uses
-            // it while the body runs, and no reference to it outlives this call.
-            unsafe { (*self.dirty).mark(i) };
-        }
-        // SAFETY: as for `index`; a write needs the element's tag to equal this group's, so
-        // no other thread holds a reference to element `i`, and `&mut self` rules out a
-        // second reference from this thread.
+        // SAFETY: as for `index`; `check` took the element's lock (or it is in this
+        // worker's own replica), so no other thread holds a reference to element `i`, and
+        // `&mut self` rules out a second reference from this thread.
         unsafe { &mut *self.ptr.add(i) }
     }
 }

@@ -621,6 +621,20 @@ pub struct MapView<'a, K, W> {
 }
 
 impl<K: MapKey, V: Element> MapRef<K, V> {
+    /// A view of the map in a loop body: its key index (from the binding or the recorder)
+    /// and `values`, a view of its values of whatever kind the pass binds.
+    #[inline(always)]
+    fn view<'a, W>(&'a self, index: *const u8, values: W, name: &'static str) -> MapView<'a, K, W> {
+        MapView {
+            // SAFETY: the engine holds this map's lock for the whole operator (and
+            // reconnaissance runs under the same lock) and stored a pointer to its key
+            // index in the binding; nothing changes keys meanwhile.
+            index: unsafe { &*(index as *const HashMap<K, u32, Stable>) },
+            values,
+            name,
+        }
+    }
+
     #[doc(hidden)]
     pub fn __strads_enter<'a>(
         &'a self,
@@ -628,13 +642,7 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
         name: &'static str,
     ) -> MapView<'a, K, VectorView<'a, V>> {
         let b = ctx.binding(self.table.id);
-        MapView {
-            // SAFETY: the engine holds this map's lock for the whole operator and stored
-            // a pointer to its key index in the binding; nothing changes keys meanwhile.
-            index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
-            values: VectorView::bind(b, name),
-            name,
-        }
+        self.view(b.index, VectorView::bind(b, name), name)
     }
 
     #[doc(hidden)]
@@ -644,12 +652,7 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
         name: &'static str,
     ) -> MapView<'a, K, LockView<'a, V>> {
         let b = ctx.binding(self.table.id);
-        MapView {
-            // SAFETY: as in `__strads_enter`.
-            index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
-            values: LockView::bind(ctx, b, name),
-            name,
-        }
+        self.view(b.index, LockView::bind(ctx, b, name), name)
     }
 
     #[doc(hidden)]
@@ -660,12 +663,7 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
         name: &'static str,
     ) -> MapView<'a, K, DirectView<'a, V>> {
         let b = ctx.binding(self.table.id);
-        MapView {
-            // SAFETY: as in `__strads_enter`.
-            index: unsafe { &*(b.index as *const HashMap<K, u32, Stable>) },
-            values: DirectView::bind(b, name),
-            name,
-        }
+        self.view(b.index, DirectView::bind(b, name), name)
     }
 
     #[doc(hidden)]
@@ -675,12 +673,11 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
         name: &'static str,
     ) -> MapView<'a, K, RecordVectorView<'a, V>> {
         let (_, _, _, index) = rec.table(self.table.id);
-        MapView {
-            // SAFETY: as in `__strads_enter`; reconnaissance runs under the same lock.
-            index: unsafe { &*(index as *const HashMap<K, u32, Stable>) },
-            values: RecordVectorView::bind(rec, self.table.id, name),
+        self.view(
+            index,
+            RecordVectorView::bind(rec, self.table.id, name),
             name,
-        }
+        )
     }
 }
 
