@@ -168,20 +168,22 @@ pub enum Error {
         /// What this rank waited for.
         what: String,
     },
-    /// This rank's driver waits for rank `rank`, whose driver waits for this rank's: the
-    /// ranks called different collectives (or operators) and neither can go on.
+    /// This rank's driver waits for rank `rank`, whose driver waits for another's, and so
+    /// on back to this rank's (or into another such cycle): the ranks called different
+    /// collectives (or operators) and none can go on.
     #[error(
-        "this rank waits for rank {rank} in {mine}, while rank {rank} waits for this rank in \
-         {theirs}: the ranks' driver code differs (a branch on `rank()`, or an error handled \
-         on one rank only), so they called different collectives and neither can go on"
+        "this rank waits for rank {rank} in {mine}, while {others}: the ranks' driver code \
+         differs (a branch on `rank()`, or an error handled on one rank only), so they \
+         called different collectives and none can go on"
     )]
     Deadlock {
         /// The rank waited for.
         rank: usize,
         /// What this rank waits for.
         mine: String,
-        /// What that rank waits for.
-        theirs: String,
+        /// The other waits of the cycle, in order ("rank 1 waits for rank 2 in collective
+        /// number 3, rank 2 waits for this rank in collective number 3").
+        others: String,
     },
     /// Another rank sent data this rank refuses: a message that does not decode, or one that
     /// decodes but breaks what the protocol promises (an access log naming a table or an

@@ -421,9 +421,17 @@ mod tests {
     /// Runs `job(rank, comm)` on each rank of a 2-rank mem cluster; results in rank order,
     /// within 60 s.
     fn on_two<T: Send + 'static>(job: impl Fn(Rank, &Comm) -> T + Send + Sync + 'static) -> Vec<T> {
+        on_ranks(2, job)
+    }
+
+    /// As `on_two`, on `world` ranks.
+    fn on_ranks<T: Send + 'static>(
+        world: usize,
+        job: impl Fn(Rank, &Comm) -> T + Send + Sync + 'static,
+    ) -> Vec<T> {
         let job = std::sync::Arc::new(job);
         let (tx, rx) = std::sync::mpsc::channel();
-        for t in mem::MemCluster::new(2).into_transports() {
+        for t in mem::MemCluster::new(world).into_transports() {
             let (job, tx) = (job.clone(), tx.clone());
             std::thread::spawn(move || {
                 let rank = t.rank();
@@ -432,7 +440,7 @@ mod tests {
                 let _ = tx.send((rank, out));
             });
         }
-        let mut out: Vec<(Rank, T)> = (0..2)
+        let mut out: Vec<(Rank, T)> = (0..world)
             .map(|_| rx.recv_timeout(Duration::from_secs(60)).expect("no hang"))
             .collect();
         out.sort_by_key(|o| o.0);
@@ -461,6 +469,47 @@ mod tests {
                 Err(Error::PeerLeft { .. }) => {}
                 other => panic!("expected a deadlock, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn ranks_waiting_in_a_cycle_of_three_fail_naming_it() {
+        // Each rank waits for the next one's broadcast: no two wait for each other.
+        let out = on_ranks(3, |rank, comm| comm.broadcast((rank + 1) % 3, 5u64).map(|_| ()));
+        let mut cycles = 0;
+        for (rank, r) in out.iter().enumerate() {
+            match r {
+                Err(e @ Error::Deadlock { .. }) => {
+                    cycles += 1;
+                    let m = e.to_string();
+                    let (next, last) = ((rank + 1) % 3, (rank + 2) % 3);
+                    let whole = format!(
+                        "this rank waits for rank {next} in collective number 0, while rank \
+                         {next} waits for rank {last} in collective number 0, rank {last} \
+                         waits for this rank in collective number 0"
+                    );
+                    assert!(m.contains(&whole), "{m}");
+                }
+                Err(Error::PeerLeft { .. }) => {}
+                other => panic!("expected a deadlock, got {other:?}"),
+            }
+        }
+        assert!(cycles >= 1, "{out:?}");
+    }
+
+    #[test]
+    fn a_rank_waiting_for_a_deadlocked_pair_fails_too() {
+        // Ranks 1 and 2 wait for each other; rank 0 waits for rank 1.
+        let out = on_ranks(3, |rank, comm| match rank {
+            0 => comm.broadcast(1, 5u64).map(|_| ()),
+            1 => comm.broadcast(2, 5u64).map(|_| ()),
+            _ => comm.broadcast(1, 5u64).map(|_| ()),
+        });
+        for r in &out {
+            assert!(
+                matches!(r, Err(Error::Deadlock { .. } | Error::PeerLeft { .. })),
+                "{out:?}"
+            );
         }
     }
 

@@ -42,12 +42,14 @@ pub mod tags {
     pub const RANK_TABLE: u64 = SYSTEM | 1;
     /// A rank is done with the job and will send nothing more.
     pub const GOODBYE: u64 = SYSTEM | 2;
-    /// "What are you waiting for?": a rank that has waited long for a peer asks it (the
-    /// payload is a nonce); answered by the peer's mailbox, whatever its threads do.
-    pub const STATUS_QUERY: u64 = SYSTEM | 3;
-    /// The answer to [`STATUS_QUERY`]: the nonce and the peer's waits that nothing queued
-    /// can end.
-    pub const STATUS: u64 = SYSTEM | 4;
+    /// A deadlock probe: a rank whose driver has waited long sends it to the rank it waits
+    /// for, and a rank whose driver is stuck passes it on to the rank it waits for in turn
+    /// (the payload: the rank that started it, a nonce, and the waits it has passed).
+    /// Handled by the receiving mailbox, whatever that rank's threads do.
+    pub const PROBE: u64 = SYSTEM | 3;
+    /// The answer to a [`PROBE`] that came back to a rank it had passed: sent back along
+    /// the probe's path, each rank confirming that it still waits as it did.
+    pub const PROBE_BACK: u64 = SYSTEM | 4;
     /// Whether messages of `tag` are sent only by a rank's driver thread (collectives and
     /// operator entries): a driver blocked in a wait sends none of them meanwhile.
     pub fn from_driver(tag: u64) -> bool {
@@ -55,8 +57,9 @@ pub mod tags {
     }
 }
 
-/// A wait that lasts this long asks the awaited rank what it waits for, and again as often
-/// afterwards; two ranks each waiting for the other's driver fail (see [`Mailbox::take`]).
+/// A wait that lasts this long sends a deadlock probe to the awaited rank, and again as
+/// often afterwards; ranks whose drivers wait for each other in a cycle fail (see
+/// [`Mailbox::take`]).
 pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(2);
 
 /// Sends and receives tagged messages between the ranks of one job.
@@ -96,7 +99,7 @@ pub trait Transport: Send + Sync {
 pub struct Mailbox {
     state: Mutex<MailState>,
     arrived: Condvar,
-    /// This rank, and how it answers status queries (none: waits are never probed).
+    /// This rank, and how it sends deadlock probes on (none: waits are never probed).
     replier: std::sync::OnceLock<(Rank, Replier)>,
 }
 
@@ -127,12 +130,37 @@ impl Payload {
     }
 }
 
-/// A rank's answer to a status query: the query's nonce, and the waits of its driver that
-/// nothing queued could end, as (the rank waited for, tag).
-type Status = (u64, Vec<(Rank, u64)>);
+/// One wait a deadlock probe passed: `rank`'s driver waits for a message with `tag` from
+/// `awaited`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Hop {
+    rank: Rank,
+    tag: u64,
+    awaited: Rank,
+}
 
-/// Sends a transport-level message (a status answer) to a rank without blocking: set by
-/// the transport that owns the mailbox.
+/// A deadlock probe, or its way back: the rank that sent it first, that rank's nonce (its
+/// wait's id in the high bits), and the waits it passed, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Probe {
+    origin: Rank,
+    nonce: u64,
+    hops: Vec<Hop>,
+}
+
+/// A probe this rank passed on: whom it came from and the wait it passed, so that its way
+/// back can be checked (the wait has not ended) and sent on.
+#[derive(Clone, Copy, Debug)]
+struct Engaged {
+    nonce: u64,
+    sender: Rank,
+    wait: u64,
+    awaited: Rank,
+}
+
+/// Sends a transport-level message (a deadlock probe) to a rank without blocking: set by
+/// the transport that owns the mailbox. Messages it sends to a rank arrive after every
+/// message sent to that rank before.
 pub type Replier = Box<dyn Fn(Rank, u64, Vec<u8>) + Send + Sync>;
 
 struct MailState {
@@ -140,8 +168,10 @@ struct MailState {
     /// Driver waits in progress: (id, from, tag).
     waits: Vec<(u64, Rank, u64)>,
     next_wait: u64,
-    /// Per rank: its last status answer.
-    statuses: Vec<Option<Status>>,
+    /// Probes passed on and not yet back, by the rank that sent them first.
+    engaged: HashMap<Rank, Engaged>,
+    /// A probe of this rank's that came back: a cycle of waits through its driver's wait.
+    cycle: Option<Probe>,
     lost: Option<(Rank, String)>,
     /// Ranks that said goodbye (they send nothing more, and their loss is no failure).
     finished: Vec<bool>,
@@ -156,7 +186,8 @@ impl Mailbox {
                 queues: HashMap::new(),
                 waits: Vec::new(),
                 next_wait: 0,
-                statuses: vec![None; world],
+                engaged: HashMap::new(),
+                cycle: None,
                 lost: None,
                 finished: vec![false; world],
                 world,
@@ -166,7 +197,7 @@ impl Mailbox {
         }
     }
 
-    /// Lets this mailbox (of rank `me`) answer other ranks' status queries through
+    /// Lets this mailbox (of rank `me`) pass other ranks' deadlock probes on through
     /// `replier`, and probe the ranks its driver waits long for. Set once.
     pub fn set_replier(&self, me: Rank, replier: Replier) {
         let _ = self.replier.set((me, replier));
@@ -192,36 +223,27 @@ impl Mailbox {
 
     fn put(&self, from: Rank, tag: u64, payload: Payload) {
         let mut st = self.lock();
-        if tag == tags::STATUS_QUERY {
-            // Answered at once, from whatever thread delivers: the waits of this rank's
-            // driver that nothing already queued can end.
-            let nonce = status_nonce(&payload.into_vec());
-            let stuck: Vec<(Rank, u64)> = st
-                .waits
-                .iter()
-                .filter(|&&(_, f, t)| {
-                    st.queues
-                        .get(&t)
-                        .and_then(|q| q.get(f))
-                        .is_none_or(|q| q.is_empty())
-                })
-                .map(|&(_, f, t)| (f, t))
-                .collect();
+        if tag == tags::PROBE || tag == tags::PROBE_BACK {
+            // Handled at once, from whatever thread delivers; a probe that does not decode
+            // (a peer's garbage) is dropped: it only delays a deadlock's detection.
+            let (Some(probe), Some((me, send))) =
+                (decode_probe(&payload.into_vec(), st.world), self.replier.get())
+            else {
+                return;
+            };
+            let out = if tag == tags::PROBE {
+                st.on_probe(*me, from, probe)
+            } else {
+                st.on_probe_back(*me, from, probe)
+            };
+            let found = st.cycle.is_some();
             drop(st);
-            if let (Some(nonce), Some((_, reply))) = (nonce, self.replier.get()) {
-                reply(from, tags::STATUS, encode_status(nonce, &stuck));
+            if found {
+                self.arrived.notify_all();
             }
-            return;
-        }
-        if tag == tags::STATUS {
-            if let (Some(status), Some(slot)) = (
-                decode_status(&payload.into_vec()),
-                st.statuses.get_mut(from),
-            ) {
-                *slot = Some(status);
+            if let Some((to, tag, probe)) = out {
+                send(to, tag, encode_probe(&probe));
             }
-            drop(st);
-            self.arrived.notify_all();
             return;
         }
         if tag == tags::GOODBYE {
@@ -280,9 +302,14 @@ impl Mailbox {
     /// so nothing it sent can come after its goodbye).
     ///
     /// A driver's wait (a collective or an operator entry, see [`tags::from_driver`]) that
-    /// lasts asks `from` what it waits for. If `from` answers that its driver waits for
-    /// this rank's (and the message still has not come, although everything `from` sent
-    /// before answering has), neither can go on: the wait fails with [`Error::Deadlock`].
+    /// lasts sends a probe to `from`. A rank whose driver waits without anything queued to
+    /// end the wait passes the probe on to the rank it waits for, and so on; a probe that
+    /// comes back to a rank it passed travels back along its path, each rank checking that
+    /// its wait has not ended meanwhile. Messages between two ranks arrive in order, so a
+    /// probe coming back behind everything the awaited rank sent proves the wait can never
+    /// end: the wait fails with [`Error::Deadlock`], naming the cycle. (This is the
+    /// edge-chasing detection of Chandy, Misra and Haas, for drivers that wait for one
+    /// message at a time.)
     pub fn take(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
         let me = match self.replier.get() {
             Some(&(me, _)) if tags::from_driver(tag) && from != me => me,
@@ -300,11 +327,12 @@ impl Mailbox {
         impl Drop for Done<'_> {
             fn drop(&mut self) {
                 let id = self.1;
-                self.0.lock().waits.retain(|w| w.0 != id);
+                let mut st = self.0.lock();
+                st.waits.retain(|w| w.0 != id);
+                st.cycle = None;
             }
         }
         let _done = Done(self, id);
-        let mut asked: Option<u64> = None;
         for round in 1u64.. {
             match self.take_until(from, tag, deadline.min(deadline_in(PROBE_AFTER))) {
                 Err(Error::Timeout { what, .. }) => {
@@ -317,41 +345,30 @@ impl Mailbox {
                 }
                 other => return other,
             }
-            if let Some(theirs) = asked.and_then(|n| self.waits_for(from, tag, me, n)) {
-                return Err(Error::Deadlock {
-                    rank: from,
-                    mine: describe_tag(tag),
-                    theirs: describe_tag(theirs),
-                });
+            if let Some(cycle) = self.cycle_through(id) {
+                return Err(deadlock(me, &cycle));
             }
-            let nonce = (id << 20) | (round & 0xf_ffff);
-            asked = Some(nonce);
-            if let Some((_, reply)) = self.replier.get() {
-                reply(from, tags::STATUS_QUERY, nonce.to_le_bytes().to_vec());
+            let probe = Probe {
+                origin: me,
+                nonce: (id << 20) | (round & 0xf_ffff),
+                hops: vec![Hop {
+                    rank: me,
+                    tag,
+                    awaited: from,
+                }],
+            };
+            if let Some((_, send)) = self.replier.get() {
+                send(from, tags::PROBE, encode_probe(&probe));
             }
         }
         unreachable!("the rounds of a wait end by returning")
     }
 
-    /// The tag `from`'s driver waits for from `me`, by `from`'s answer to query `nonce`,
-    /// if the message from `from` with `tag` still has not come.
-    fn waits_for(&self, from: Rank, tag: u64, me: Rank, nonce: u64) -> Option<u64> {
-        let st = self.lock();
-        let queued = st
-            .queues
-            .get(&tag)
-            .and_then(|q| q.get(from))
-            .is_some_and(|q| !q.is_empty());
-        if queued || st.finished.get(from).copied().unwrap_or(true) {
-            return None;
-        }
-        match st.statuses.get(from) {
-            Some(Some((n, stuck))) if *n == nonce => stuck
-                .iter()
-                .find(|&&(f, t)| f == me && tags::from_driver(t))
-                .map(|&(_, t)| t),
-            _ => None,
-        }
+    /// The cycle a probe of wait `id` came back with, if that wait still cannot end.
+    fn cycle_through(&self, id: u64) -> Option<Probe> {
+        let mut st = self.lock();
+        let cycle = st.cycle.take()?;
+        (cycle.nonce >> 20 == id && st.stuck_in(id)).then_some(cycle)
     }
 
     /// As [`Mailbox::take`], without asking `from` anything.
@@ -416,36 +433,145 @@ impl Mailbox {
     }
 }
 
-/// A status answer's bytes: the nonce, then each wait as (rank, tag).
-fn encode_status(nonce: u64, stuck: &[(Rank, u64)]) -> Vec<u8> {
-    let mut out = nonce.to_le_bytes().to_vec();
-    for &(rank, tag) in stuck {
-        out.extend((rank as u64).to_le_bytes());
-        out.extend(tag.to_le_bytes());
+impl MailState {
+    /// This rank's driver wait that nothing queued can end, as (id, awaited rank, tag).
+    fn stuck(&self) -> Option<(u64, Rank, u64)> {
+        self.waits.iter().copied().find(|&(_, from, tag)| {
+            let queued = self
+                .queues
+                .get(&tag)
+                .and_then(|q| q.get(from))
+                .is_some_and(|q| !q.is_empty());
+            !queued && !self.finished.get(from).copied().unwrap_or(true)
+        })
+    }
+
+    /// Whether wait `id` is still in progress with nothing queued to end it.
+    fn stuck_in(&self, id: u64) -> bool {
+        self.stuck().is_some_and(|(w, ..)| w == id)
+    }
+
+    /// A probe from `from` arrived at rank `me`: what to send, and to whom.
+    fn on_probe(&mut self, me: Rank, from: Rank, mut probe: Probe) -> Option<(Rank, u64, Probe)> {
+        let (id, awaited, tag) = self.stuck()?;
+        if probe.origin == me {
+            // Back where it started, while the wait that sent it lasts: back along its path.
+            return (probe.nonce >> 20 == id).then_some((from, tags::PROBE_BACK, probe));
+        }
+        if let Some(e) = self.engaged.get(&probe.origin) {
+            if e.nonce == probe.nonce && e.wait == id {
+                // Passed here before: a cycle that does not reach the origin, which waits
+                // for it all the same.
+                return Some((from, tags::PROBE_BACK, probe));
+            }
+        }
+        if probe.hops.len() >= self.world {
+            return None;
+        }
+        self.engaged.insert(
+            probe.origin,
+            Engaged {
+                nonce: probe.nonce,
+                sender: from,
+                wait: id,
+                awaited,
+            },
+        );
+        probe.hops.push(Hop {
+            rank: me,
+            tag,
+            awaited,
+        });
+        Some((awaited, tags::PROBE, probe))
+    }
+
+    /// A probe came back to rank `me` from `from`: recorded if `me` sent it first, passed
+    /// back if `me`'s wait it passed still cannot end.
+    fn on_probe_back(&mut self, me: Rank, from: Rank, probe: Probe) -> Option<(Rank, u64, Probe)> {
+        if probe.origin == me {
+            let (id, awaited, _) = self.stuck()?;
+            if probe.nonce >> 20 == id && awaited == from {
+                self.cycle = Some(probe);
+            }
+            return None;
+        }
+        let e = *self.engaged.get(&probe.origin)?;
+        if e.nonce != probe.nonce || e.awaited != from || !self.stuck_in(e.wait) {
+            return None;
+        }
+        self.engaged.remove(&probe.origin);
+        Some((e.sender, tags::PROBE_BACK, probe))
+    }
+}
+
+/// A probe's bytes: the origin, the nonce, then each hop as (rank, tag, awaited rank).
+fn encode_probe(probe: &Probe) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 24 * probe.hops.len());
+    out.extend((probe.origin as u64).to_le_bytes());
+    out.extend(probe.nonce.to_le_bytes());
+    for hop in &probe.hops {
+        out.extend((hop.rank as u64).to_le_bytes());
+        out.extend(hop.tag.to_le_bytes());
+        out.extend((hop.awaited as u64).to_le_bytes());
     }
     out
 }
 
-/// A status answer from its bytes; `None` for bytes that are not one (a peer's garbage is
-/// ignored: it only delays a deadlock's detection).
-fn decode_status(bytes: &[u8]) -> Option<Status> {
+/// A probe from its bytes, in a job of `world` ranks; `None` for bytes that are not one.
+fn decode_probe(bytes: &[u8], world: usize) -> Option<Probe> {
     let word = |i: usize| -> Option<u64> {
         Some(u64::from_le_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
     };
-    let nonce = word(0)?;
-    let rest = bytes.len() - 8;
-    if rest % 16 != 0 || rest / 16 > 1 << 16 {
+    let rank = |i: usize| -> Option<Rank> {
+        usize::try_from(word(i)?).ok().filter(|&r| r < world)
+    };
+    let rest = bytes.len().checked_sub(16)?;
+    if rest % 24 != 0 || rest / 24 > world {
         return None;
     }
-    let stuck = (0..rest / 16)
-        .map(|k| Some((usize::try_from(word(8 + 16 * k)?).ok()?, word(16 + 16 * k)?)))
+    let hops = (0..rest / 24)
+        .map(|k| {
+            let at = 16 + 24 * k;
+            Some(Hop {
+                rank: rank(at)?,
+                tag: word(at + 8)?,
+                awaited: rank(at + 16)?,
+            })
+        })
         .collect::<Option<Vec<_>>>()?;
-    Some((nonce, stuck))
+    Some(Probe {
+        origin: rank(0)?,
+        nonce: word(8)?,
+        hops,
+    })
 }
 
-/// A status query's nonce.
-fn status_nonce(bytes: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+/// The error of rank `me`, whose probe came back with `cycle`.
+fn deadlock(me: Rank, cycle: &Probe) -> Error {
+    let name = |r: Rank| match r == me {
+        true => "this rank".to_string(),
+        false => format!("rank {r}"),
+    };
+    let first = cycle.hops.first();
+    let others = cycle
+        .hops
+        .iter()
+        .skip(1)
+        .map(|h| {
+            format!(
+                "rank {} waits for {} in {}",
+                h.rank,
+                name(h.awaited),
+                describe_tag(h.tag)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Error::Deadlock {
+        rank: first.map_or(me, |h| h.awaited),
+        mine: first.map_or_else(String::new, |h| describe_tag(h.tag)),
+        others,
+    }
 }
 
 /// What a driver waits for, by its tag: `collective 12`, `operator entry 3`.
@@ -547,17 +673,30 @@ mod tests {
     }
 
     #[test]
-    fn status_answers_decode_or_are_ignored() {
-        let bytes = encode_status(7, &[(1, tags::COLLECTIVE | 3), (0, 5)]);
-        assert_eq!(
-            decode_status(&bytes),
-            Some((7, vec![(1, tags::COLLECTIVE | 3), (0, 5)]))
-        );
-        for bad in [&bytes[..7], &bytes[..9], &[][..]] {
-            assert_eq!(decode_status(bad), None);
+    fn probes_decode_or_are_ignored() {
+        let probe = Probe {
+            origin: 2,
+            nonce: 7,
+            hops: vec![
+                Hop {
+                    rank: 2,
+                    tag: tags::COLLECTIVE | 3,
+                    awaited: 0,
+                },
+                Hop {
+                    rank: 0,
+                    tag: 5,
+                    awaited: 1,
+                },
+            ],
+        };
+        let bytes = encode_probe(&probe);
+        assert_eq!(decode_probe(&bytes, 3), Some(probe));
+        // Cut short, empty, or naming a rank outside the job.
+        for bad in [&bytes[..15], &bytes[..17], &bytes[..41], &[][..]] {
+            assert_eq!(decode_probe(bad, 3), None);
         }
-        assert_eq!(status_nonce(&9u64.to_le_bytes()), Some(9));
-        assert_eq!(status_nonce(&[1, 2]), None);
+        assert_eq!(decode_probe(&bytes, 2), None);
     }
 
     #[test]
@@ -567,5 +706,57 @@ mod tests {
         m.lose(1, "closed");
         assert!(m.lost().is_none());
         assert!(m.all_finished([1]));
+    }
+}
+
+#[cfg(test)]
+mod fuzz_probes {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz;
+
+    fn probe() -> impl Strategy<Value = Probe> {
+        (
+            0usize..3,
+            any::<u64>(),
+            prop::collection::vec((0usize..3, any::<u64>(), 0usize..3), 0..4),
+        )
+            .prop_map(|(origin, nonce, hops)| Probe {
+                origin,
+                nonce,
+                hops: hops
+                    .into_iter()
+                    .map(|(rank, tag, awaited)| Hop {
+                        rank,
+                        tag,
+                        awaited,
+                    })
+                    .collect(),
+            })
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        /// Probes and their way back, valid or mutated, from any rank to a mailbox whose
+        /// driver waits: never a panic, and what the mailbox sends on decodes.
+        #[test]
+        fn fuzz_probes_mutated(p in probe(), ms in fuzz::mutations(), from in 0usize..3, back in any::<bool>()) {
+            let m = std::sync::Arc::new(Mailbox::new(3));
+            let sent = std::sync::Arc::new(Mutex::new(Vec::new()));
+            let log = sent.clone();
+            m.set_replier(0, Box::new(move |to, tag, bytes| log.lock().push((to, tag, bytes))));
+            m.lock().waits.push((p.nonce >> 20, 1, tags::COLLECTIVE | 1));
+            let mut bytes = encode_probe(&p);
+            fuzz::mutate(&mut bytes, &ms);
+            let tag = if back { tags::PROBE_BACK } else { tags::PROBE };
+            m.deliver(from, tag, bytes);
+            for (to, tag, bytes) in sent.lock().iter() {
+                prop_assert!(*to < 3);
+                prop_assert!(*tag == tags::PROBE || *tag == tags::PROBE_BACK);
+                prop_assert!(decode_probe(bytes, 3).is_some());
+            }
+        }
     }
 }

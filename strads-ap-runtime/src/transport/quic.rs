@@ -433,7 +433,7 @@ impl QuicTransport {
             local,
             runtime,
         };
-        // Status answers (deadlock probes) go straight onto a peer's queue, from the
+        // Deadlock probes go straight onto a peer's queue, from the
         // thread that delivered the query; like goodbyes, they are not counted against
         // the send budget (a few bytes) and never wait.
         let peers = Arc::downgrade(&t.peers);
