@@ -102,6 +102,39 @@ fn a_rank_that_dies_mid_job_stops_the_job_with_its_name() {
     assert!(took < Duration::from_secs(60), "took {took:?}");
 }
 
+/// A rank that exits with code 0 mid-job without leaving it (the others see it lost, as
+/// if it had been killed) fails the job naming it, and a job with restarts allowed is not
+/// restarted: the launcher saw the exit itself, and a restart would end the same way.
+#[test]
+fn a_rank_that_exits_0_mid_job_is_not_restarted() {
+    let ckpt = std::env::temp_dir().join(format!("strads-ap-vanish-{}", std::process::id()));
+    let (out, took) = run_bounded(
+        &[
+            "-n",
+            "3",
+            "--grace",
+            "1",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--max-restarts",
+            "2",
+            "--",
+            LAUNCHER,
+            "check",
+            "--vanish-rank",
+            "1",
+        ],
+        Duration::from_secs(120),
+    );
+    let _ = std::fs::remove_dir_all(&ckpt);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("rank 1 had exited with code 0"), "{stderr}");
+    assert!(stderr.contains("not restarted"), "{stderr}");
+    assert!(!stderr.contains("restarting the job"), "{stderr}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
 /// A rank that leaves the job cleanly but early (`finish()`, exit code 0, as a program
 /// that returns on one rank does) ends the job: the others' next wait for it fails naming
 /// it, instead of waiting forever.

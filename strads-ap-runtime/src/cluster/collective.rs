@@ -475,7 +475,9 @@ mod tests {
     #[test]
     fn ranks_waiting_in_a_cycle_of_three_fail_naming_it() {
         // Each rank waits for the next one's broadcast: no two wait for each other.
-        let out = on_ranks(3, |rank, comm| comm.broadcast((rank + 1) % 3, 5u64).map(|_| ()));
+        let out = on_ranks(3, |rank, comm| {
+            comm.broadcast((rank + 1) % 3, 5u64).map(|_| ())
+        });
         let mut cycles = 0;
         for (rank, r) in out.iter().enumerate() {
             match r {

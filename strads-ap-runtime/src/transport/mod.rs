@@ -226,9 +226,10 @@ impl Mailbox {
         if tag == tags::PROBE || tag == tags::PROBE_BACK {
             // Handled at once, from whatever thread delivers; a probe that does not decode
             // (a peer's garbage) is dropped: it only delays a deadlock's detection.
-            let (Some(probe), Some((me, send))) =
-                (decode_probe(&payload.into_vec(), st.world), self.replier.get())
-            else {
+            let (Some(probe), Some((me, send))) = (
+                decode_probe(&payload.into_vec(), st.world),
+                self.replier.get(),
+            ) else {
                 return;
             };
             let out = if tag == tags::PROBE {
@@ -522,9 +523,7 @@ fn decode_probe(bytes: &[u8], world: usize) -> Option<Probe> {
     let word = |i: usize| -> Option<u64> {
         Some(u64::from_le_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
     };
-    let rank = |i: usize| -> Option<Rank> {
-        usize::try_from(word(i)?).ok().filter(|&r| r < world)
-    };
+    let rank = |i: usize| -> Option<Rank> { usize::try_from(word(i)?).ok().filter(|&r| r < world) };
     let rest = bytes.len().checked_sub(16)?;
     if rest % 24 != 0 || rest / 24 > world {
         return None;
@@ -727,11 +726,7 @@ mod fuzz_probes {
                 nonce,
                 hops: hops
                     .into_iter()
-                    .map(|(rank, tag, awaited)| Hop {
-                        rank,
-                        tag,
-                        awaited,
-                    })
+                    .map(|(rank, tag, awaited)| Hop { rank, tag, awaited })
                     .collect(),
             })
     }

@@ -23,6 +23,10 @@ pub struct CheckArgs {
     /// must fail naming it, not hang).
     #[arg(long, value_name = "RANK", hide = true)]
     leave_rank: Option<usize>,
+    /// Testing aid: this rank exits with code 0 right after joining without leaving the
+    /// job (`exit(0)` mid-job): the others lose it, and the launcher must not restart.
+    #[arg(long, value_name = "RANK", hide = true)]
+    vanish_rank: Option<usize>,
 }
 
 pub fn main(args: CheckArgs) -> ExitCode {
@@ -54,6 +58,10 @@ fn check(args: &CheckArgs) -> strads_ap::Result<()> {
     if args.exit_rank == Some(rank) {
         eprintln!("strads-ap check: rank {rank} exits abruptly (--exit-rank)");
         std::process::exit(3);
+    }
+    if args.vanish_rank == Some(rank) {
+        eprintln!("strads-ap check: rank {rank} exits with code 0 mid-job (--vanish-rank)");
+        std::process::exit(0);
     }
     if args.leave_rank == Some(rank) {
         eprintln!("strads-ap check: rank {rank} leaves the job early (--leave-rank)");

@@ -37,6 +37,8 @@ struct Running {
     proc: Proc,
     child: Child,
     status: Option<ExitStatus>,
+    /// When it ended, from the job's start.
+    ended: Option<Duration>,
 }
 
 /// Why watching stopped.
@@ -55,6 +57,10 @@ pub struct Ended {
     pub code: u8,
     /// A rank failed (the job could be restarted); not when interrupted or successful.
     pub rank_failed: bool,
+    /// A rank that had exited with code 0 while others still ran, before one failed: the
+    /// program ends on one rank early (it returns, or calls `exit`), so a restart would
+    /// end the same way.
+    pub left_early: Option<String>,
 }
 
 /// Runs `procs` as the processes of `job` until all succeed, one fails, or the launcher
@@ -78,6 +84,7 @@ pub fn supervise(
                 proc,
                 child,
                 status: None,
+                ended: None,
             }),
             Err(error) => {
                 stop(&mut running, grace);
@@ -101,6 +108,7 @@ pub fn supervise(
             return Ok(Ended {
                 code: 0,
                 rank_failed: false,
+                left_early: None,
             });
         }
         End::Failed(index, status, when) => {
@@ -114,6 +122,21 @@ pub fn supervise(
         }
     };
 
+    // The first rank that exited with code 0 before the failure, while others ran.
+    let left_early = failed.and_then(|_| {
+        running
+            .iter()
+            .filter(|r| r.proc.rank.is_some() && r.status.is_some_and(|s| s.success()))
+            .filter_map(|r| Some((r.ended?, &r.proc.label)))
+            .min_by_key(|(at, _)| *at)
+            .map(|(at, label)| {
+                format!(
+                    "{label} had exited with code 0 after {:.1} s while the other ranks still \
+                     needed it",
+                    at.as_secs_f64()
+                )
+            })
+    });
     let stopped = stop(&mut running, grace);
     let mut reason = match failed {
         Some(index) => {
@@ -127,6 +150,10 @@ pub fn supervise(
         None => format!("interrupted by {description}"),
     };
     reason.push_str(&format!(" after {:.1} s", when.as_secs_f64()));
+    if let Some(early) = &left_early {
+        reason.push_str("; ");
+        reason.push_str(early);
+    }
     if running.len() > 1 {
         reason.push_str("; ");
         reason.push_str(&stopped_list(&running, &stopped));
@@ -142,6 +169,7 @@ pub fn supervise(
     Ok(Ended {
         code,
         rank_failed: failed.is_some(),
+        left_early,
     })
 }
 
@@ -190,6 +218,9 @@ fn watch(running: &mut [Running], started: Instant, signals: &AtomicUsize) -> Re
             return Ok(End::Interrupted(signal, started.elapsed()));
         }
         let mut all_done = true;
+        let mut failed = None;
+        // Every process is looked at before a failure is returned, so that one that
+        // exited 0 in the same poll is known (see `Ended::left_early`).
         for (index, process) in running.iter_mut().enumerate() {
             if process.status.is_some() {
                 continue;
@@ -202,11 +233,15 @@ fn watch(running: &mut [Running], started: Instant, signals: &AtomicUsize) -> Re
                 None => all_done = false,
                 Some(status) => {
                     process.status = Some(status);
-                    if !status.success() {
-                        return Ok(End::Failed(index, status, started.elapsed()));
+                    process.ended = Some(started.elapsed());
+                    if !status.success() && failed.is_none() {
+                        failed = Some(End::Failed(index, status, started.elapsed()));
                     }
                 }
             }
+        }
+        if let Some(failed) = failed {
+            return Ok(failed);
         }
         if all_done {
             return Ok(End::AllSucceeded);
