@@ -245,10 +245,11 @@ proptest! {
 
     #[test]
     fn fuzz_wire_reorder(seqs in prop::collection::vec(edgy_u64(), 0..64)) {
-        let mut r = wire::Reorder::new();
+        let mut r = wire::Reorder::new(1 << 10);
         let mut delivered = 0u64;
         for s in seqs {
-            if let Ok(out) = r.push(s, s) {
+            if let Ok(out) = r.push(s, s, (s % 300) as usize) {
+                prop_assert!(r.held() <= 1 << 10);
                 for got in out {
                     prop_assert_eq!(got, delivered);
                     delivered += 1;

@@ -164,7 +164,9 @@ struct Engaged {
 pub type Replier = Box<dyn Fn(Rank, u64, Vec<u8>) + Send + Sync>;
 
 struct MailState {
-    queues: HashMap<u64, Vec<VecDeque<Payload>>>,
+    /// Messages not yet taken, by (tag, sender); a queue is dropped when emptied (every
+    /// collective has a tag of its own, so a long job would otherwise keep one per call).
+    queues: HashMap<(u64, Rank), VecDeque<Payload>>,
     /// Driver waits in progress: (id, from, tag).
     waits: Vec<(u64, Rank, u64)>,
     next_wait: u64,
@@ -252,11 +254,7 @@ impl Mailbox {
                 *f = true;
             }
         } else {
-            let world = st.world;
-            st.queues
-                .entry(tag)
-                .or_insert_with(|| (0..world).map(|_| VecDeque::new()).collect())[from]
-                .push_back(payload);
+            st.queues.entry((tag, from)).or_default().push_back(payload);
         }
         drop(st);
         self.arrived.notify_all();
@@ -376,11 +374,7 @@ impl Mailbox {
     fn take_until(&self, from: Rank, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
         let what = format!("a message from rank {from}");
         let got = self.wait(deadline, &what, |st| {
-            let message = st
-                .queues
-                .get_mut(&tag)
-                .and_then(|q| q.get_mut(from))
-                .and_then(|q| q.pop_front());
+            let message = st.pop(tag, from);
             if message.is_none() && st.finished.get(from).copied().unwrap_or(false) {
                 return Some(None);
             }
@@ -395,11 +389,7 @@ impl Mailbox {
     /// Takes the next message with `tag` from any rank (lowest rank first).
     pub fn take_any(&self, tag: u64, deadline: Instant) -> Result<(Rank, Vec<u8>)> {
         self.wait(deadline, "a message from any rank", |st| {
-            let queues = st.queues.get_mut(&tag)?;
-            queues
-                .iter_mut()
-                .enumerate()
-                .find_map(|(r, q)| q.pop_front().map(|m| (r, m)))
+            (0..st.world).find_map(|r| st.pop(tag, r).map(|m| (r, m)))
         })
         .map(|(r, m)| (r, m.into_vec()))
     }
@@ -435,14 +425,20 @@ impl Mailbox {
 }
 
 impl MailState {
+    /// The next message from `from` with `tag`, if one is queued.
+    fn pop(&mut self, tag: u64, from: Rank) -> Option<Payload> {
+        let queue = self.queues.get_mut(&(tag, from))?;
+        let message = queue.pop_front();
+        if queue.is_empty() {
+            self.queues.remove(&(tag, from));
+        }
+        message
+    }
+
     /// This rank's driver wait that nothing queued can end, as (id, awaited rank, tag).
     fn stuck(&self) -> Option<(u64, Rank, u64)> {
         self.waits.iter().copied().find(|&(_, from, tag)| {
-            let queued = self
-                .queues
-                .get(&tag)
-                .and_then(|q| q.get(from))
-                .is_some_and(|q| !q.is_empty());
+            let queued = self.queues.contains_key(&(tag, from));
             !queued && !self.finished.get(from).copied().unwrap_or(true)
         })
     }
@@ -610,6 +606,19 @@ mod tests {
             Err(Error::Timeout { what, .. }) => assert!(what.contains("rank 0")),
             other => panic!("expected a timeout, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn emptied_queues_are_dropped() {
+        let m = Mailbox::new(2);
+        let soon = deadline_in(Duration::from_millis(10));
+        for tag in 0..1000 {
+            m.deliver(1, tag, vec![1]);
+            m.deliver(0, tag, vec![0]);
+            assert_eq!(m.take(1, tag, soon).unwrap(), vec![1]);
+            assert_eq!(m.take_any(tag, soon).unwrap(), (0, vec![0]));
+        }
+        assert!(m.lock().queues.is_empty());
     }
 
     #[test]

@@ -783,7 +783,8 @@ async fn reader(
     closed: Arc<AtomicBool>,
     max_frame: usize,
 ) {
-    let order: Arc<Mutex<Reorder<Chunked>>> = Arc::new(Mutex::new(Reorder::new()));
+    let order: Arc<Mutex<Reorder<Chunked>>> =
+        Arc::new(Mutex::new(Reorder::new(RECEIVE_WINDOW as usize)));
     loop {
         let stream = match conn.accept_uni().await {
             Ok(s) => s,
@@ -798,8 +799,12 @@ async fn reader(
         tokio::spawn(async move {
             let outcome = match read_batch(stream, max_frame).await {
                 Ok((seq, batch)) => {
+                    let bytes = batch
+                        .iter()
+                        .map(|(_, chunks)| 16 + chunks.iter().map(|c| c.len()).sum::<usize>())
+                        .sum();
                     let mut order = order.lock();
-                    order.push(seq, batch).map(|ready| {
+                    order.push(seq, batch, bytes).map(|ready| {
                         for batch in ready {
                             for (tag, chunks) in batch {
                                 mailbox.deliver_chunks(peer, tag, chunks);

@@ -308,37 +308,61 @@ pub fn parse_batch(bytes: &[u8], max_frame: usize) -> Result<(u64, Messages), St
 }
 
 /// Puts batches that may arrive out of order back in sequence.
-#[derive(Debug, Default)]
+///
+/// What it holds waiting for an earlier batch is bounded: at most [`Reorder::MAX_AHEAD`]
+/// sequence numbers ahead, and at most its byte limit in all (a peer's batches arrive out
+/// of order only while a lost packet of an earlier one is resent, which holds back a few
+/// congestion windows; a peer that withholds a batch to make this rank hold the rest is
+/// refused).
+#[derive(Debug)]
 pub struct Reorder<T> {
     next: u64,
-    pending: BTreeMap<u64, T>,
+    pending: BTreeMap<u64, (T, usize)>,
+    held: usize,
+    max_bytes: usize,
 }
 
 impl<T> Reorder<T> {
-    /// Expects batch 0 first.
-    pub fn new() -> Self {
+    /// How far ahead of the next expected batch a batch may be.
+    pub const MAX_AHEAD: u64 = 1 << 16;
+
+    /// Expects batch 0 first, and holds at most `max_bytes` waiting for earlier batches.
+    pub fn new(max_bytes: usize) -> Self {
         Reorder {
             next: 0,
             pending: BTreeMap::new(),
+            held: 0,
+            max_bytes,
         }
     }
 
-    /// Takes batch `seq`; returns the batches now deliverable, in order. A repeated or
-    /// stale sequence number is an error (a confused or hostile peer).
-    pub fn push(&mut self, seq: u64, batch: T) -> Result<Vec<T>, String> {
+    /// Takes batch `seq` of `bytes` bytes; returns the batches now deliverable, in order.
+    /// A repeated or stale sequence number, one too far ahead, or a batch that would make
+    /// it hold more than its limit is an error (a confused or hostile peer).
+    pub fn push(&mut self, seq: u64, batch: T, bytes: usize) -> Result<Vec<T>, String> {
         if seq < self.next || self.pending.contains_key(&seq) {
             return Err(format!("batch {seq} received twice"));
         }
-        if seq - self.next > 1 << 20 {
+        if seq - self.next > Self::MAX_AHEAD {
             return Err(format!(
                 "batch {seq} is too far ahead (expected {})",
                 self.next
             ));
         }
-        self.pending.insert(seq, batch);
+        if seq != self.next && self.held.saturating_add(bytes) > self.max_bytes {
+            return Err(format!(
+                "batch {seq} would make {} bytes wait for batch {} (limit {})",
+                self.held.saturating_add(bytes),
+                self.next,
+                self.max_bytes
+            ));
+        }
+        self.held += bytes;
+        self.pending.insert(seq, (batch, bytes));
         let mut out = Vec::new();
-        while let Some(b) = self.pending.remove(&self.next) {
+        while let Some((b, n)) = self.pending.remove(&self.next) {
             out.push(b);
+            self.held -= n;
             self.next += 1;
         }
         Ok(out)
@@ -347,6 +371,11 @@ impl<T> Reorder<T> {
     /// Batches waiting for an earlier one.
     pub fn waiting(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Bytes of the batches waiting for an earlier one.
+    pub fn held(&self) -> usize {
+        self.held
     }
 }
 
@@ -399,14 +428,33 @@ mod tests {
 
     #[test]
     fn reorder_delivers_in_sequence() {
-        let mut r = Reorder::new();
-        assert_eq!(r.push(1, "b").unwrap(), Vec::<&str>::new());
-        assert_eq!(r.push(2, "c").unwrap(), Vec::<&str>::new());
-        assert_eq!(r.waiting(), 2);
-        assert_eq!(r.push(0, "a").unwrap(), vec!["a", "b", "c"]);
-        assert_eq!(r.push(3, "d").unwrap(), vec!["d"]);
-        assert!(r.push(2, "again").unwrap_err().contains("twice"));
-        assert!(r.push(u64::MAX, "far").unwrap_err().contains("too far"));
+        let mut r = Reorder::new(100);
+        assert_eq!(r.push(1, "b", 10).unwrap(), Vec::<&str>::new());
+        assert_eq!(r.push(2, "c", 10).unwrap(), Vec::<&str>::new());
+        assert_eq!((r.waiting(), r.held()), (2, 20));
+        assert_eq!(r.push(0, "a", 10).unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(r.held(), 0);
+        assert_eq!(r.push(3, "d", 10).unwrap(), vec!["d"]);
+        assert!(r.push(2, "again", 1).unwrap_err().contains("twice"));
+        assert!(r.push(u64::MAX, "far", 1).unwrap_err().contains("too far"));
+        assert!(r
+            .push(5 + (1 << 16), "far", 1)
+            .unwrap_err()
+            .contains("too far"));
+    }
+
+    #[test]
+    fn reorder_holds_at_most_its_limit_waiting() {
+        let mut r = Reorder::new(100);
+        assert!(r.push(1, 1, 60).unwrap().is_empty());
+        let err = r.push(2, 2, 41).unwrap_err();
+        assert!(
+            err.contains("would make 101 bytes wait for batch 0"),
+            "{err}"
+        );
+        // The expected batch is never held, whatever its size.
+        assert_eq!(r.push(0, 0, 1000).unwrap(), vec![0, 1]);
+        assert!(r.push(3, 3, 100).unwrap().is_empty());
     }
 
     #[test]
