@@ -55,7 +55,11 @@ pub fn class_probabilities(w: &[Vec<f32>], s: &Sample) -> Vec<f32> {
     p
 }
 
-/// Softmax (cross-entropy) loss of one sample: `-ln p(label)`, with `p` floored at 1e-12.
+/// Softmax (cross-entropy) loss of one sample: `-ln p(label)`, computed in `f64` as the
+/// log-sum-exp of the class scores minus the label's score. It has no floor: a model whose
+/// scores saturate (a learning rate far too large) shows a loss that keeps growing, not
+/// one stuck at a floor's `-ln 1e-12 = 27.6` per sample, and weights that became infinite
+/// or NaN give NaN, which [`strads_ap::check_finite`] turns into an error.
 ///
 /// # Examples
 /// ```
@@ -63,11 +67,20 @@ pub fn class_probabilities(w: &[Vec<f32>], s: &Sample) -> Vec<f32> {
 /// let w = vec![vec![0.0, 0.0], vec![0.0, 0.0]]; // two classes, one feature, biases 0
 /// let s = Sample { label: 1, x: vec![(0, 1.0)] };
 /// assert!((softmax_loss(&w, &s) - 2f64.ln()).abs() < 1e-6);
+/// // Confidently wrong by a score gap of 1000: the loss says so.
+/// let wrong = vec![vec![1000.0, 0.0], vec![0.0, 0.0]];
+/// assert!((softmax_loss(&wrong, &s) - 1000.0).abs() < 1e-6);
+/// let diverged = vec![vec![f32::INFINITY, 0.0], vec![f32::INFINITY, 0.0]];
+/// assert!(softmax_loss(&diverged, &s).is_nan());
 /// ```
 pub fn softmax_loss(w: &[Vec<f32>], s: &Sample) -> f64 {
-    let p = class_probabilities(w, s);
-    let pl = p.get(s.label as usize).copied().unwrap_or(0.0);
-    -f64::from(pl).max(1e-12).ln()
+    let scores: Vec<f64> = w.iter().map(|row| f64::from(score(row, &s.x))).collect();
+    let Some(&own) = scores.get(s.label as usize) else {
+        return f64::INFINITY;
+    };
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = scores.iter().map(|v| (v - max).exp()).sum();
+    max + sum.ln() - own
 }
 
 /// The predicted class of a sample: the class with the highest score.
