@@ -229,11 +229,26 @@ pub fn program(name: &str) -> Result<&'static Program> {
 
 /// `shared/data/WHAT` of the directory beside the checkout (`../shared/data` from the
 /// repository's root, where this machine and CI keep the real data sets), if it exists.
+/// If not, says once on stderr that the program falls back to synthetic data, so that
+/// figures measured on the stand-in are not taken for the real data set's.
 pub fn shared_data(what: &str) -> Option<PathBuf> {
+    static TOLD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/data")
         .join(what);
-    path.exists().then_some(path)
+    if path.exists() {
+        return Some(path);
+    }
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    if !told.iter().any(|t| t == what) {
+        eprintln!(
+            "zoo: {} not found: using synthetic data of the same size instead (`--data FILE` \
+             reads the real file)",
+            path.display()
+        );
+        told.push(what.to_string());
+    }
+    None
 }
 
 /// Times a serial twin's epochs.
