@@ -207,15 +207,27 @@ pub fn print_loop_stats() {
             1 => format!(", first call recorded in {:.3} s", s.recorded.as_secs_f64()),
             n => format!(", {n} calls recorded in {:.3} s", s.recorded.as_secs_f64()),
         };
+        // Fixed costs per call: outside the run, and workers waiting within it.
+        let costs = s.per_call();
+        let waiting = match costs.waiting {
+            Some(w) => format!(
+                ", {:.3} ms waiting in {:.1} steps",
+                w.as_secs_f64() * 1e3,
+                costs.steps
+            ),
+            None => String::new(),
+        };
         eprintln!(
-            "{}: {} calls, strategy {}, {} groups{recorded}, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}{merges}",
+            "{}: {} calls, strategy {}, {} groups{recorded}, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}{merges}; per call {:.3} ms, {:.3} ms outside the run{waiting}",
             s.site,
             s.calls,
             s.strategy,
             s.groups,
             s.recon.as_secs_f64(),
             s.planning.as_secs_f64(),
-            s.running.as_secs_f64()
+            s.running.as_secs_f64(),
+            costs.wall.as_secs_f64() * 1e3,
+            costs.outside.as_secs_f64() * 1e3,
         );
     }
 }

@@ -142,6 +142,11 @@ fn every_program_has_a_matching_test() {
 }
 
 #[test]
+fn adagrad_mf_matches_serial() {
+    matches_serial("adagrad-mf", 0.05, 3);
+}
+
+#[test]
 fn biased_mf_matches_serial() {
     matches_serial("biased-mf", 0.05, 3);
 }

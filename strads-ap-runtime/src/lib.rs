@@ -41,6 +41,6 @@ pub use dds::{
     read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, ReadOptions,
     ReadReport, Relaxed,
 };
-pub use engine::{loop_stats, Diagnosis, Finding, HotKey, LoopStats, Opts, SyncMode};
+pub use engine::{loop_stats, CallCosts, Diagnosis, Finding, HotKey, LoopStats, Opts, SyncMode};
 pub use error::{Error, Result};
 pub use job::{finish, init, init_with, MAX_THREADS};

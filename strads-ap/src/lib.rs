@@ -58,9 +58,9 @@ pub use metric::{check_finite, NonFiniteMetric};
 pub use strads_ap_macros::{async_for, sync_for};
 pub use strads_ap_runtime::{
     checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
-    threads, world_size, Aggregate, Aggregation, Config, DMap, DMultiMap, DVector, Diagnosis,
-    Element, Error, Finding, HotKey, LoopStats, Opts, ReadOptions, ReadReport, Relaxed, Result,
-    SyncMode, MAX_THREADS,
+    threads, world_size, Aggregate, Aggregation, CallCosts, Config, DMap, DMultiMap, DVector,
+    Diagnosis, Element, Error, Finding, HotKey, LoopStats, Opts, ReadOptions, ReadReport, Relaxed,
+    Result, SyncMode, MAX_THREADS,
 };
 
 /// Views and planner internals, for the curious and for tools.

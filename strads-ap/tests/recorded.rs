@@ -214,3 +214,42 @@ fn recorded_first_calls_from_several_driver_threads_share_the_helper_pool() {
         assert_eq!(*got, want, "driver thread {seed}");
     }
 }
+
+/// A loop's fixed costs per call are reported: the time inside its calls covers the run,
+/// reconnaissance, planning and recording, and what is left is the cost of entering and
+/// leaving; planned runs on two workers say how long their workers waited, per step.
+#[test]
+fn fixed_costs_per_call_are_reported() {
+    let (n, keys) = (4000, 64);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    let sums = DVector::from_fn(keys, |_| 0u64).unwrap();
+    let line = line!() + 3;
+    for _ in 0..5 {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                sums[a] += b as u64;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let s = stats_at(line);
+    assert_eq!(s.calls, 5, "{s:?}");
+    let c = s.per_call();
+    let inside = s.running + s.recon + s.planning + s.recorded;
+    assert!(s.wall >= inside, "{s:?}");
+    assert_eq!(c.wall, s.wall / 5);
+    assert_eq!(c.outside, (s.wall - inside) / 5);
+    // Four planned calls on two workers: each ran at least one step, and the workers'
+    // waiting is part of the run.
+    assert!(c.steps >= 4.0 / 5.0, "{c:?}");
+    let waiting = c.waiting.expect("planned runs measure their workers");
+    assert!(waiting * 5 <= s.running, "{c:?} {s:?}");
+    // No call yet: nothing per call.
+    assert_eq!(
+        strads_ap::LoopStats::default().per_call(),
+        strads_ap::CallCosts::default()
+    );
+}

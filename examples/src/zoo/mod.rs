@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::{mean, EpochClock, EpochStart};
 
+pub mod adagrad_mf;
 pub mod biased_mf;
 pub mod fm;
 pub mod kmeans;
@@ -140,6 +141,15 @@ pub struct Program {
 
 /// Every program of the zoo.
 pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "adagrad-mf",
+        shape: "four written tables in two dimensions (factor rows and their AdaGrad accumulators), ~500 element accesses per task",
+        serial: adagrad_mf::serial,
+        strads: adagrad_mf::strads,
+        // Rotation visits the ratings cell by cell, as for `biased-mf`.
+        tolerance: 0.02,
+        reads: Some("`user item rating` lines"),
+    },
     Program {
         name: "biased-mf",
         shape: "four written tables (factor rows and bias scalars), element indexing in the inner loop",

@@ -27,6 +27,6 @@ pub use opts::{Opts, SyncMode};
 pub(crate) use registry::Base;
 pub use registry::Registry;
 pub use site::{CallSite, LoopKind};
-pub use stats::{loop_stats, LoopStats};
+pub use stats::{loop_stats, CallCosts, LoopStats};
 pub use sync_for::run_sync_for;
 pub(crate) use workers::{body_error, FirstError, Merges};

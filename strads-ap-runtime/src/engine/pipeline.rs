@@ -43,6 +43,8 @@ pub(crate) struct Call<'a, T> {
     pub here: Arc<RankCtx>,
     checkpointing: bool,
     figures: RefCell<Figures>,
+    /// When the call entered.
+    started: std::time::Instant,
 }
 
 /// What a strategy ran.
@@ -88,6 +90,7 @@ pub(crate) fn enter<'a, T: serde::Serialize + serde::de::DeserializeOwned>(
     register: fn(&T, &mut Registry),
     max_tables: usize,
 ) -> Result<Option<Call<'a, T>>> {
+    let started = std::time::Instant::now();
     let mut registry = Registry::default();
     register(task, &mut registry);
     registry.check(site)?;
@@ -130,6 +133,7 @@ pub(crate) fn enter<'a, T: serde::Serialize + serde::de::DeserializeOwned>(
         here,
         checkpointing,
         figures: RefCell::default(),
+        started,
     }))
 }
 
@@ -175,6 +179,9 @@ impl<T> Call<'_, T> {
 /// what the strategy said, and has the tables it wrote checkpointed if due.
 pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
     let mut figures = call.figures.into_inner();
+    if figures.ran {
+        figures.wall = call.started.elapsed();
+    }
     if let Ok(ran) = &ran {
         figures.written = ran.written.clone();
     }

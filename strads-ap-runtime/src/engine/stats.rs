@@ -41,9 +41,33 @@ pub struct LoopStats {
     /// over the workers, in planned runs: against `running` × `workers`, the share of the
     /// workers' time that went to the loop's work rather than to scheduling.
     pub busy: Duration,
+    /// Time inside the loop's calls, from the call to its return (checkpointing after a
+    /// call excluded): `running`, `recon`, `planning` and `recorded`, plus the fixed costs
+    /// of entering and leaving (see [`LoopStats::per_call`]).
+    pub wall: Duration,
+    /// Steps of groups run in planned runs (each ends with the workers synchronising).
+    pub steps: u64,
     /// Why the loop does not scale, and what to change: each finding once, in the order
     /// found (each is also printed once on stderr; see [`Diagnosis`]).
     pub diagnoses: Vec<Diagnosis>,
+}
+
+/// A loop's fixed costs per call, on average over its calls (see [`LoopStats::per_call`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CallCosts {
+    /// Time inside a call, from the call to its return.
+    pub wall: Duration,
+    /// Time a call spent outside its run, reconnaissance, planning and recording:
+    /// collecting and locking the captured tables, checking that the kept plan still
+    /// holds, shipping the task to the other ranks, and the bookkeeping after the run.
+    pub outside: Duration,
+    /// Time the workers of a planned run waited rather than ran tasks (`running` less the
+    /// workers' busy time over their number): waking the workers, synchronising after
+    /// each step, and waiting for the slowest; `None` when no planned run measured it
+    /// (one worker runs the body directly).
+    pub waiting: Option<Duration>,
+    /// Steps of groups per call (each ends with the workers synchronising).
+    pub steps: f64,
 }
 
 impl LoopStats {
@@ -83,6 +107,37 @@ impl LoopStats {
         let worker_secs = self.running.as_secs_f64() * self.workers as f64;
         (worker_secs > 0.0 && !self.merging.is_zero())
             .then(|| (self.merging.as_secs_f64() / worker_secs).min(1.0))
+    }
+
+    /// The loop's fixed costs per call, on average: what a short epoch pays beyond its
+    /// tasks. Zero before the first call.
+    ///
+    /// ```
+    /// for s in strads_ap_runtime::loop_stats() {
+    ///     let c = s.per_call();
+    ///     eprintln!(
+    ///         "{}: {:.3} ms per call, {:.3} ms of it outside the run",
+    ///         s.site,
+    ///         c.wall.as_secs_f64() * 1e3,
+    ///         c.outside.as_secs_f64() * 1e3
+    ///     );
+    /// }
+    /// ```
+    pub fn per_call(&self) -> CallCosts {
+        let Ok(calls @ 1..) = u32::try_from(self.calls) else {
+            return CallCosts::default();
+        };
+        let inside = self.running + self.recon + self.planning + self.recorded;
+        let waiting = (!self.busy.is_zero() && self.workers > 0).then(|| {
+            let workers = u32::try_from(self.workers).unwrap_or(u32::MAX);
+            self.running.saturating_sub(self.busy / workers) / calls
+        });
+        CallCosts {
+            wall: self.wall / calls,
+            outside: self.wall.saturating_sub(inside) / calls,
+            waiting,
+            steps: self.steps as f64 / f64::from(calls),
+        }
     }
 }
 
@@ -134,6 +189,8 @@ pub(crate) struct Figures {
     pub busy: Duration,
     /// Steps of groups run (each ends with the workers synchronising).
     pub steps: usize,
+    /// Time from the call to its return (set by `pipeline::finish`).
+    pub wall: Duration,
     /// The plan made by this call, when it leaves workers idle.
     pub shape: Option<PlanShape>,
     /// Per captured table: whether the call may have written it.
@@ -155,6 +212,8 @@ impl Figures {
             s.merging += self.merging;
             s.retried += self.retried;
             s.busy += self.busy;
+            s.wall += self.wall;
+            s.steps += self.steps as u64;
             if let Some(t) = self.recorded {
                 s.recorded += t;
                 s.recorded_calls += 1;
