@@ -223,7 +223,7 @@ fn fixed_costs_per_call_are_reported() {
     let (n, keys) = (4000, 64);
     let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
     let sums = DVector::from_fn(keys, |_| 0u64).unwrap();
-    let line = line!() + 3;
+    let line = line!() + 2;
     for _ in 0..5 {
         async_for!(
             0..pairs.len(),
