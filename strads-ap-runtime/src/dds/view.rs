@@ -209,9 +209,9 @@ pub struct RecordVectorView<'a, T> {
     in_place: bool,
     rec: &'a Recorder,
     name: &'static str,
-    /// The last access logged: (task number, key, written). A body that indexes the same
-    /// element over and over (`p[u][f]` in a loop over `f`) logs it once per task.
-    last: Cell<(u64, usize, bool)>,
+    /// The running task's last access logged through this view, kept by the recorder (see
+    /// `Recorder::last_logged`): `key << 1 | written`.
+    last: &'a Cell<u64>,
     _life: PhantomData<&'a mut [T]>,
 }
 
@@ -227,7 +227,7 @@ impl<'a, T> RecordVectorView<'a, T> {
             in_place: rec.writes_in_place(),
             rec,
             name,
-            last: Cell::new((0, usize::MAX, false)),
+            last: rec.last_logged(slot),
             _life: PhantomData,
         }
     }
@@ -236,13 +236,13 @@ impl<'a, T> RecordVectorView<'a, T> {
     /// was to the same element and logged as much (a write covers a read).
     #[inline(always)]
     fn note(&self, i: usize, write: bool) {
-        let epoch = self.rec.task_epoch();
-        let (e, k, w) = self.last.get();
-        let same = e == epoch && k == i;
-        if same && (w || !write) {
+        let mark = ((i as u64) << 1) | u64::from(write);
+        let last = self.last.get();
+        // The same element, logged as written or (for a read) as read.
+        if last | 1 == mark | 1 && last & 1 >= mark & 1 {
             return;
         }
-        self.last.set((epoch, i, write || (same && w)));
+        self.last.set(mark);
         self.rec.log(self.slot, i as u64, write);
     }
 }

@@ -617,7 +617,15 @@ pub struct Recorder {
     /// Whether views write the tables themselves rather than scratch copies: a recorded
     /// run (one worker, tasks in loop order) that is also the call's real run.
     in_place: bool,
+    /// Per table slot, the running task's last access logged through its view, as
+    /// `key << 1 | written` ([`NOT_LOGGED`] at a task's start): a body that indexes the
+    /// same element over and over (`p[u][f]` in a loop over `f`) logs it once, at the
+    /// cost of one load and compare per repeated access.
+    last: Box<[Cell<u64>]>,
 }
+
+/// No access logged yet in the running task (see `Recorder::last`); no key is this large.
+pub(crate) const NOT_LOGGED: u64 = u64::MAX;
 
 impl Recorder {
     /// A recorder for a loop whose captured tables are these (id, data, length, map key
@@ -628,6 +636,7 @@ impl Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
             log: RefCell::new(room.0),
+            last: (0..tables.len()).map(|_| Cell::new(NOT_LOGGED)).collect(),
             tables,
             in_place: false,
         }
@@ -647,6 +656,12 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn writes_in_place(&self) -> bool {
         self.in_place
+    }
+
+    /// The last access logged through the view of table slot `slot` in the running task
+    /// (see `Recorder::last`).
+    pub(crate) fn last_logged(&self, slot: usize) -> &Cell<u64> {
+        &self.last[slot]
     }
 
     /// The slot, data, length and map key index of a table.
@@ -684,6 +699,9 @@ impl Recorder {
     pub(crate) fn start_task(&self, index: usize) {
         self.task_epoch.set(self.task_epoch.get() + 1);
         self.index.set(index);
+        for last in self.last.iter() {
+            last.set(NOT_LOGGED);
+        }
     }
 
     /// Closes the current task's set.
