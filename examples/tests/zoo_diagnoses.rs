@@ -35,7 +35,7 @@ const NEEDS_A_CHANGE: &[Expect] = &[
         program: "logreg",
         finding: Finding::IdleWorkers,
         tables: &["bias", "epoch_loss", "weights"],
-        fix: "keep the hot entries of `weights` in a relaxed DVector",
+        fix: "declare `weights` relaxed (`DMap::relaxed(Relaxed::Sum)`",
     },
     // Gauss-Seidel: tasks read the ranks others write, which chains them.
     Expect {

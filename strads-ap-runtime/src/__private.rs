@@ -102,6 +102,14 @@ impl<T: Aggregate> ProbeAgg for &&Probe<'_, VectorRef<T>> {
     }
 }
 
+/// A DMap of aggregatable values: registered with a merger of its values.
+impl<K: Element + Eq + std::hash::Hash, V: Aggregate> ProbeAgg for &&Probe<'_, MapRef<K, V>> {
+    fn __strads_register(&self, reg: &mut Registry, name: &'static str) {
+        let table = self.0.table.clone();
+        reg.add(table.clone(), name, Some(Arc::new(VectorMerger { table })));
+    }
+}
+
 /// A DDS without a merger.
 pub trait ProbeNoAgg {
     /// Registers the field.

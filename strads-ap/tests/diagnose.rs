@@ -94,7 +94,47 @@ fn hot_map_keys_are_shown_as_the_body_writes_them() {
     let stats = stats_at(line);
     let d = finding(&stats, Finding::IdleWorkers).expect("idle workers diagnosed");
     assert_eq!(d.hot_keys[0].key, "[\"the\"]", "{:?}", d.hot_keys);
-    assert!(d.fix.contains("maps cannot be relaxed"), "{}", d.fix);
+    assert!(d.fix.contains("DMap::relaxed(Relaxed::Sum)"), "{}", d.fix);
+}
+
+/// The fix the diagnosis names for a hot map works: relaxed, the map no longer joins the
+/// tasks into one group, its sums are exact, and no diagnosis remains.
+#[test]
+fn a_relaxed_hot_map_is_planned_around_and_sums_exactly() {
+    let docs: Vec<Vec<String>> = (0..3000)
+        .map(|d| vec!["the".to_string(), format!("w{}", d % 1000)])
+        .collect();
+    let mut words: Vec<String> = (0..1000).map(|w| format!("w{w}")).collect();
+    words.push("the".into());
+    let docs = DVector::from_vec(docs).unwrap();
+    let counts: DMap<String, u64> = DMap::from_pairs(words.into_iter().map(|w| (w, 0)).collect())
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let per_doc = DVector::from_fn(3000, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        async_for!(
+            0..docs.len(),
+            |d| {
+                for w in &docs[d] {
+                    counts[w] += 1;
+                }
+                per_doc[d] += 1;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    assert!(stats.groups > 1, "{stats:?}");
+    assert!(
+        finding(&stats, Finding::IdleWorkers).is_none(),
+        "{:?}",
+        stats.diagnoses
+    );
+    assert_eq!(counts.get(&"the".to_string()).unwrap(), Some(9000));
+    assert_eq!(counts.get(&"w7".to_string()).unwrap(), Some(9));
+    assert!(per_doc.to_vec().unwrap().iter().all(|&c| c == 3));
 }
 
 #[test]

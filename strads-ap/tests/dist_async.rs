@@ -261,6 +261,45 @@ fn relaxed_totals_add_up_across_ranks() {
     }
 }
 
+/// A relaxed map's updates from every rank add up exactly, call after call.
+#[test]
+fn relaxed_map_totals_add_up_across_ranks() {
+    for world in [2, 3] {
+        let results = on_ranks(world, || {
+            let n = 4_000;
+            let docs = DVector::from_fn(n, |k| (k % 89) as u32)?;
+            let per_doc = DVector::from_fn(89, |_| 0u64)?;
+            let totals: DMap<String, u64> =
+                DMap::from_pairs((0..3).map(|j| (format!("t{j}"), 0)).collect())?
+                    .relaxed(Relaxed::Sum);
+            for _ in 0..3 {
+                async_for!(
+                    0..docs.len(),
+                    |k| {
+                        per_doc[docs[k] as usize] += 1;
+                        totals[&format!("t{}", k % 3)] += 1;
+                    },
+                    Opts::new().threads(2)
+                )?;
+            }
+            let got = (0..3)
+                .map(|j| Ok(totals.get(&format!("t{j}"))?.unwrap_or(0)))
+                .collect::<strads_ap::Result<Vec<u64>>>()?;
+            Ok((got, per_doc.to_vec()?))
+        });
+        for r in results {
+            let (totals, per_doc) = r.unwrap();
+            let expected: Vec<u64> = (0..3)
+                .map(|j| 3 * (0..4_000).filter(|k| k % 3 == j).count() as u64)
+                .collect();
+            assert_eq!(totals, expected, "{world} ranks");
+            for (d, &c) in per_doc.iter().enumerate() {
+                assert_eq!(c, 3 * (0..4_000).filter(|k| k % 89 == d).count() as u64);
+            }
+        }
+    }
+}
+
 /// Read-only tables are fetched once and kept between calls; a change made between
 /// calls (by driver code on one rank's part) is seen by every rank's tasks.
 #[test]

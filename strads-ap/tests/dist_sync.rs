@@ -56,6 +56,41 @@ fn every_minibatch_of_every_rank_counts_once() {
     }
 }
 
+/// A map's values summed over every mini-batch of every rank are exact, on every rank.
+#[test]
+fn map_values_merge_across_ranks() {
+    for world in [2, 3] {
+        for mode in [SyncMode::Bsp, SyncMode::Hybrid] {
+            let results = on_ranks(world, move || {
+                let data = DVector::from_fn(2_001, |i| (i % 7) as u32)?;
+                let counts: DMap<u32, i64> = DMap::from_pairs((0..7u32).map(|k| (k, 0)).collect())?
+                    .aggregate_with(Aggregation::Sum);
+                sync_for!(
+                    data,
+                    16,
+                    mode,
+                    |batch| {
+                        for k in batch {
+                            counts[k] += 1;
+                        }
+                    },
+                    Opts::new().threads(2)
+                )?;
+                (0..7u32)
+                    .map(|k| Ok(counts.get(&k)?.unwrap_or(-1)))
+                    .collect::<Result<Vec<i64>>>()
+            });
+            let expected: Vec<i64> = (0..7)
+                .map(|k| (0..2_001).filter(|i| i % 7 == k).count() as i64)
+                .collect();
+            for (rank, r) in results.into_iter().enumerate() {
+                let got = r.unwrap_or_else(|e| panic!("{world} ranks {mode:?} rank {rank}: {e}"));
+                assert_eq!(got, expected, "{world} ranks {mode:?} rank {rank}");
+            }
+        }
+    }
+}
+
 /// Least squares by mini-batch gradient descent: the model trained on 2 and 3 ranks
 /// reaches the same fit as in a world of one (within 1%), on every rank identically.
 #[test]

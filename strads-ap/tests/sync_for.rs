@@ -40,6 +40,63 @@ fn every_minibatch_runs_once_and_sum_aggregation_is_exact() {
     }
 }
 
+/// A map's values merge like a vector's elements: word counts summed over mini-batches
+/// are exact in both modes at every thread count, and a map of values that cannot be
+/// aggregated stays read-only, saying why.
+#[test]
+fn map_values_merge_in_both_modes() {
+    let words = ["the", "cat", "sat", "on", "mat"];
+    let word = |i: usize| words[(i * 7 + i / 3) % 5];
+    let data = DVector::from_fn(5_003, |i| word(i).to_string()).unwrap();
+    let mut expected = std::collections::HashMap::new();
+    for i in 0..5_003usize {
+        *expected.entry(word(i)).or_insert(0i64) += 1;
+    }
+    for mode in [SyncMode::Bsp, SyncMode::Hybrid] {
+        for threads in 1..=3 {
+            let counts: DMap<String, i64> =
+                DMap::from_pairs(words.iter().map(|w| (w.to_string(), 0)).collect())
+                    .unwrap()
+                    .aggregate_with(Aggregation::Sum);
+            sync_for!(
+                data,
+                64,
+                mode,
+                |batch| {
+                    for w in batch {
+                        counts[w] += 1;
+                    }
+                },
+                Opts::new().threads(threads)
+            )
+            .unwrap();
+            for w in words {
+                assert_eq!(
+                    counts.get(&w.to_string()).unwrap(),
+                    Some(expected.get(w).copied().unwrap_or(0)),
+                    "{mode:?} {threads} threads: `{w}`"
+                );
+            }
+        }
+    }
+    let names: DMap<u32, String> = DMap::from_pairs(vec![(0, String::new())]).unwrap();
+    let err = sync_for!(
+        data,
+        64,
+        SyncMode::Hybrid,
+        |batch| {
+            names[&0].push_str(&batch[0]);
+        },
+        Opts::new().threads(2)
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("value type does not implement Aggregate"),
+        "{err}"
+    );
+}
+
 /// BSP with the default averaging: each round of `threads` mini-batches starts from the
 /// same value and the value then moves by the mean of the round's deltas.
 #[test]

@@ -13,14 +13,16 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash};
 use std::ops::{Index, IndexMut};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::direct::DirectView;
 use super::lock_view::LockView;
-use super::table::{lookup_table, register_table, Snapshot, Spread, TableHandle, TableLock};
+use super::table::{
+    lookup_table, register_table, Aggregated, Snapshot, Spread, TableHandle, TableLock,
+};
 use super::view::{RecordVectorView, VectorView};
-use super::Element;
+use super::{Aggregate, Aggregation, Element, Relaxed};
 use crate::access::{raise, ExecCtx, Fault};
 use crate::error::{Error, Result};
 use crate::recon::Recorder;
@@ -104,6 +106,20 @@ pub(crate) struct MapTable<K, V> {
     version: AtomicU64,
     /// Holds writers back while a checkpoint reads the entries.
     gate: super::table::Gate,
+    /// Declared relaxed: `async_for!` leaves the values out of conflict analysis and
+    /// merges workers' replicas (see [`DMap::relaxed`]).
+    relaxed: AtomicBool,
+    /// How workers' updates of the values merge (`sync_for!`, relaxed maps).
+    aggregation: RwLock<Option<Aggregation<V>>>,
+}
+
+impl<K: MapKey, V: Element> Aggregated<V> for MapTable<K, V> {
+    fn aggregation(&self) -> Option<Aggregation<V>> {
+        self.aggregation.read().clone()
+    }
+    fn describe(&self) -> String {
+        format!("DMap {}", self.id)
+    }
 }
 
 impl<K: MapKey, V: Element> MapTable<K, V> {
@@ -116,6 +132,8 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
             data: RwLock::new(data),
             version: AtomicU64::new(0),
             gate: Default::default(),
+            relaxed: AtomicBool::new(false),
+            aggregation: RwLock::new(None),
         });
         register_table(id, &table);
         table
@@ -258,7 +276,7 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
         self.id
     }
     fn is_relaxed(&self) -> bool {
-        false
+        self.relaxed.load(Ordering::Relaxed)
     }
     fn is_map(&self) -> bool {
         true
@@ -408,6 +426,50 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// The table id.
     pub fn id(&self) -> u64 {
         self.table.id
+    }
+
+    /// Declares the map relaxed: `async_for!` leaves its values out of conflict analysis,
+    /// each worker updates a replica of them, and the replicas' deltas are summed into the
+    /// map after every group of tasks (as for [`DVector::relaxed`](super::DVector::relaxed)).
+    /// For hot entries that many tasks update with small steps (a bag-of-words model's
+    /// frequent tokens): the rest of the loop is planned as if the map were absent.
+    ///
+    /// Keys are still inserted in driver code only.
+    ///
+    /// ```
+    /// use strads_ap_runtime::{DMap, Relaxed};
+    /// let counts: DMap<String, u64> =
+    ///     DMap::from_pairs(vec![("the".to_string(), 0), ("cat".to_string(), 0)])?
+    ///         .relaxed(Relaxed::Sum);
+    /// assert!(counts.is_relaxed());
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn relaxed(self, mode: Relaxed) -> Self
+    where
+        V: Aggregate,
+    {
+        match mode {
+            Relaxed::Sum => {
+                self.table.relaxed.store(true, Ordering::Relaxed);
+                *self.table.aggregation.write() = Some(Aggregation::Sum);
+            }
+        }
+        self
+    }
+
+    /// Registers how `sync_for!` merges workers' updates of the values (default:
+    /// [`Aggregation::Average`]).
+    pub fn aggregate_with(self, aggregation: Aggregation<V>) -> Self
+    where
+        V: Aggregate,
+    {
+        *self.table.aggregation.write() = Some(aggregation);
+        self
+    }
+
+    /// Whether the map was declared relaxed.
+    pub fn is_relaxed(&self) -> bool {
+        self.table.relaxed.load(Ordering::Relaxed)
     }
 
     /// Number of keys.

@@ -649,17 +649,33 @@ impl Replica {
     }
 }
 
+/// A table whose elements (a vector's, or a map's values) a [`VectorMerger`] merges: how
+/// they aggregate, and its name for errors.
+pub(crate) trait Aggregated<T>: Send + Sync {
+    /// The aggregation the table was given, if any.
+    fn aggregation(&self) -> Option<Aggregation<T>>;
+    /// `DVector 3`, `DMap 5`.
+    fn describe(&self) -> String;
+}
+
+impl<T: super::Element> Aggregated<T> for VectorTable<T> {
+    fn aggregation(&self) -> Option<Aggregation<T>> {
+        self.aggregation.read().clone()
+    }
+    fn describe(&self) -> String {
+        format!("DVector {}", self.id)
+    }
+}
+
+/// Merges replicas of a table whose elements lie in one array: a vector's elements, or a
+/// map's values (in the order of its entries, the same on every rank).
 pub(crate) struct VectorMerger<T> {
-    pub table: Arc<VectorTable<T>>,
+    pub table: Arc<dyn Aggregated<T>>,
 }
 
 impl<T: Aggregate> VectorMerger<T> {
     fn aggregation(&self) -> Aggregation<T> {
-        self.table
-            .aggregation
-            .read()
-            .clone()
-            .unwrap_or(Aggregation::Average)
+        self.table.aggregation().unwrap_or(Aggregation::Average)
     }
 }
 
@@ -757,9 +773,9 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             Aggregation::Sum => false,
             Aggregation::Custom(_) => {
                 return Err(Error::Config(format!(
-                    "DVector {} has a custom aggregation, which is not supported across \
-                     ranks yet (use Average or Sum)",
-                    self.table.id
+                    "{} has a custom aggregation, which is not supported across ranks yet \
+                     (use Average or Sum)",
+                    self.table.describe()
                 )))
             }
         };
@@ -785,8 +801,8 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             })?;
         if sum.len() != master.len() {
             return Err(Error::Transport(format!(
-                "sync_for!: ranks hold DVector {} with different lengths",
-                self.table.id
+                "sync_for!: ranks hold {} with different lengths",
+                self.table.describe()
             )));
         }
         for ((m, s), d) in master.iter_mut().zip(start).zip(&mut sum) {

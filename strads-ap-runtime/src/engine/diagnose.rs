@@ -468,8 +468,10 @@ fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<S
     }
     if !maps.is_empty() {
         parts.push(format!(
-            "keep the hot entries of {} in a relaxed DVector (maps cannot be relaxed yet)",
-            quoted(&maps)
+            "declare {} relaxed (`DMap::relaxed(Relaxed::Sum)`: concurrent updates of the \
+             values are merged as summed deltas) so the planner leaves {} out",
+            quoted(&maps),
+            if maps.len() == 1 { "it" } else { "them" }
         ));
     }
     parts.push(

@@ -409,8 +409,8 @@ fn sync_log<Task, D: Element>(
 fn read_only_reason(table: &dyn TableHandle, is_data: bool, aggregatable: bool) -> &'static str {
     if is_data {
         "it is the input of this sync_for!, which is read-only"
-    } else if table.is_map() {
-        "sync_for! does not merge workers' updates of maps; update maps in async_for! or in driver code"
+    } else if table.is_map() && !aggregatable {
+        "its value type does not implement Aggregate, so sync_for! cannot merge workers' updates of the map's values"
     } else if !aggregatable {
         "its element type does not implement Aggregate, so sync_for! cannot merge workers' updates of it"
     } else {
