@@ -143,7 +143,7 @@ fn every_program_has_a_matching_test() {
 
 #[test]
 fn adagrad_mf_matches_serial() {
-    matches_serial("adagrad-mf", 0.05, 3);
+    matches_serial("adagrad-mf", 0.2, 3);
 }
 
 #[test]
@@ -159,6 +159,11 @@ fn fm_matches_serial() {
 #[test]
 fn logreg_matches_serial() {
     matches_serial("logreg", 0.02, 3);
+}
+
+#[test]
+fn logreg_relaxed_matches_serial() {
+    matches_serial("logreg-relaxed", 0.02, 3);
 }
 
 #[test]

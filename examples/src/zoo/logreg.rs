@@ -37,8 +37,8 @@ use crate::data::{self, gaussian, Zipf};
 use crate::report::{SERIAL, STRADS};
 
 const NAME: &str = "logreg";
-const LR: f32 = 0.02;
-const REG: f32 = 0.0001;
+pub(super) const LR: f32 = 0.02;
+pub(super) const REG: f32 = 0.0001;
 const STOP_WORDS: usize = 20;
 
 /// One document: its tokens, in order, and its label (0 or 1).
@@ -52,7 +52,7 @@ pub struct Doc {
 
 /// The documents (the file given, or the synthetic default) and their vocabulary, each
 /// word once, in order of first occurrence.
-fn documents(run: &Run) -> Result<(Vec<Doc>, Vec<String>)> {
+pub(super) fn documents(run: &Run) -> Result<(Vec<Doc>, Vec<String>)> {
     let docs = match &run.data {
         Some(path) => load_documents(path, run.seed)?,
         None => synthetic_documents(run),

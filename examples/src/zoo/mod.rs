@@ -30,6 +30,7 @@ pub mod biased_mf;
 pub mod fm;
 pub mod kmeans;
 pub mod logreg;
+pub mod logreg_relaxed;
 pub mod mf_small;
 pub mod mf_strings;
 pub mod pagerank;
@@ -146,8 +147,11 @@ pub const PROGRAMS: &[Program] = &[
         shape: "four written tables in two dimensions (factor rows and their AdaGrad accumulators), ~500 element accesses per task",
         serial: adagrad_mf::serial,
         strads: adagrad_mf::strads,
-        // Rotation visits the ratings cell by cell, as for `biased-mf`.
-        tolerance: 0.02,
+        // Rotation visits the ratings cell by cell, which AdaGrad's per-factor step sizes
+        // feel on small data: after 3 epochs the RMSE was 1.4-1.7% above serial at the
+        // test's size (40,000 ratings, seeds 1-3), 2-3.6% at half of it, +0.4% at the full
+        // size (200,000 ratings, 5 epochs).
+        tolerance: 0.03,
         reads: Some("`user item rating` lines"),
     },
     Program {
@@ -177,6 +181,16 @@ pub const PROGRAMS: &[Program] = &[
         serial: logreg::serial,
         strads: logreg::strads,
         tolerance: 0.005,
+        reads: Some("`docid<TAB>tokens` lines"),
+    },
+    Program {
+        name: "logreg-relaxed",
+        shape: "logreg with the declarations its diagnosis asks for: the hot map, the bias and the loss relaxed (summed deltas)",
+        serial: logreg_relaxed::serial,
+        strads: logreg_relaxed::strads,
+        // Relaxed tables merge workers' deltas after every group, so a worker's reads of
+        // the hot weights can miss the other worker's last group.
+        tolerance: 0.01,
         reads: Some("`docid<TAB>tokens` lines"),
     },
     Program {
