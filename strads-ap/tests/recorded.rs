@@ -253,3 +253,48 @@ fn fixed_costs_per_call_are_reported() {
         strads_ap::CallCosts::default()
     );
 }
+
+/// A table made afresh for every call (this epoch's negative samples) gets no recorded run
+/// per call: once the loop is seen to renew it, its calls run with element locks (the
+/// table modes kept for the loop's role), and the result is the serial one.
+#[test]
+fn a_table_made_afresh_every_call_runs_with_locks_not_recorded_runs() {
+    let (n, keys) = (6000, 500);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    let w = DVector::from_fn(keys, |_| 0i64).unwrap();
+    let mut serial = vec![0i64; keys];
+    let line = line!() + 9;
+    for epoch in 0..5usize {
+        let negs: Vec<usize> = (0..n).map(|k| (k * 31 + epoch * 17) % keys).collect();
+        for (k, &(a, _)) in pattern(n, keys).iter().enumerate() {
+            serial[a] += 1;
+            serial[negs[k]] -= 1;
+        }
+        // Made afresh, with other contents: the loop's accesses change with it.
+        let negs = DVector::from_vec(negs).unwrap();
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, _) = pairs[k];
+                w[a] += 1;
+                w[negs[k]] -= 1;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+    }
+    assert_eq!(w.to_vec().unwrap(), serial);
+    let s = stats_at(line);
+    assert_eq!(s.calls, 5, "{s:?}");
+    assert_eq!(s.strategy, "locks", "{s:?}");
+    // The first call plans nothing it could keep; the second learns the table modes.
+    assert!(s.recorded_calls <= 2, "{s:?}");
+    assert!(
+        s.diagnoses
+            .iter()
+            .any(|d| d.finding == strads_ap::Finding::AlwaysFirstCall
+                && d.message.contains("element locks")),
+        "{:#?}",
+        s.diagnoses
+    );
+}

@@ -49,6 +49,33 @@ impl PlanKey {
     }
 }
 
+impl PlanKey {
+    /// Whether this call differs from `last` (the call site's previous call) only in that
+    /// some captured tables are new DDSs of the same shapes: a table made afresh for every
+    /// call (this epoch's samples), whose plan cannot serve the next call.
+    pub fn renews(&self, last: &PlanKey) -> bool {
+        self.site == last.site
+            && (self.start, self.end, self.threads, self.blocks)
+                == (last.start, last.end, last.threads, last.blocks)
+            && self.tables.len() == last.tables.len()
+            && self
+                .tables
+                .iter()
+                .zip(&last.tables)
+                .all(|(a, b)| a.1 == b.1)
+            && self.tables != last.tables
+    }
+
+    /// The key without the tables' identities: the loop's role, the same for every call
+    /// whose tables are made afresh with the same shapes.
+    pub fn role(&self) -> PlanKey {
+        PlanKey {
+            tables: self.tables.iter().map(|&(_, shape)| (0, shape)).collect(),
+            ..self.clone()
+        }
+    }
+}
+
 /// A cached plan and, across ranks, its cutting into steps.
 pub(crate) struct Cached {
     pub plan: Plan,
@@ -126,6 +153,9 @@ pub(crate) struct Kept {
     /// `sync_for!`'s reconnaissance logs (with `Opts::re`), one task per mini-batch, by
     /// [`TablesKey`] (the data's length and the mini-batch size as the range).
     pub sync_logs: DashMap<TablesKey, Arc<AccessLog>>,
+    /// Per `async_for!` call site (its address): the key of its last call, to notice
+    /// tables made afresh for every call (see [`PlanKey::renews`]).
+    pub last_keys: DashMap<usize, PlanKey>,
 }
 
 /// A loop call by call site, captured tables with their shapes, and two numbers that

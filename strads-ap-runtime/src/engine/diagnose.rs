@@ -248,6 +248,8 @@ struct SiteMemory {
     first_calls: u64,
     /// Names of tables that were new at a first call after the first.
     renewed: Vec<&'static str>,
+    /// Calls with tables made afresh ran with element locks (see `Figures::renewed`).
+    locked_instead: bool,
     range_changed: bool,
     /// Workers' time in bodies and in calls, over ordinary planned calls.
     busy: f64,
@@ -282,8 +284,11 @@ pub(crate) fn after_call(
         .map(|e| (e.name, e.table.id()))
         .collect();
     m.calls += 1;
-    if figures.first_call {
+    // A call with a table made afresh ran with locks instead of planning anew: for the
+    // diagnosis it is a first call all the same (nothing kept served its tables).
+    if figures.first_call || figures.renewed {
         m.first_calls += 1;
+        m.locked_instead |= figures.renewed;
         if m.calls > 1 {
             for (name, id) in &tables {
                 if !m.tables.iter().any(|(_, old)| old == id) && !m.renewed.contains(name) {
@@ -522,16 +527,26 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
     if why.is_empty() {
         why.push("nothing kept from an earlier call fits".to_string());
     }
-    let what = format!(
-        "all {} of its calls were first calls, each paying for reconnaissance (or a serial \
-         recorded run) and planning, because {}",
-        m.calls,
-        why.join(" and ")
-    );
+    let what = match m.locked_instead {
+        false => format!(
+            "all {} of its calls were first calls, each paying for reconnaissance (or a \
+             serial recorded run) and planning, because {}",
+            m.calls,
+            why.join(" and ")
+        ),
+        true => format!(
+            "no plan can be kept for it, because {}: after its first call it runs with \
+             element locks, as a re-checked loop (`Opts::recheck(true)`), whose every access \
+             to a written table costs a lock and a copy",
+            why.join(" and ")
+        ),
+    };
     let fix = match (renewed.is_empty(), m.range_changed) {
         (false, _) => format!(
             "make {} once, before the loop, and refill it in place each time (`transform`, \
-             `set`), so that the plan made at the first call serves the others",
+             `set`), so that the plan made at the first call serves the others (if its \
+             contents decide which elements the body writes, keep the locks: declare \
+             `Opts::recheck(true)`)",
             quoted(&renewed)
         ),
         (true, true) => "keep the index range the same from call to call (loop over the whole \

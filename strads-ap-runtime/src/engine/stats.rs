@@ -183,6 +183,9 @@ pub(crate) struct Figures {
     pub first_call: bool,
     /// The loop re-plans every call by design (a re-checked loop that cannot lock).
     pub replans_by_design: bool,
+    /// A captured table is a new DDS of the same shape as at the last call, so the call
+    /// ran as a re-checked loop (see `async_for::run_async_for`).
+    pub renewed: bool,
     /// The call's index range (`async_for!`).
     pub range: Option<(usize, usize)>,
     /// Time the workers spent running groups of tasks, summed over the workers.

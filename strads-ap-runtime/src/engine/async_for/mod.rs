@@ -87,13 +87,25 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     let Some(call) = pipeline::enter(site, task, &opts, register, MAX_TABLES)? else {
         return Ok(());
     };
-    let key = PlanKey::new(site, start..start + n, call.threads, &opts, &call.registry);
+    let mut key = PlanKey::new(site, start..start + n, call.threads, &opts, &call.registry);
     let kept = kept();
+    // A table made afresh for this call (same shapes as the last call's, another DDS): no
+    // plan from an earlier call can serve it, and one made now would serve no later call.
+    // In a world of one such a loop runs as a re-checked one (element locks, with the
+    // table modes kept for its role) rather than as a recorded first call every time.
+    let last = kept
+        .last_keys
+        .insert(site as *const CallSite as usize, key.clone());
+    let renewed = call.here.world_size() == 1 && last.is_some_and(|last| key.renews(&last));
+    if renewed {
+        key = key.role();
+        call.note(|f| f.renewed = true);
+    }
     let strategy = async_strategy(AsyncCall {
         world: call.here.world_size(),
         threads: call.threads,
         tasks: n,
-        recheck: opts.recheck,
+        recheck: opts.recheck || renewed,
         unwinds: cfg!(panic = "unwind"),
         cached_plan: kept.plans.contains(&key),
         cached_modes: kept.modes.contains(&key),
