@@ -5,7 +5,6 @@
 //! DDS the inherent methods win and yield a view; for a plain value the fallback traits
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -209,9 +208,9 @@ pub struct RecordVectorView<'a, T> {
     in_place: bool,
     rec: &'a Recorder,
     name: &'static str,
-    /// The running task's last access logged through this view, kept by the recorder (see
-    /// `Recorder::last_logged`): `key << 1 | written`.
-    last: &'a Cell<u64>,
+    /// The running task's last accesses logged through this view, kept by the recorder
+    /// (see `Recorder::last_logged`).
+    last: &'a crate::recon::Logged,
     _life: PhantomData<&'a mut [T]>,
 }
 
@@ -236,14 +235,9 @@ impl<'a, T> RecordVectorView<'a, T> {
     /// was to the same element and logged as much (a write covers a read).
     #[inline(always)]
     fn note(&self, i: usize, write: bool) {
-        let mark = ((i as u64) << 1) | u64::from(write);
-        let last = self.last.get();
-        // The same element, logged as written or (for a read) as read.
-        if last | 1 == mark | 1 && last & 1 >= mark & 1 {
-            return;
+        if self.last.is_new(((i as u64) << 1) | u64::from(write)) {
+            self.rec.log(self.slot, i as u64, write);
         }
-        self.last.set(mark);
-        self.rec.log(self.slot, i as u64, write);
     }
 }
 

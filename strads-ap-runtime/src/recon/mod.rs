@@ -617,11 +617,65 @@ pub struct Recorder {
     /// Whether views write the tables themselves rather than scratch copies: a recorded
     /// run (one worker, tasks in loop order) that is also the call's real run.
     in_place: bool,
-    /// Per table slot, the running task's last access logged through its view, as
-    /// `key << 1 | written` ([`NOT_LOGGED`] at a task's start): a body that indexes the
-    /// same element over and over (`p[u][f]` in a loop over `f`) logs it once, at the
-    /// cost of one load and compare per repeated access.
-    last: Box<[Cell<u64>]>,
+    /// Per table slot, the running task's last accesses logged through its view (see
+    /// [`Logged`]).
+    last: Box<[Logged]>,
+}
+
+/// The running task's last [`Logged::WAYS`] distinct accesses logged through a view, as
+/// `key << 1 | written` ([`NOT_LOGGED`] at a task's start), replaced in turn. A body that
+/// indexes the same few elements over and over (`p[u][f]`, or `w[a][f] - w[b][f]` for
+/// two rows in a loop over `f`) logs each once per task, at the cost of a load and a
+/// compare per way for a repeated access.
+pub(crate) struct Logged {
+    ways: [Cell<u64>; Logged::WAYS],
+    next: Cell<usize>,
+}
+
+impl Logged {
+    /// Distinct elements remembered per view and task.
+    pub(crate) const WAYS: usize = 4;
+
+    fn new() -> Self {
+        Logged {
+            ways: std::array::from_fn(|_| Cell::new(NOT_LOGGED)),
+            next: Cell::new(0),
+        }
+    }
+
+    fn clear(&self) {
+        for w in &self.ways {
+            w.set(NOT_LOGGED);
+        }
+        self.next.set(0);
+    }
+
+    /// Whether an access `mark` (`key << 1 | written`) needs logging, remembering it if
+    /// so: not when the task logged the same element already, as written or (for a read)
+    /// as read.
+    #[inline(always)]
+    pub(crate) fn is_new(&self, mark: u64) -> bool {
+        for w in &self.ways {
+            let seen = w.get();
+            if seen | 1 == mark | 1 {
+                if seen & 1 >= mark & 1 {
+                    return false;
+                }
+                // Read before, written now: the write is logged, in the same way.
+                w.set(mark);
+                return true;
+            }
+        }
+        self.remember(mark);
+        true
+    }
+
+    #[inline(never)]
+    fn remember(&self, mark: u64) {
+        let at = self.next.get();
+        self.ways[at].set(mark);
+        self.next.set((at + 1) % Self::WAYS);
+    }
 }
 
 /// No access logged yet in the running task (see `Recorder::last`); no key is this large.
@@ -636,7 +690,7 @@ impl Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
             log: RefCell::new(room.0),
-            last: (0..tables.len()).map(|_| Cell::new(NOT_LOGGED)).collect(),
+            last: (0..tables.len()).map(|_| Logged::new()).collect(),
             tables,
             in_place: false,
         }
@@ -658,9 +712,9 @@ impl Recorder {
         self.in_place
     }
 
-    /// The last access logged through the view of table slot `slot` in the running task
-    /// (see `Recorder::last`).
-    pub(crate) fn last_logged(&self, slot: usize) -> &Cell<u64> {
+    /// The last accesses logged through the view of table slot `slot` in the running task
+    /// (see [`Logged`]).
+    pub(crate) fn last_logged(&self, slot: usize) -> &Logged {
         &self.last[slot]
     }
 
@@ -700,7 +754,7 @@ impl Recorder {
         self.task_epoch.set(self.task_epoch.get() + 1);
         self.index.set(index);
         for last in self.last.iter() {
-            last.set(NOT_LOGGED);
+            last.clear();
         }
     }
 
