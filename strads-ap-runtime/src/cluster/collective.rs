@@ -143,14 +143,23 @@ impl Comm {
 
     /// The next message from `from` with `tag`. A wait for a rank that has left the job, or
     /// that waits for this one in another collective, is noted for the launcher (see
-    /// [`env::LEFT_EARLY_FILE`](super::env::LEFT_EARLY_FILE)).
+    /// [`env::LEFT_EARLY_FILE`](super::env::LEFT_EARLY_FILE)), and so is a rank lost
+    /// ([`env::LOST_FILE`](super::env::LOST_FILE)).
     fn recv(&self, from: Rank, tag: u64, deadline: std::time::Instant) -> Result<Vec<u8>> {
         self.transport.recv(from, tag, deadline).inspect_err(|e| {
-            if let (Error::PeerLeft { .. } | Error::Deadlock { .. }, Some(dir)) =
-                (e, std::env::var_os(super::env::OUTPUT_DIR))
-            {
-                let path = std::path::Path::new(&dir).join(super::env::LEFT_EARLY_FILE);
-                let _ = std::fs::write(path, format!("rank {}: {e}\n", self.rank()));
+            let Some(dir) = std::env::var_os(super::env::OUTPUT_DIR) else {
+                return;
+            };
+            let dir = std::path::Path::new(&dir);
+            match e {
+                Error::PeerLeft { .. } | Error::Deadlock { .. } => {
+                    let path = dir.join(super::env::LEFT_EARLY_FILE);
+                    let _ = std::fs::write(path, format!("rank {}: {e}\n", self.rank()));
+                }
+                Error::PeerLost { rank, .. } => {
+                    let _ = std::fs::write(dir.join(super::env::LOST_FILE), format!("{rank}\n"));
+                }
+                _ => {}
             }
         })
     }

@@ -39,6 +39,10 @@ pub mod env {
     /// collective ([`crate::Error::Deadlock`]): the launcher does not restart a job that
     /// failed so, since a restart would only fail the same way.
     pub const LEFT_EARLY_FILE: &str = "left-early";
+    /// The file in [`OUTPUT_DIR`] where a rank notes the number of a rank it lost
+    /// ([`crate::Error::PeerLost`]): if that rank's process had exited with code 0 (it
+    /// ended mid-job without leaving it), the launcher does not restart the job.
+    pub const LOST_FILE: &str = "lost-rank";
     /// Slurm's task count, read when `STRADS_WORLD_SIZE` is not set.
     pub const SLURM_NTASKS: &str = "SLURM_NTASKS";
     pub use crate::transport::quic::env::*;

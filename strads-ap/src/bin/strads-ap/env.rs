@@ -41,6 +41,10 @@ pub const BIND: &str = "STRADS_BIND";
 /// left the job; a job that failed so is not restarted.
 pub const LEFT_EARLY_FILE: &str = "left-early";
 
+/// The file in the output directory where a rank notes the number of a rank it lost; if
+/// that rank had exited with code 0, the job is not restarted.
+pub const LOST_FILE: &str = "lost-rank";
+
 /// Directory of the job's checkpoints; set only with `--checkpoint-dir` or `--resume`.
 pub const CHECKPOINT_DIR: &str = "STRADS_CHECKPOINT_DIR";
 /// Checkpoint after every N-th loop call; set only with `--checkpoint-every`.
@@ -72,6 +76,7 @@ mod tests {
         assert_eq!(super::BIND, quic::BIND);
         assert_eq!(super::OUTPUT_DIR, cluster::OUTPUT_DIR);
         assert_eq!(super::LEFT_EARLY_FILE, cluster::LEFT_EARLY_FILE);
+        assert_eq!(super::LOST_FILE, cluster::LOST_FILE);
         use strads_ap::checkpoint::env as ckpt;
         assert_eq!(super::CHECKPOINT_DIR, ckpt::CHECKPOINT_DIR);
         assert_eq!(super::CHECKPOINT_EVERY, ckpt::CHECKPOINT_EVERY);

@@ -39,8 +39,8 @@
 //!
 //! With `--checkpoint-dir C` the ranks checkpoint after their loop operators, and with
 //! `--max-restarts R` a job whose rank failed is started again, up to R times, in
-//! recovery mode (not when a rank had left early or exited 0 before the failure: that
-//! would happen again): the program replays from the top, skipping the loop calls the newest
+//! recovery mode (not when a rank had left early, or exited 0 mid-job and the others
+//! lost it: that would happen again): the program replays from the top, skipping the loop calls the newest
 //! valid checkpoint covers. `--resume C` starts in recovery mode from the checkpoints in
 //! C (after the launcher itself died, for example).
 //!
@@ -361,21 +361,31 @@ fn run(args: RunArgs) -> Result<u8> {
     }
     let mut restarts = 0;
     let left_early = job.output_dir.join(env::LEFT_EARLY_FILE);
+    let lost_file = job.output_dir.join(env::LOST_FILE);
     loop {
         let _ = std::fs::remove_file(&left_early);
+        let _ = std::fs::remove_file(&lost_file);
         let processes = job.processes(program, program_args);
         let ended = supervise::supervise(&job, processes, args.grace, &signals)?;
         if ended.code == 0 || !ended.rank_failed {
             return Ok(ended.code);
         }
-        // A rank exited 0 while the others still needed it (the program returns or exits
-        // on one rank only): the launcher saw it itself, whatever the others noticed.
-        if let Some(early) = &ended.left_early {
-            eprintln!(
-                "strads-ap run: {early} (the program ended on that rank only: a return or \
-                 `exit` taken on one rank); not restarted: a restart would end the same way"
-            );
-            return Ok(ended.code);
+        // A rank exited 0 and the others lost it: the program ended on that rank mid-job
+        // (a return or `exit` taken on one rank only), which a restart would repeat.
+        let lost: Vec<usize> = std::fs::read_to_string(&lost_file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if let Some((rank, early)) = &ended.left_early {
+            if lost.contains(rank) {
+                eprintln!(
+                    "strads-ap run: {early}, and the others lost it: the program ended on that \
+                     rank only, mid-job (a return or `exit` taken on one rank); not \
+                     restarted: a restart would end the same way"
+                );
+                return Ok(ended.code);
+            }
         }
         // A rank waited for one that had left the job: the program's ranks do not run
         // the same operators, and a restart would fail the same way.

@@ -57,10 +57,10 @@ pub struct Ended {
     pub code: u8,
     /// A rank failed (the job could be restarted); not when interrupted or successful.
     pub rank_failed: bool,
-    /// A rank that had exited with code 0 while others still ran, before one failed: the
-    /// program ends on one rank early (it returns, or calls `exit`), so a restart would
-    /// end the same way.
-    pub left_early: Option<String>,
+    /// The first rank that had exited with code 0 while others still ran, before one
+    /// failed, and a description: if the others lost it, the program ends on that rank
+    /// early (it returns, or calls `exit`), and a restart would end the same way.
+    pub left_early: Option<(usize, String)>,
 }
 
 /// Runs `procs` as the processes of `job` until all succeed, one fails, or the launcher
@@ -126,15 +126,16 @@ pub fn supervise(
     let left_early = failed.and_then(|_| {
         running
             .iter()
-            .filter(|r| r.proc.rank.is_some() && r.status.is_some_and(|s| s.success()))
-            .filter_map(|r| Some((r.ended?, &r.proc.label)))
-            .min_by_key(|(at, _)| *at)
-            .map(|(at, label)| {
-                format!(
+            .filter(|r| r.status.is_some_and(|s| s.success()))
+            .filter_map(|r| Some((r.ended?, r.proc.rank?, &r.proc.label)))
+            .min_by_key(|(at, ..)| *at)
+            .map(|(at, rank, label)| {
+                let what = format!(
                     "{label} had exited with code 0 after {:.1} s while the other ranks still \
-                     needed it",
+                     ran",
                     at.as_secs_f64()
-                )
+                );
+                (rank, what)
             })
     });
     let stopped = stop(&mut running, grace);
@@ -150,7 +151,7 @@ pub fn supervise(
         None => format!("interrupted by {description}"),
     };
     reason.push_str(&format!(" after {:.1} s", when.as_secs_f64()));
-    if let Some(early) = &left_early {
+    if let Some((_, early)) = &left_early {
         reason.push_str("; ");
         reason.push_str(early);
     }
