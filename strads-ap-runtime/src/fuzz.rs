@@ -26,7 +26,7 @@ use crate::plan::{self, DistPlan, PlanConfig, TableInfo, Transfers};
 use crate::recon::{Access, AccessLog, LogShape};
 use crate::store::{Request, Shard};
 use crate::transport::mem::MemCluster;
-use crate::transport::{tags, Transport};
+use crate::transport::{decode_probe, encode_probe, tags, Hop, Mailbox, Probe, Transport};
 use crate::wire;
 
 /// Cases per property in the normal test suite.
@@ -558,4 +558,47 @@ fn mutations_change_what_they_say() {
         ],
     );
     assert_eq!(b, [0xac ^ 1, 0x02], "too short for a u64: unchanged");
+}
+
+// ---------------------------------------------------------------------------------------
+// Deadlock probes from other ranks, handled by the mailbox whatever the driver does.
+
+fn probe() -> impl Strategy<Value = Probe> {
+    (
+        0usize..3,
+        any::<u64>(),
+        prop::collection::vec((0usize..3, any::<u64>(), 0usize..3), 0..4),
+    )
+        .prop_map(|(origin, nonce, hops)| Probe {
+            origin,
+            nonce,
+            hops: hops
+                .into_iter()
+                .map(|(rank, tag, awaited)| Hop { rank, tag, awaited })
+                .collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Probes and their way back, valid or mutated, from any rank to a mailbox whose
+    /// driver waits: never a panic, and what the mailbox sends on decodes.
+    #[test]
+    fn fuzz_probes_mutated(p in probe(), ms in mutations(), from in 0usize..3, back in any::<bool>()) {
+        let m = Mailbox::new(3);
+        let sent = std::sync::Arc::new(crate::sync::Mutex::new(Vec::new()));
+        let log = sent.clone();
+        m.set_replier(0, Box::new(move |to, tag, bytes| log.lock().push((to, tag, bytes))));
+        m.pretend_waiting(p.nonce >> 20, 1, tags::COLLECTIVE | 1);
+        let mut bytes = encode_probe(&p);
+        mutate(&mut bytes, &ms);
+        let tag = if back { tags::PROBE_BACK } else { tags::PROBE };
+        m.deliver(from, tag, bytes);
+        for (to, tag, bytes) in sent.lock().iter() {
+            prop_assert!(*to < 3);
+            prop_assert!(*tag == tags::PROBE || *tag == tags::PROBE_BACK);
+            prop_assert!(decode_probe(bytes, 3).is_some());
+        }
+    }
 }
