@@ -11,7 +11,7 @@ use super::{CallSite, Opts, Registry};
 use crate::plan::{DistPlan, Plan, SlotMode};
 use crate::recon::AccessLog;
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PlanKey {
     site: usize,
     /// The call site's file and line (see [`cached_plans`]).
@@ -51,9 +51,13 @@ impl PlanKey {
 
 impl PlanKey {
     /// Whether this call differs from `last` (the call site's previous call) only in that
-    /// some captured tables are new DDSs of the same shapes: a table made afresh for every
-    /// call (this epoch's samples), whose plan cannot serve the next call.
+    /// some captured tables are DDSs made since, of the same shapes: a table made afresh
+    /// for every call (this epoch's samples), whose plan cannot serve the next call.
+    /// Tables that only trade places (two buffers swapped every call) are not new: each
+    /// arrangement keeps its own plan.
     pub fn renews(&self, last: &PlanKey) -> bool {
+        // Table ids grow: a DDS made after the last call has a larger id than all of its.
+        let newest_then = last.tables.iter().map(|t| t.0).max().unwrap_or(0);
         self.site == last.site
             && (self.start, self.end, self.threads, self.blocks)
                 == (last.start, last.end, last.threads, last.blocks)
@@ -63,7 +67,7 @@ impl PlanKey {
                 .iter()
                 .zip(&last.tables)
                 .all(|(a, b)| a.1 == b.1)
-            && self.tables != last.tables
+            && self.tables.iter().any(|t| t.0 > newest_then)
     }
 
     /// The key without the tables' identities: the loop's role, the same for every call
@@ -199,5 +203,43 @@ impl Keep {
                 kept.sync_logs.remove(&key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(tables: &[(u64, u64)]) -> PlanKey {
+        PlanKey {
+            site: 1,
+            at: ("a.rs", 1),
+            start: 0,
+            end: 100,
+            threads: 2,
+            blocks: None,
+            tables: tables.to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_tables_made_since_the_last_call_renew_it() {
+        let last = key(&[(3, 10), (4, 10), (5, 7)]);
+        // A DDS made since the last call, in place of one of the same shape.
+        assert!(key(&[(3, 10), (9, 10), (5, 7)]).renews(&last));
+        // The same tables, or two of them trading places: not new.
+        assert!(!key(&[(3, 10), (4, 10), (5, 7)]).renews(&last));
+        assert!(!key(&[(4, 10), (3, 10), (5, 7)]).renews(&last));
+        // Another shape, range or table count: another loop as far as plans go.
+        assert!(!key(&[(3, 10), (9, 11), (5, 7)]).renews(&last));
+        assert!(!key(&[(3, 10), (9, 10)]).renews(&last));
+        let mut other_range = key(&[(3, 10), (9, 10), (5, 7)]);
+        other_range.end = 50;
+        assert!(!other_range.renews(&last));
+        // The role forgets which DDSs they were.
+        assert_eq!(
+            key(&[(3, 10), (9, 10), (5, 7)]).role(),
+            key(&[(0, 10), (0, 10), (0, 7)])
+        );
     }
 }
