@@ -152,6 +152,11 @@ fn biased_mf_matches_serial() {
 }
 
 #[test]
+fn bpr_matches_serial() {
+    matches_serial("bpr", 0.1, 3);
+}
+
+#[test]
 fn fm_matches_serial() {
     matches_serial("fm", 0.02, 5);
 }
@@ -163,7 +168,7 @@ fn logreg_matches_serial() {
 
 #[test]
 fn logreg_relaxed_matches_serial() {
-    matches_serial("logreg-relaxed", 0.02, 3);
+    matches_serial("logreg-relaxed", 0.1, 3);
 }
 
 #[test]

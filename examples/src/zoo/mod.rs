@@ -27,6 +27,7 @@ use crate::report::{mean, EpochClock, EpochStart};
 
 pub mod adagrad_mf;
 pub mod biased_mf;
+pub mod bpr;
 pub mod fm;
 pub mod kmeans;
 pub mod logreg;
@@ -168,6 +169,15 @@ pub const PROGRAMS: &[Program] = &[
         reads: Some("`user item rating` lines"),
     },
     Program {
+        name: "bpr",
+        shape: "BPR-MF: a negative item drawn afresh every epoch, through a DVector made anew each epoch (accesses change every call)",
+        serial: bpr::serial,
+        strads: bpr::strads,
+        // Element locks are serializable, but which task waits for which changes the order.
+        tolerance: 0.01,
+        reads: Some("`user item rating` lines"),
+    },
+    Program {
         name: "fm",
         shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
         serial: fm::serial,
@@ -189,8 +199,11 @@ pub const PROGRAMS: &[Program] = &[
         serial: logreg_relaxed::serial,
         strads: logreg_relaxed::strads,
         // Relaxed tables merge workers' deltas after every group, so a worker's reads of
-        // the hot weights can miss the other worker's last group.
-        tolerance: 0.01,
+        // the hot weights can miss the other worker's last group, and by how much depends
+        // on timing: at the test's size (1,000 documents, 3 epochs) the gap was -0.16% to
+        // +0.45% over seeds 1-5 in two runs; on 200 documents it reached 1.04% beside a
+        // CPU hog. At the full size: -0.01%.
+        tolerance: 0.02,
         reads: Some("`docid<TAB>tokens` lines"),
     },
     Program {
