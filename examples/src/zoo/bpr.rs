@@ -31,8 +31,15 @@ const REG: f32 = 0.01;
 /// Triples of the sampled AUC.
 const AUC_TRIPLES: usize = 20_000;
 
-/// The observed (user, item) pairs and the id ranges.
-fn observed(run: &Run) -> Result<(Vec<(u32, u32)>, usize, usize)> {
+/// Observed (user, item) pairs, and the numbers of users and items.
+struct Observed {
+    pairs: Vec<(u32, u32)>,
+    users: usize,
+    items: usize,
+}
+
+/// The observed pairs of a run.
+fn observed(run: &Run) -> Result<Observed> {
     let all = match &run.data {
         Some(path) => data::load_ratings(path)?,
         None => data::synthetic_ratings(
@@ -48,7 +55,11 @@ fn observed(run: &Run) -> Result<(Vec<(u32, u32)>, usize, usize)> {
         .iter()
         .map(|r: &Rating| (r.user, r.item))
         .collect();
-    Ok((pairs, all.users, all.items))
+    Ok(Observed {
+        pairs,
+        users: all.users,
+        items: all.items,
+    })
 }
 
 /// This epoch's negative item for every observed pair.
@@ -65,7 +76,11 @@ fn init_factors(seed: u64, table: u64, row: usize) -> Vec<f32> {
 /// The serial program.
 #[allow(clippy::needless_range_loop)]
 pub fn serial(run: &Run) -> Result<Outcome> {
-    let (pairs, users, items) = observed(run)?;
+    let Observed {
+        pairs,
+        users,
+        items,
+    } = observed(run)?;
     let (factors, lr, reg) = (FACTORS, LR, REG);
     let mut p: Vec<Vec<f32>> = (0..users).map(|u| init_factors(run.seed, 0, u)).collect();
     let mut q: Vec<Vec<f32>> = (0..items).map(|i| init_factors(run.seed, 1, i)).collect();
@@ -108,7 +123,11 @@ pub fn serial(run: &Run) -> Result<Outcome> {
 
 /// The strads-ap twin.
 pub fn strads(run: &Run) -> Result<Outcome> {
-    let (pairs, users, items) = observed(run)?;
+    let Observed {
+        pairs,
+        users,
+        items,
+    } = observed(run)?;
     let n = pairs.len();
     let pairs: DVector<(u32, u32)> = DVector::from_vec(pairs)?;
     let (factors, lr, reg) = (FACTORS, LR, REG);
