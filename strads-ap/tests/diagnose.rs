@@ -70,14 +70,20 @@ fn a_key_every_task_writes_is_named_with_its_share_and_relaxing_it_is_the_fix() 
     );
 }
 
-#[test]
-fn hot_map_keys_are_shown_as_the_body_writes_them() {
+/// 3,000 documents of two words: `the`, in every one, and one of 1,000 others; and the
+/// vocabulary.
+fn hot_word_docs() -> (DVector<Vec<String>>, Vec<String>) {
     let docs: Vec<Vec<String>> = (0..3000)
         .map(|d| vec!["the".to_string(), format!("w{}", d % 1000)])
         .collect();
     let mut words: Vec<String> = (0..1000).map(|w| format!("w{w}")).collect();
     words.push("the".into());
-    let docs = DVector::from_vec(docs).unwrap();
+    (DVector::from_vec(docs).unwrap(), words)
+}
+
+#[test]
+fn hot_map_keys_are_shown_as_the_body_writes_them() {
+    let (docs, words) = hot_word_docs();
     let weights: DMap<String, f32> =
         DMap::from_pairs(words.into_iter().map(|w| (w, 0.0)).collect()).unwrap();
     let line = line!() + 1;
@@ -101,12 +107,7 @@ fn hot_map_keys_are_shown_as_the_body_writes_them() {
 /// tasks into one group, its sums are exact, and no diagnosis remains.
 #[test]
 fn a_relaxed_hot_map_is_planned_around_and_sums_exactly() {
-    let docs: Vec<Vec<String>> = (0..3000)
-        .map(|d| vec!["the".to_string(), format!("w{}", d % 1000)])
-        .collect();
-    let mut words: Vec<String> = (0..1000).map(|w| format!("w{w}")).collect();
-    words.push("the".into());
-    let docs = DVector::from_vec(docs).unwrap();
+    let (docs, words) = hot_word_docs();
     let counts: DMap<String, u64> = DMap::from_pairs(words.into_iter().map(|w| (w, 0)).collect())
         .unwrap()
         .relaxed(Relaxed::Sum);

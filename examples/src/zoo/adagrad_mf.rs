@@ -15,6 +15,7 @@ use strads_ap::prelude::*;
 
 use super::{serial_outcome, strads_outcome, Outcome, Run, SerialClock, StradsClock};
 use crate::data::{self, Rating, Ratings};
+use crate::metrics::{rmse, squared_error};
 use crate::report::{SERIAL, STRADS};
 
 const NAME: &str = "adagrad-mf";
@@ -151,12 +152,6 @@ pub fn strads(run: &Run) -> Result<Outcome> {
 
 /// RMSE of the model on `ratings`.
 fn train_rmse(ratings: &[Rating], p: &[Vec<f32>], q: &[Vec<f32>]) -> f64 {
-    let sse: f64 = ratings
-        .iter()
-        .map(|r| {
-            let pred = crate::model::dot(&p[r.user as usize], &q[r.item as usize]);
-            f64::from(r.rating - pred).powi(2)
-        })
-        .sum();
-    (sse / ratings.len().max(1) as f64).sqrt()
+    let sse: f64 = ratings.iter().map(|r| squared_error(p, q, r)).sum();
+    rmse(sse, ratings.len())
 }

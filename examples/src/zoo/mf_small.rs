@@ -25,6 +25,7 @@ use strads_ap::prelude::*;
 
 use super::{serial_outcome, strads_outcome, Outcome, Run, SerialClock, StradsClock};
 use crate::data::{self, Rating, Ratings};
+use crate::metrics::{rmse, squared_error};
 use crate::model::{dot, factor_scale, init_row};
 use crate::report::{SERIAL, STRADS};
 
@@ -150,12 +151,6 @@ pub fn strads(run: &Run) -> Result<Outcome> {
 
 /// RMSE of the model on `ratings`.
 fn train_rmse(ratings: &[Rating], w: &[Vec<f32>], h: &[Vec<f32>]) -> f64 {
-    let sse: f64 = ratings
-        .iter()
-        .map(|r| {
-            let pred = dot(&w[r.user as usize], &h[r.item as usize]);
-            f64::from(r.rating - pred).powi(2)
-        })
-        .sum();
-    (sse / ratings.len().max(1) as f64).sqrt()
+    let sse: f64 = ratings.iter().map(|r| squared_error(w, h, r)).sum();
+    rmse(sse, ratings.len())
 }

@@ -62,9 +62,9 @@ pub struct CallCosts {
     /// holds, shipping the task to the other ranks, and the bookkeeping after the run.
     pub outside: Duration,
     /// Time the workers of a planned run waited rather than ran tasks (`running` less the
-    /// workers' busy time over their number): waking the workers, synchronising after
-    /// each step, and waiting for the slowest; `None` when no planned run measured it
-    /// (one worker runs the body directly).
+    /// workers' busy time over their number, per call that was not a recorded run):
+    /// waking the workers, synchronising after each step, and waiting for the slowest;
+    /// `None` when no planned run measured it (one worker runs the body directly).
     pub waiting: Option<Duration>,
     /// Steps of groups per call (each ends with the workers synchronising).
     pub steps: f64,
@@ -128,9 +128,13 @@ impl LoopStats {
             return CallCosts::default();
         };
         let inside = self.running + self.recon + self.planning + self.recorded;
+        // Recorded calls run no planned groups: the waiting is theirs to share only.
+        let ordinary = u32::try_from(self.calls - self.recorded_calls.min(self.calls))
+            .unwrap_or(u32::MAX)
+            .max(1);
         let waiting = (!self.busy.is_zero() && self.workers > 0).then(|| {
             let workers = u32::try_from(self.workers).unwrap_or(u32::MAX);
-            self.running.saturating_sub(self.busy / workers) / calls
+            self.running.saturating_sub(self.busy / workers) / ordinary
         });
         CallCosts {
             wall: self.wall / calls,

@@ -99,7 +99,6 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     let renewed = call.here.world_size() == 1 && last.is_some_and(|last| key.renews(&last));
     if renewed {
         key = key.role();
-        call.note(|f| f.renewed = true);
     }
     let strategy = async_strategy(AsyncCall {
         world: call.here.world_size(),
@@ -111,6 +110,15 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         cached_modes: kept.modes.contains(&key),
     });
     drop(kept);
+    // Only a call that runs with locks because of it counts as renewed (one worker runs
+    // the loop directly; without unwinding, a re-checked loop re-plans instead).
+    if renewed && !opts.recheck {
+        let locks = matches!(
+            strategy,
+            AsyncStrategy::Locking | AsyncStrategy::RecordedModes
+        );
+        call.note(|f| f.renewed = locks);
+    }
     let l = Loop {
         call: &call,
         start,
