@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 
 use proc_macro2::Span;
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
@@ -33,6 +34,129 @@ pub(crate) struct Assignment {
     pub name: Ident,
     /// The assigned place, for the error span.
     pub target: Expr,
+    /// The whole assignment, for the error span.
+    pub whole: Expr,
+    /// Which reduction the assignment is, if it is one.
+    pub form: Form,
+}
+
+/// How an assignment to a captured variable accumulates into it.
+#[derive(Clone)]
+pub(crate) enum Form {
+    /// `x op= e`, or `x = x op e`.
+    Op(OpKind),
+    /// `x = x.m(e)`: partials combine by the method `m` (`min`, `max`, ...).
+    Method(Ident),
+    /// `x = f(x, e)` (`first`) or `x = f(e, x)`: partials combine by `f`.
+    Call { func: Expr, first: bool },
+    /// Anything else (`x = e`, a field, a dereference): not a reduction.
+    Other,
+}
+
+/// The operator of a reduction by compound assignment.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum OpKind {
+    /// `+=` and `-=`.
+    Sum,
+    /// `*=`.
+    Product,
+    /// `|=`.
+    Or,
+    /// `&=`.
+    And,
+    /// `^=`.
+    Xor,
+}
+
+impl OpKind {
+    /// The reduction kind of a compound assignment operator (`+=`), or of the matching
+    /// binary operator (`+`) in `x = x + e`.
+    fn of(op: &BinOp) -> Option<OpKind> {
+        Some(match op {
+            BinOp::AddAssign(_) | BinOp::SubAssign(_) | BinOp::Add(_) | BinOp::Sub(_) => {
+                OpKind::Sum
+            }
+            BinOp::MulAssign(_) | BinOp::Mul(_) => OpKind::Product,
+            BinOp::BitOrAssign(_) | BinOp::BitOr(_) => OpKind::Or,
+            BinOp::BitAndAssign(_) | BinOp::BitAnd(_) => OpKind::And,
+            BinOp::BitXorAssign(_) | BinOp::BitXor(_) => OpKind::Xor,
+            _ => return None,
+        })
+    }
+
+    /// How the user writes it, for messages.
+    pub(crate) fn spelling(self) -> &'static str {
+        match self {
+            OpKind::Sum => "+=",
+            OpKind::Product => "*=",
+            OpKind::Or => "|=",
+            OpKind::And => "&=",
+            OpKind::Xor => "^=",
+        }
+    }
+}
+
+impl Form {
+    /// Whether two assignments accumulate the same way (one variable, one reduction).
+    pub(crate) fn same_as(&self, other: &Form) -> bool {
+        match (self, other) {
+            (Form::Op(a), Form::Op(b)) => a == b,
+            (Form::Method(a), Form::Method(b)) => a == b,
+            (Form::Call { func: f, first: a }, Form::Call { func: g, first: b }) => {
+                a == b && f.to_token_stream().to_string() == g.to_token_stream().to_string()
+            }
+            _ => false,
+        }
+    }
+
+    /// How the user writes it, for messages.
+    pub(crate) fn describe(&self, name: &str) -> String {
+        match self {
+            Form::Op(op) => format!("`{name} {} ..`", op.spelling()),
+            Form::Method(m) => format!("`{name} = {name}.{m}(..)`"),
+            Form::Call { func, first: true } => {
+                format!("`{name} = {}({name}, ..)`", func.to_token_stream())
+            }
+            Form::Call { func, first: false } => {
+                format!("`{name} = {}(.., {name})`", func.to_token_stream())
+            }
+            Form::Other => format!("`{name} = ..`"),
+        }
+    }
+}
+
+/// `true` when `expr` is the plain variable `name`.
+fn is_var(expr: &Expr, name: &str) -> bool {
+    match expr {
+        Expr::Path(p) => simple_name(p).is_some_and(|i| i.unraw() == name),
+        Expr::Paren(p) => is_var(&p.expr, name),
+        _ => false,
+    }
+}
+
+/// The reduction form of `name = value`.
+fn form_of_assignment(name: &str, value: &Expr) -> Form {
+    match value {
+        Expr::Paren(p) => form_of_assignment(name, &p.expr),
+        Expr::Binary(b) if is_var(&b.left, name) => OpKind::of(&b.op).map_or(Form::Other, Form::Op),
+        Expr::MethodCall(m) if m.args.len() == 1 && is_var(&m.receiver, name) => {
+            Form::Method(m.method.clone())
+        }
+        Expr::Call(c) if c.args.len() == 2 && matches!(&*c.func, Expr::Path(_)) => {
+            match (is_var(&c.args[0], name), is_var(&c.args[1], name)) {
+                (true, false) => Form::Call {
+                    func: (*c.func).clone(),
+                    first: true,
+                },
+                (false, true) => Form::Call {
+                    func: (*c.func).clone(),
+                    first: false,
+                },
+                _ => Form::Other,
+            }
+        }
+        _ => Form::Other,
+    }
 }
 
 /// Analyses `body`, with `param` (the loop parameter's pattern) bound around it.
@@ -164,7 +288,7 @@ impl Walker {
 
     /// Records an assignment to `target` when it is a captured variable or a field of
     /// one; writes through indexing (`w[i] = ..`) go to a DDS view and are fine.
-    fn assign(&mut self, target: &Expr) {
+    fn assign(&mut self, target: &Expr, whole: Expr, form: impl FnOnce(&str) -> Form) {
         let mut place = target;
         let root = loop {
             match place {
@@ -180,9 +304,16 @@ impl Walker {
         if name == "self" || is_type_or_const_like(&name) || self.is_bound(&name) {
             return;
         }
+        // Only a plain variable can be a reduction: not a field of one, nor through `*`.
+        let form = match target {
+            Expr::Path(_) => form(&name),
+            _ => Form::Other,
+        };
         self.analysis.assignments.push(Assignment {
             name: root.clone(),
             target: target.clone(),
+            whole,
+            form,
         });
     }
 
@@ -342,13 +473,17 @@ impl<'ast> Visit<'ast> for Walker {
     }
 
     fn visit_expr_assign(&mut self, e: &'ast syn::ExprAssign) {
-        self.assign(&e.left);
+        self.assign(&e.left, Expr::Assign(e.clone()), |name| {
+            form_of_assignment(name, &e.right)
+        });
         visit::visit_expr_assign(self, e);
     }
 
     fn visit_expr_binary(&mut self, e: &'ast syn::ExprBinary) {
         if is_compound_assignment(&e.op) {
-            self.assign(&e.left);
+            self.assign(&e.left, Expr::Binary(e.clone()), |_| {
+                OpKind::of(&e.op).map_or(Form::Other, Form::Op)
+            });
         }
         visit::visit_expr_binary(self, e);
     }

@@ -11,14 +11,16 @@ use syn::spanned::Spanned;
 use syn::{Expr, Ident, Pat, Type};
 
 use crate::ast::{Head, Input, LoopKind};
+use crate::captures::{Form, OpKind};
+use crate::valid::ReductionVar;
 use crate::{captures, valid};
 
 /// Parses, checks and expands one invocation of `async_for!` or `sync_for!`.
 pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenStream> {
     let input = Input::parse(kind, tokens)?;
     let analysis = captures::analyze(&input.body.param, &input.body.body);
-    valid::check(&input, &analysis)?;
-    Ok(generate(&input, &analysis.captures))
+    let reductions = valid::check(&input, &analysis)?;
+    Ok(generate(&input, &analysis.captures, &reductions))
 }
 
 /// Like `syn::Error::into_compile_error`, but one expression: several `compile_error!`
@@ -45,8 +47,8 @@ fn at(span: Span) -> Span {
     Span::call_site().located_at(span)
 }
 
-fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
-    let gen = Generator::new(input, captures);
+fn generate(input: &Input, captures: &[Ident], reductions: &[ReductionVar]) -> TokenStream {
+    let gen = Generator::new(input, captures, reductions);
     let private = &gen.private;
 
     let body_hash = fnv1a(input.body.body.to_token_stream().to_string().as_bytes());
@@ -67,7 +69,14 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
     };
     let inits = captures
         .iter()
-        .map(|c| quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)));
+        .zip(&gen.names)
+        .map(|(c, name)| match gen.reduction(name) {
+            Some(r) => {
+                let combine = combine_fn(r);
+                quote_spanned!(at(r.span)=> #c: ::strads_ap::__private::reduction(&#c, #combine))
+            }
+            None => quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)),
+        });
 
     let (kind, run_fn, head, run, record, direct, lock) = match &input.head {
         Head::Async { range } => {
@@ -106,6 +115,27 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
     };
     let opts = gen.opts();
     let register = gen.register_fn();
+    let run_call = quote! {
+        #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct #lock)
+    };
+    // Reduction variables take the combined value once the call has run.
+    let call = if reductions.is_empty() {
+        run_call
+    } else {
+        let out = local("__strads_out");
+        let takes = captures
+            .iter()
+            .zip(&gen.names)
+            .filter(|(_, name)| gen.reduction(name).is_some())
+            .map(|(c, _)| quote_spanned!(at(c.span())=> #c = #task_var.#c.__strads_take(#c);));
+        quote! {
+            let #out = #run_call;
+            if #out.is_ok() {
+                #(#takes)*
+            }
+            #out
+        }
+    };
 
     quote! {
         {
@@ -123,8 +153,31 @@ fn generate(input: &Input, captures: &[Ident]) -> TokenStream {
                 captures: &[#(#names),*],
             };
             let #task_var = #task { #(#inits),* };
-            #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct #lock)
+            #call
         }
+    }
+}
+
+/// The function that combines two partials of reduction `r`, written the way the body
+/// accumulates (so that its type errors read like the body's).
+fn combine_fn(r: &ReductionVar) -> TokenStream {
+    let (a, b) = (local("__strads_a"), local("__strads_b"));
+    let span = at(r.span);
+    match &r.form {
+        Form::Op(op) => {
+            let assign = match op {
+                OpKind::Sum => quote_spanned!(span=> +=),
+                OpKind::Product => quote_spanned!(span=> *=),
+                OpKind::Or => quote_spanned!(span=> |=),
+                OpKind::And => quote_spanned!(span=> &=),
+                OpKind::Xor => quote_spanned!(span=> ^=),
+            };
+            quote_spanned!(span=> |mut #a, #b| { #a #assign #b; #a })
+        }
+        Form::Method(m) => quote_spanned!(span=> |#a, #b| #a.#m(#b)),
+        Form::Call { func, first: true } => quote_spanned!(span=> |#a, #b| #func(#a, #b)),
+        Form::Call { func, first: false } => quote_spanned!(span=> |#a, #b| #func(#b, #a)),
+        Form::Other => unreachable!("not a reduction"),
     }
 }
 
@@ -149,17 +202,25 @@ struct Generator<'a> {
     private: TokenStream,
     /// The task, the first parameter of every generated function.
     t: Ident,
+    /// The captures the body accumulates into.
+    reductions: &'a [ReductionVar],
 }
 
 impl<'a> Generator<'a> {
-    fn new(input: &'a Input, captures: &'a [Ident]) -> Self {
+    fn new(input: &'a Input, captures: &'a [Ident], reductions: &'a [ReductionVar]) -> Self {
         Generator {
             input,
             captures,
             names: captures.iter().map(|c| c.unraw().to_string()).collect(),
             private: quote!(::strads_ap::__private),
             t: local("__strads_t"),
+            reductions,
         }
+    }
+
+    /// The reduction of the capture `name`, if the body accumulates into it.
+    fn reduction(&self, name: &str) -> Option<&ReductionVar> {
+        self.reductions.iter().find(|r| r.name == name)
     }
 
     /// The user's options converted into `Opts`, or the defaults.
@@ -202,7 +263,26 @@ impl<'a> Generator<'a> {
         };
         let method = Ident::new(method, Span::call_site());
         let fallback = Ident::new(fallback, Span::call_site());
+        let mut commits = Vec::new();
         let bindings = self.captures.iter().zip(&self.names).map(|(c, name)| {
+            if let Some(r) = self.reduction(name) {
+                // The variable starts from this unit's partial and keeps it at the end.
+                let red = local(&format!("__strads_red_{name}"));
+                let start = match r.form {
+                    Form::Op(OpKind::Sum | OpKind::Or | OpKind::Xor) => quote! {
+                        __strads_start_from(#ctx, || ::core::default::Default::default())
+                    },
+                    Form::Op(OpKind::Product) => quote! {
+                        __strads_start_from(#ctx, || ::core::convert::From::from(1u8))
+                    },
+                    _ => quote!(__strads_start(#ctx)),
+                };
+                commits.push(quote!(#red.__strads_commit(#ctx, #c);));
+                return quote_spanned! {at(c.span())=>
+                    let #red = &#t.#c;
+                    let mut #c = #red.#start;
+                };
+            }
             let slot = local(&format!("__strads_slot_{name}"));
             // The slot is a temporary kept alive by the reference, so it needs no `mut`
             // binding whether `__strads_bind` takes `&self` or `&mut self`. `let _ = &c;`
@@ -214,6 +294,7 @@ impl<'a> Generator<'a> {
                 let _ = &#c;
             }
         });
+        let bindings: Vec<TokenStream> = bindings.collect();
         let body = &self.input.body;
         let each = for_each(&body.param, body.param_ty.as_ref(), &items, &body.body);
         quote! {
@@ -222,6 +303,7 @@ impl<'a> Generator<'a> {
                 use #private::#fallback as _;
                 #(#bindings)*
                 #each
+                #(#commits)*
             }
         }
     }

@@ -92,14 +92,57 @@ use crate::ast::LoopKind;
 /// - A function passed by name as a value (`.map(score)`) looks like a variable to the
 ///   analysis; write `.map(|x| score(x))` instead.
 ///
+/// # Reductions
+///
+/// A plain captured variable that the body accumulates into, the way the serial loop
+/// does, is a *reduction*: each unit of work (a group of indices one worker runs)
+/// accumulates its own part, and after the loop the parts are combined into the
+/// variable, which must be declared `let mut` as in the serial program.
+///
+/// ```ignore
+/// let mut loss = 0.0f64;
+/// let mut best = (f64::MIN, 0usize);
+/// async_for!(0..ratings.len(), |k| {
+///     let err = /* .. */;
+///     loss += err * err;                       // a sum
+///     best = better(best, (err.abs(), k));     // a user function
+/// })?;
+/// println!("RMSE {}", (loss / ratings.len() as f64).sqrt());
+/// ```
+///
+/// The forms, each for one variable (one form per variable):
+///
+/// - `x += e` and `x -= e` (also `x = x + e`): a sum; parts start from `0`
+///   (`Default::default()`).
+/// - `x *= e`: a product; parts start from `1` (`From::from(1u8)`).
+/// - `x |= e`, `x ^= e`: parts start from `Default::default()` (`false`, `0`); `x &= e`.
+/// - `x = x.max(e)`, `x = x.min(e)`, any method `x = x.m(e)`, and any function
+///   `x = f(x, e)` or `x = f(e, x)`: parts start from the value before the loop and
+///   combine by the same method or function, so it must be associative and commutative,
+///   and the starting value neutral for it (`f64::MIN` for a max, the worst score for a
+///   best-of) unless it is idempotent (`min`, `max`, `&`).
+///
+/// The value must be `Clone`, `Send`, `Sync`, `'static`, `Serialize` and `Deserialize`.
+///
+/// The combined value is deterministic for a given plan: the parts are combined in the
+/// order of the plan's units, not in the order workers finished them. One worker in a
+/// world of one runs the indices in order as one part starting from the value before the
+/// loop, so the result equals the serial program's to the last bit (also on a first call
+/// recorded on two workers). With several workers a floating-point sum is added in
+/// another order than the serial loop's, so it may differ in the last bits; integer
+/// sums, `min` and `max` are exact. Inside the body, reading the variable gives the
+/// running part of the current unit, not the total so far. A call that fails leaves the
+/// variable unchanged, as does a call that a recovery replay skips (its tables come from
+/// the checkpoint, its reductions are not recomputed).
+///
 /// # What the body may not do
 ///
 /// These are compile errors, each reported at the offending code:
 ///
-/// - **Assigning to a captured variable** (`gamma = ..`, `gamma *= ..`, `cfg.lr = ..`).
-///   The change would only reach one copy and be lost. Keep such a value in a one-element
-///   `DVector` (`DVector::from_fn(1, ..)`) and write it through indexing (`g[0] += ..`),
-///   or compute it after the loop with `reduce`.
+/// - **Assigning to a captured variable** other than by a reduction form (`gamma = 0.1`,
+///   `last = v[k]`, `cfg.lr = ..`, `stats.n += 1`). The change would only reach one copy
+///   and be lost. Accumulate into a plain variable (above), or keep a value per key in a
+///   `DVector` and write it through indexing (`g[0] += ..`).
 /// - **`break` and `return`** outside a loop nested in the body: the body runs for every
 ///   index, there is no loop to leave. `continue` works as in the serial loop and skips
 ///   the rest of the current index.
@@ -164,8 +207,10 @@ pub fn async_for(input: TokenStream) -> TokenStream {
 ///
 /// The rules are those of [`async_for!`]: DDSs are indexed like a `Vec` or a `HashMap`
 /// inside the body; every other captured variable is a copy, so assigning to it is a
-/// compile error; `break`, `return`, `?` and `self` are refused, and `continue` skips the
-/// rest of the current mini-batch. If the body uses `DATA` itself (e.g.
+/// compile error unless it is a reduction (`seen += batch.len()`, combined after the
+/// loop; one worker in a world of one gives the serial value to the last bit, and
+/// several workers combine per mini-batch in data order); `break`, `return`, `?` and
+/// `self` are refused, and `continue` skips the rest of the current mini-batch. If the body uses `DATA` itself (e.g.
 /// `sentences.len()`), it is captured like any other variable.
 #[proc_macro]
 pub fn sync_for(input: TokenStream) -> TokenStream {

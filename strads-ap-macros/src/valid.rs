@@ -5,27 +5,66 @@ use syn::visit::{self, Visit};
 use syn::{Error, Lifetime};
 
 use crate::ast::{Input, LoopKind};
-use crate::captures::{Analysis, MacroArgs};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
 
-/// Checks the loop body of `input`, given what the capture analysis found.
-pub(crate) fn check(input: &Input, analysis: &Analysis) -> syn::Result<()> {
+use crate::captures::{Analysis, Assignment, Form, MacroArgs};
+
+/// A captured variable the body accumulates into (see `strads_ap::async_for!`).
+pub(crate) struct ReductionVar {
+    /// The variable, as first captured.
+    pub name: String,
+    pub form: Form,
+    /// The first assignment, where errors about the reduction point.
+    pub span: proc_macro2::Span,
+}
+
+/// Checks the loop body of `input`, given what the capture analysis found; returns the
+/// captured variables the body accumulates into.
+pub(crate) fn check(input: &Input, analysis: &Analysis) -> syn::Result<Vec<ReductionVar>> {
     let kind = input.kind;
     let mut errors = Vec::new();
+    let mut reductions: Vec<ReductionVar> = Vec::new();
 
     for assignment in &analysis.assignments {
-        errors.push(Error::new_spanned(
-            &assignment.target,
-            format!(
-                "cannot assign to captured variable `{}` inside `{}`: the loop body runs on \
-                 many threads and ranks, each with its own copy of plain captured values, so \
-                 the change would be lost. Keep the value in a DVector (e.g. \
-                 `DVector::from_fn(1, ..)`) and write it through indexing, or compute it \
-                 after the loop with `reduce`.",
-                assignment.name,
-                kind.macro_name()
-            ),
-        ));
+        let name = assignment.name.unraw().to_string();
+        if let Form::Other = assignment.form {
+            errors.push(Error::new_spanned(
+                &assignment.whole,
+                not_a_reduction(kind, &name, assignment),
+            ));
+            continue;
+        }
+        match reductions.iter().find(|r| r.name == name) {
+            Some(r) if !r.form.same_as(&assignment.form) => {
+                errors.push(Error::new_spanned(
+                    &assignment.whole,
+                    format!(
+                        "captured variable `{name}` is accumulated in two ways inside `{}`, \
+                         {} and {}: a reduction variable is combined across workers one \
+                         way; use one form, or two variables",
+                        kind.macro_name(),
+                        r.form.describe(&name),
+                        assignment.form.describe(&name),
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => reductions.push(ReductionVar {
+                name,
+                form: assignment.form.clone(),
+                span: assignment.whole.span(),
+            }),
+        }
     }
+    // A variable assigned in a way that is no reduction is an error already.
+    reductions.retain(|r| {
+        !analysis
+            .assignments
+            .iter()
+            .any(|a| matches!(a.form, Form::Other) && a.name.unraw() == r.name)
+    });
 
     if let Some(span) = analysis.self_uses.first() {
         errors.push(Error::new(
@@ -49,7 +88,40 @@ pub(crate) fn check(input: &Input, analysis: &Analysis) -> syn::Result<()> {
             all.combine(e);
             all
         })
-        .map_or(Ok(()), Err)
+        .map_or(Ok(reductions), Err)
+}
+
+/// The error for an assignment to a captured variable that is no reduction.
+fn not_a_reduction(kind: LoopKind, name: &str, assignment: &Assignment) -> String {
+    let across = match kind {
+        LoopKind::Async => "indices",
+        LoopKind::Sync => "mini-batches",
+    };
+    let lost = format!(
+        "inside `{}`: the loop body runs on many threads and ranks, each with its own copy \
+         of plain captured values, so the change would be lost.",
+        kind.macro_name()
+    );
+    let keyed = "To keep a value per key, use a DVector (e.g. `DVector::from_fn(1, ..)`) and \
+                 write it through indexing.";
+    match &assignment.target {
+        syn::Expr::Path(_) => format!(
+            "cannot assign to captured variable `{name}` {lost} To accumulate across \
+             {across}, write a reduction (`{name} += e`, also `-=`, `*=`, `|=`, `&=`, `^=`; \
+             or `{name} = {name}.max(e)`, `{name} = f({name}, e)`): each worker's part is \
+             combined into `{name}` after the loop. {keyed}"
+        ),
+        part => format!(
+            "cannot assign to a part of captured variable `{name}` {lost} A reduction is a \
+             plain variable: bind the part to one before the loop (`let mut x = {};`), \
+             accumulate into it in the body (`x += e`, or `x = x.max(e)`, ..) and store it \
+             back after the loop. {keyed}",
+            part.to_token_stream()
+                .to_string()
+                .replace(" . ", ".")
+                .replace("* ", "*")
+        ),
+    }
 }
 
 /// Finds `break`, `return`, `?` and labels that leave the body. Nested closures, async
@@ -209,8 +281,21 @@ mod tests {
         let input = Input::parse(kind, tokens).expect("valid arguments");
         let analysis = analyze(&input.body.param, &input.body.body);
         match check(&input, &analysis) {
-            Ok(()) => Vec::new(),
+            Ok(_) => Vec::new(),
             Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    /// The reductions of an accepted body, as `name: form`.
+    fn reductions(kind: LoopKind, tokens: TokenStream) -> Vec<String> {
+        let input = Input::parse(kind, tokens).expect("valid arguments");
+        let analysis = analyze(&input.body.param, &input.body.body);
+        match check(&input, &analysis) {
+            Ok(found) => found
+                .iter()
+                .map(|r| format!("{}: {}", r.name, r.form.describe(&r.name)))
+                .collect(),
+            Err(e) => panic!("{e}"),
         }
     }
 
@@ -245,44 +330,103 @@ mod tests {
                 gamma = 0.1;
                 gamma *= 0.5;
                 cfg.lr = 1.0;
+                cfg.n += 1;
+                *total += 1;
                 w[k] = 1.0;
                 w[k][0] += 1.0;
                 let mut s = 0.0;
                 s += 1.0;
             }),
         );
-        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(found.len(), 4, "{found:?}");
         assert_eq!(
             found[0],
             "cannot assign to captured variable `gamma` inside `async_for!`: the loop body \
              runs on many threads and ranks, each with its own copy of plain captured values, \
-             so the change would be lost. Keep the value in a DVector (e.g. \
-             `DVector::from_fn(1, ..)`) and write it through indexing, or compute it after \
-             the loop with `reduce`."
+             so the change would be lost. To accumulate across indices, write a reduction \
+             (`gamma += e`, also `-=`, `*=`, `|=`, `&=`, `^=`; or `gamma = gamma.max(e)`, \
+             `gamma = f(gamma, e)`): each worker's part is combined into `gamma` after the \
+             loop. To keep a value per key, use a DVector (e.g. \
+             `DVector::from_fn(1, ..)`) and write it through indexing."
         );
-        assert!(found[2].contains("`cfg` inside `async_for!`"));
+        assert!(found[1].starts_with("cannot assign to a part of captured variable `cfg`"));
+        assert!(found[1].contains("(`let mut x = cfg.lr;`)"), "{found:?}");
+        assert!(found[2].starts_with("cannot assign to a part of captured variable `cfg`"));
+        assert!(found[3].starts_with("cannot assign to a part of captured variable `total`"));
 
         let found = errors(
             LoopKind::Sync,
             quote!(d, 8, m, |b| {
-                total += b.len();
+                total = b.len();
             }),
         );
         assert_eq!(found.len(), 1);
         assert!(found[0].contains("`total` inside `sync_for!`"), "{found:?}");
+        assert!(found[0].contains("across mini-batches"), "{found:?}");
     }
 
     #[test]
-    fn assignment_in_nested_closure() {
-        let found = errors(
+    fn reduction_forms() {
+        let found = reductions(
             LoopKind::Async,
             quote!(0..n, |k| {
-                let mut f = || count += 1;
+                loss += e(k);
+                loss -= 1.0;
+                count = count + 1;
+                prod *= 2.0;
+                any |= k > 3;
+                all &= k < 9;
+                flip ^= true;
+                top = top.max(x[k]);
+                low = (low).min(x[k]);
+                best = better(best, (s, k));
+                worst = cmp::min(x[k], worst);
+                let mut f = || seen += 1;
                 f();
             }),
         );
-        assert_eq!(found.len(), 1);
-        assert!(found[0].contains("`count`"));
+        assert_eq!(
+            found,
+            [
+                "loss: `loss += ..`",
+                "count: `count += ..`",
+                "prod: `prod *= ..`",
+                "any: `any |= ..`",
+                "all: `all &= ..`",
+                "flip: `flip ^= ..`",
+                "top: `top = top.max(..)`",
+                "low: `low = low.min(..)`",
+                "best: `best = better(best, ..)`",
+                "worst: `worst = cmp :: min(.., worst)`",
+                "seen: `seen += ..`",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_variable_accumulated_two_ways_is_refused() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                x += 1.0;
+                x = x.max(2.0);
+                y = f(y, 1);
+                y = g(y, 1);
+                z = f(z, z);
+            }),
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(
+            found[0],
+            "captured variable `x` is accumulated in two ways inside `async_for!`, `x += ..` \
+             and `x = x.max(..)`: a reduction variable is combined across workers one way; \
+             use one form, or two variables"
+        );
+        assert!(
+            found[1].contains("`y = f(y, ..)` and `y = g(y, ..)`"),
+            "{found:?}"
+        );
+        assert!(found[2].starts_with("cannot assign to captured variable `z`"));
     }
 
     #[test]

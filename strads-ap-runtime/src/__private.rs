@@ -3,6 +3,7 @@
 pub use serde;
 
 pub use crate::dds::{DirectFallback, EnterFallback, LockFallback, Plain, RecordFallback};
+pub use crate::engine::reduce::{reduction, Reduction, UnitOf};
 pub use crate::engine::{
     run_async_for, run_sync_for, CallSite, ExecCtx, Indices, LoopKind, Opts, Registry, SyncMode,
 };
@@ -131,6 +132,17 @@ impl<K: Element + Eq + std::hash::Hash, V: Element> ProbeNoAgg for &Probe<'_, Ma
 impl<K: Element + Eq + std::hash::Hash, V: Element> ProbeNoAgg for &Probe<'_, MultiMapRef<K, V>> {
     fn __strads_register(&self, reg: &mut Registry, name: &'static str) {
         reg.add(self.0 .0.table.clone(), name, None);
+    }
+}
+
+/// A reduction variable: registered so that the engine combines its partials after the
+/// call.
+impl<T: 'static> ProbeNoAgg for &Probe<'_, Reduction<T>>
+where
+    Reduction<T>: crate::engine::reduce::ReductionSlot,
+{
+    fn __strads_register(&self, reg: &mut Registry, name: &'static str) {
+        reg.add_reduction(self.0.slot(), name);
     }
 }
 

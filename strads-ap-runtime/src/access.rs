@@ -150,6 +150,9 @@ pub struct ExecCtx {
     /// Locking runs: set while a conflicting task unwinds, so that views put back the
     /// elements it changed.
     pub(crate) aborting: Cell<bool>,
+    /// The key of the unit of work being run, under which reductions keep their partials
+    /// (see `engine::reduce`); 0 for runs in loop order on one worker.
+    pub(crate) unit: Cell<u64>,
     /// Views borrow raw pointers from the bindings; the context is tied to one thread.
     _not_send: PhantomData<*const ()>,
 }
@@ -164,6 +167,7 @@ impl ExecCtx {
             epoch: Cell::new(0),
             held: RefCell::new(Vec::new()),
             aborting: Cell::new(false),
+            unit: Cell::new(0),
             _not_send: PhantomData,
         }
     }

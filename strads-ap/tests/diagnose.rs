@@ -61,12 +61,49 @@ fn a_key_every_task_writes_is_named_with_its_share_and_relaxing_it_is_the_fix() 
     );
     assert!((d.hot_keys[0].share - 1.0).abs() < 1e-9);
     assert!(d.fix.contains("`total` relaxed"), "{}", d.fix);
+    assert!(
+        d.fix.starts_with(
+            "if `total`[0] only accumulates a total, a count or a best (`total[0] += e`), keep \
+             it in a plain `let mut` variable"
+        ),
+        "{}",
+        d.fix
+    );
     assert!(d.message.contains("`total`[0] (100%)"), "{}", d.message);
     // Once per finding, however many calls.
     assert_eq!(stats.diagnoses.len(), 1, "{:?}", stats.diagnoses);
     assert_eq!(
         total.get(0).unwrap(),
         (1..=3).map(|e| e * n).sum::<usize>() as f64
+    );
+}
+
+/// The reduction the diagnosis suggests for a total: the loop rotates, and the total is
+/// the serial one.
+#[test]
+fn a_total_kept_in_a_reduction_is_left_out_of_the_plan() {
+    let n = 4000;
+    let own = DVector::from_fn(n, |_| 0.0f64).unwrap();
+    let line = line!() + 3;
+    for epoch in 1..=3 {
+        let mut total = 0.0f64;
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += 1.0;
+                total += own[k];
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+        assert_eq!(total, (epoch * n) as f64);
+    }
+    let stats = stats_at(line);
+    assert!(stats.groups > 1, "{stats:?}");
+    assert!(
+        finding(&stats, Finding::IdleWorkers).is_none(),
+        "{:?}",
+        stats.diagnoses
     );
 }
 

@@ -438,6 +438,9 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
     }
 }
 
+/// The share of tasks writing a hot key from which the diagnosis suggests a reduction.
+const TOTAL_SHARE: f64 = 0.9;
+
 /// Hot keys: the words, the fix (relax them, or `sync_for!`) and the tables named.
 fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<String>) {
     let list: Vec<String> = hot_keys
@@ -463,6 +466,15 @@ fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<S
     let maps: Vec<String> = hot_tables.iter().filter(|t| is_map(t)).cloned().collect();
     let vectors: Vec<String> = hot_tables.iter().filter(|t| !is_map(t)).cloned().collect();
     let mut parts = Vec::new();
+    // A key nearly every task writes is usually a total or a counter kept in a table.
+    if let Some(h) = hot_keys.iter().find(|h| h.share >= TOTAL_SHARE) {
+        parts.push(format!(
+            "if `{}`{} only accumulates a total, a count or a best (`{}{} += e`), keep it in \
+             a plain `let mut` variable written the same way (`total += e`): a reduction, \
+             combined exactly after the loop and left out of the plan",
+            h.table, h.key, h.table, h.key
+        ));
+    }
     if !vectors.is_empty() {
         parts.push(format!(
             "declare {} relaxed (`DVector::relaxed(Relaxed::Sum)`: concurrent updates are \

@@ -13,6 +13,7 @@ mod choose;
 pub mod diagnose;
 mod opts;
 mod pipeline;
+pub(crate) mod reduce;
 mod registry;
 mod site;
 mod stats;

@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::cache::Keep;
+use super::reduce::ReductionSlot;
 use super::registry::{Base, Registry};
 use super::stats::Figures;
 use super::{CallSite, Opts};
@@ -35,8 +36,11 @@ enum Task<'a, T> {
 pub(crate) struct Call<'a, T> {
     pub site: &'static CallSite,
     task: Task<'a, T>,
-    /// The captured tables.
+    /// The captured tables (and reduction variables) of this rank's own task.
     pub registry: Registry,
+    /// The reduction variables of the task the workers run: the registry's, or those of
+    /// the copy shipped from the driver.
+    running_reductions: Vec<(Arc<dyn ReductionSlot>, &'static str)>,
     /// Workers of this rank.
     pub threads: usize,
     /// The rank the call runs on.
@@ -123,10 +127,19 @@ pub(crate) fn enter<'a, T: serde::Serialize + serde::de::DeserializeOwned>(
         },
         false => Task::Local(task),
     };
+    let running_reductions = match &task {
+        Task::Local(_) => registry.reductions.clone(),
+        Task::Shipped(shipped) => {
+            let mut theirs = Registry::default();
+            register(shipped, &mut theirs);
+            theirs.reductions
+        }
+    };
     Ok(Some(Call {
         site,
         task,
         registry,
+        running_reductions,
         threads: opts
             .threads
             .unwrap_or(crate::cluster::context().config().threads),
@@ -191,6 +204,11 @@ pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
         keep.apply();
     }
     ran.outcome?;
+    let comm = match call.here.is_distributed() {
+        true => Some(call.here.comm_for(call.site.operator())?),
+        false => None,
+    };
+    super::reduce::finish(&call.running_reductions, &call.registry.reductions, comm)?;
     if !call.checkpointing {
         return Ok(());
     }

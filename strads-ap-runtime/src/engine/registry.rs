@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::reduce::ReductionSlot;
 use super::CallSite;
 use crate::access::Binding;
 use crate::dds::table::{Merger, TableHandle, TableLock};
@@ -11,6 +12,8 @@ use crate::error::Error;
 #[derive(Default)]
 pub struct Registry {
     pub(crate) entries: Vec<Registered>,
+    /// The captured reduction variables (see `super::reduce`), with their names.
+    pub(crate) reductions: Vec<(Arc<dyn ReductionSlot>, &'static str)>,
     /// Two captured variables naming one table (first, second).
     duplicate: Option<(&'static str, &'static str)>,
 }
@@ -22,6 +25,10 @@ pub(crate) struct Registered {
 }
 
 impl Registry {
+    pub(crate) fn add_reduction(&mut self, slot: Arc<dyn ReductionSlot>, name: &'static str) {
+        self.reductions.push((slot, name));
+    }
+
     pub(crate) fn add(
         &mut self,
         table: Arc<dyn TableHandle>,

@@ -86,9 +86,10 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
             .collect();
         Worker { ctx, replicas }
     };
-    let run_group = |w: &mut Worker, group: GroupRef, tasks: &[u32]| {
+    let run_group = |w: &mut Worker, group: GroupRef, unit: u64, tasks: &[u32]| {
         let t0 = std::time::Instant::now();
         bind_group(&mut w.ctx.bindings, modes, schedule, group, alone);
+        w.ctx.unit.set(unit);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             run(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
         }));
@@ -121,7 +122,8 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
                     while let Some(unit) = sched.take(&errors) {
                         let cell = &rot.cells[unit.cell];
                         let tasks = &cell.tasks[unit.tasks.clone()];
-                        run_group(&mut w, GroupRef::Cell(unit.cell), tasks);
+                        let key = unit_key(unit.cell as u64, unit.slice as u64);
+                        run_group(&mut w, GroupRef::Cell(unit.cell), key, tasks);
                         sched.finish(unit.row, unit.col);
                     }
                 };
@@ -150,7 +152,8 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
                             batch: *b,
                             group: g,
                         };
-                        run_group(&mut w, group, &batch.groups[g].tasks);
+                        let key = unit_key(*b as u64, g as u64);
+                        run_group(&mut w, group, key, &batch.groups[g].tasks);
                     }
                 };
                 pool.on_workers(threads.min(groups.len()), &work);
@@ -245,9 +248,18 @@ fn slices_per_cell(rot: &plan::Rotation) -> usize {
     (tasks / cells / UNIT_TASKS).clamp(1, 16)
 }
 
+/// The key under which reductions keep the partial of a plan's unit of work (see
+/// `engine::reduce`): a rotation cell and slice, or a components batch and group. The
+/// same on every rank, and never the serial chain's 0.
+fn unit_key(major: u64, minor: u64) -> u64 {
+    1 + (major << 32 | minor)
+}
+
 /// A slice of a rotation cell.
 struct Unit {
     cell: usize,
+    /// Which slice of the cell.
+    slice: usize,
     tasks: Range<usize>,
     row: usize,
     col: usize,
@@ -284,6 +296,7 @@ impl CellScheduler {
                 if !tasks.is_empty() {
                     pending.push(Unit {
                         cell: c,
+                        slice: s,
                         tasks,
                         row: cell.row as usize,
                         col: cell.col as usize,

@@ -160,13 +160,21 @@ fn run_locked<Task: Sync, I: LoopIndex>(
     let push = |w: &mut Worker| push_replicas(registry, bases, &merges, &mut w.replicas);
     // Runs the tasks of `range` (loop indices), noting in `abandoned` those that met an
     // element another worker held.
+    // A task that meets a held element unwinds, and with it the body's reduction
+    // variables; those of the tasks before it in the same run of the body would be lost,
+    // so a body with reduction variables runs one task at a time.
+    let one_by_one = !registry.reductions.is_empty();
     let run_range = |ctx: &ExecCtx, range: Range<usize>, abandoned: &mut Vec<usize>| {
         let mut from = range.start;
         while from < range.end {
+            let to = if one_by_one { from + 1 } else { range.end };
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                run(task, ctx, Indices::range(from..range.end, ctx));
+                run(task, ctx, Indices::range(from..to, ctx));
             }));
-            let Err(payload) = outcome else { break };
+            let Err(payload) = outcome else {
+                from = to;
+                continue;
+            };
             let i = ctx.current();
             // The views have put back what the task changed; now its locks go.
             let conflict = ctx.aborting.get() && payload.is::<Conflict>();
@@ -193,6 +201,7 @@ fn run_locked<Task: Sync, I: LoopIndex>(
                 break;
             }
             let first = start + c * chunk;
+            w.ctx.unit.set(1 + c as u64);
             run_range(&w.ctx, first..(first + chunk).min(start + n), &mut mine);
             push(&mut w);
         }
@@ -207,6 +216,7 @@ fn run_locked<Task: Sync, I: LoopIndex>(
         // Alone, a worker meets no lock held by another.
         retry.sort_unstable();
         let mut w = new_worker();
+        w.ctx.unit.set(1 + chunks as u64);
         let mut again = Vec::new();
         for &i in &retry {
             run_range(&w.ctx, i..i + 1, &mut again);

@@ -224,6 +224,8 @@ struct Minibatches<'m, Task, D> {
     /// exclusively.
     masters: RwLock<()>,
     key_locks: Vec<KeyLocks>,
+    /// Whether one worker in a world of one runs every mini-batch, in order.
+    chain: bool,
 }
 
 impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
@@ -294,6 +296,7 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
             merges: Merges::new(Vec::new()),
             masters: RwLock::new(()),
             key_locks,
+            chain: threads == 1 && !call.here.is_distributed(),
         };
         Ok((m, re_key))
     }
@@ -339,6 +342,13 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
     /// `errors`.
     fn run_batch_by(&self, body: fn(&Task, &ExecCtx, &[D]), ctx: &ExecCtx, b: usize) {
         ctx.current.set(self.batch_start(b));
+        // Reductions: a lone worker in a world of one runs the mini-batches in order, as
+        // one chain; otherwise each mini-batch keeps its partial under its first item.
+        let unit = match self.chain {
+            true => crate::engine::reduce::SERIAL_UNIT,
+            false => 1 + self.batch_start(b) as u64,
+        };
+        ctx.unit.set(unit);
         let outcome = catch_unwind(AssertUnwindSafe(|| body(self.task, ctx, self.batches[b])));
         if let Err(payload) = outcome {
             self.errors
