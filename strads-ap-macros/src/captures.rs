@@ -26,6 +26,10 @@ pub(crate) struct Analysis {
     pub assignments: Vec<Assignment>,
     /// Uses of `self`.
     pub self_uses: Vec<Span>,
+    /// Captured variables written through indexing (`x[i] op= e`, `x[i][j] = e`), each
+    /// with whether every such write is a sum (`+=` or `-=`): a DDS, or a plain array or
+    /// `Vec` accumulated element-wise.
+    pub indexed: Vec<(Ident, bool)>,
 }
 
 /// An assignment to a captured variable.
@@ -168,6 +172,7 @@ pub(crate) fn analyze(param: &Pat, body: &Expr) -> Analysis {
             captures: Vec::new(),
             assignments: Vec::new(),
             self_uses: Vec::new(),
+            indexed: Vec::new(),
         },
     };
     walker.bind_pat(param);
@@ -290,11 +295,16 @@ impl Walker {
     /// one; writes through indexing (`w[i] = ..`) go to a DDS view and are fine.
     fn assign(&mut self, target: &Expr, whole: Expr, form: impl FnOnce(&str) -> Form) {
         let mut place = target;
+        let mut indexed = false;
         let root = loop {
             match place {
                 Expr::Field(f) => place = &f.base,
                 Expr::Paren(p) => place = &p.expr,
                 Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) => place = &u.expr,
+                Expr::Index(i) => {
+                    indexed = true;
+                    place = &i.expr;
+                }
                 Expr::Path(p) => break simple_name(p),
                 _ => break None,
             }
@@ -302,6 +312,22 @@ impl Walker {
         let Some(root) = root else { return };
         let name = root.unraw().to_string();
         if name == "self" || is_type_or_const_like(&name) || self.is_bound(&name) {
+            return;
+        }
+        if indexed {
+            // A write through indexing goes to a DDS view, or accumulates into a plain
+            // array element-wise (a sum only): which, the types decide.
+            let sum =
+                matches!(form(&name), Form::Op(OpKind::Sum)) && matches!(&whole, Expr::Binary(_));
+            match self
+                .analysis
+                .indexed
+                .iter_mut()
+                .find(|(n, _)| n.unraw() == name)
+            {
+                Some((_, all_sums)) => *all_sums &= sum,
+                None => self.analysis.indexed.push((root.clone(), sum)),
+            }
             return;
         }
         // Only a plain variable can be a reduction: not a field of one, nor through `*`.

@@ -20,7 +20,15 @@ pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenSt
     let input = Input::parse(kind, tokens)?;
     let analysis = captures::analyze(&input.body.param, &input.body.body);
     let reductions = valid::check(&input, &analysis)?;
-    Ok(generate(&input, &analysis.captures, &reductions))
+    // Captures written through indexing by sums only: a DDS, or a plain array summed.
+    let summed: Vec<String> = analysis
+        .indexed
+        .iter()
+        .filter(|(_, sums)| *sums)
+        .map(|(c, _)| c.unraw().to_string())
+        .filter(|name| !reductions.iter().any(|r| &r.name == name))
+        .collect();
+    Ok(generate(&input, &analysis.captures, &reductions, &summed))
 }
 
 /// Like `syn::Error::into_compile_error`, but one expression: several `compile_error!`
@@ -47,8 +55,13 @@ fn at(span: Span) -> Span {
     Span::call_site().located_at(span)
 }
 
-fn generate(input: &Input, captures: &[Ident], reductions: &[ReductionVar]) -> TokenStream {
-    let gen = Generator::new(input, captures, reductions);
+fn generate(
+    input: &Input,
+    captures: &[Ident],
+    reductions: &[ReductionVar],
+    summed: &[String],
+) -> TokenStream {
+    let gen = Generator::new(input, captures, reductions, summed);
     let private = &gen.private;
 
     let body_hash = fnv1a(input.body.body.to_token_stream().to_string().as_bytes());
@@ -75,6 +88,13 @@ fn generate(input: &Input, captures: &[Ident], reductions: &[ReductionVar]) -> T
                 let combine = combine_fn(r);
                 quote_spanned!(at(r.span)=> #c: ::strads_ap::__private::reduction(&#c, #combine))
             }
+            None if gen.is_summed(name) => quote_spanned! {at(c.span())=>
+                #c: {
+                    #[allow(unused_imports)]
+                    use ::strads_ap::__private::{CaptureDds as _, CaptureSummed as _};
+                    (&&::strads_ap::__private::Written(&#c)).__strads_capture_summed()
+                }
+            },
             None => quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)),
         });
 
@@ -119,7 +139,7 @@ fn generate(input: &Input, captures: &[Ident], reductions: &[ReductionVar]) -> T
         #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct #lock)
     };
     // Reduction variables take the combined value once the call has run.
-    let call = if reductions.is_empty() {
+    let call = if reductions.is_empty() && summed.is_empty() {
         run_call
     } else {
         let out = local("__strads_out");
@@ -128,10 +148,18 @@ fn generate(input: &Input, captures: &[Ident], reductions: &[ReductionVar]) -> T
             .zip(&gen.names)
             .filter(|(_, name)| gen.reduction(name).is_some())
             .map(|(c, _)| quote_spanned!(at(c.span())=> #c = #task_var.#c.__strads_take(#c);));
+        let takes_summed = captures
+            .iter()
+            .zip(&gen.names)
+            .filter(|(_, name)| gen.is_summed(name))
+            .map(|(c, _)| quote_spanned!(at(c.span())=> #c.__strads_take_from(&#task_var.#c);));
         quote! {
             let #out = #run_call;
             if #out.is_ok() {
+                #[allow(unused_imports)]
+                use #private::{TakeDds as _, TakeSummed as _};
                 #(#takes)*
+                #(#takes_summed)*
             }
             #out
         }
@@ -204,10 +232,18 @@ struct Generator<'a> {
     t: Ident,
     /// The captures the body accumulates into.
     reductions: &'a [ReductionVar],
+    /// The captures the body writes through indexing by sums only (`x[i] += e`): DDSs, or
+    /// plain arrays summed element-wise, as their types decide.
+    summed: &'a [String],
 }
 
 impl<'a> Generator<'a> {
-    fn new(input: &'a Input, captures: &'a [Ident], reductions: &'a [ReductionVar]) -> Self {
+    fn new(
+        input: &'a Input,
+        captures: &'a [Ident],
+        reductions: &'a [ReductionVar],
+        summed: &'a [String],
+    ) -> Self {
         Generator {
             input,
             captures,
@@ -215,7 +251,12 @@ impl<'a> Generator<'a> {
             private: quote!(::strads_ap::__private),
             t: local("__strads_t"),
             reductions,
+            summed,
         }
+    }
+
+    fn is_summed(&self, name: &str) -> bool {
+        self.summed.iter().any(|s| s == name)
     }
 
     /// The reduction of the capture `name`, if the body accumulates into it.
@@ -270,10 +311,10 @@ impl<'a> Generator<'a> {
                 let red = local(&format!("__strads_red_{name}"));
                 let start = match r.form {
                     Form::Op(OpKind::Sum | OpKind::Or | OpKind::Xor) => quote! {
-                        __strads_start_from(#ctx, || ::core::default::Default::default())
+                        __strads_start_from(#ctx, |_| ::core::default::Default::default())
                     },
                     Form::Op(OpKind::Product) => quote! {
-                        __strads_start_from(#ctx, || ::core::convert::From::from(1u8))
+                        __strads_start_from(#ctx, |_| ::core::convert::From::from(1u8))
                     },
                     _ => quote!(__strads_start(#ctx)),
                 };
@@ -284,6 +325,10 @@ impl<'a> Generator<'a> {
                 };
             }
             let slot = local(&format!("__strads_slot_{name}"));
+            if self.is_summed(name) {
+                // A summed plain value keeps its partial after the loop; a view does not.
+                commits.push(quote!(#slot.__strads_commit();));
+            }
             // The slot is a temporary kept alive by the reference, so it needs no `mut`
             // binding whether `__strads_bind` takes `&self` or `&mut self`. `let _ = &c;`
             // keeps a capture that the body does not really use (e.g. one passed to a
@@ -300,7 +345,7 @@ impl<'a> Generator<'a> {
         quote! {
             |#t, #ctx, #arg| {
                 #[allow(unused_imports)]
-                use #private::#fallback as _;
+                use #private::{#fallback as _, CommitFallback as _};
                 #(#bindings)*
                 #each
                 #(#commits)*

@@ -122,7 +122,16 @@ use crate::ast::LoopKind;
 ///   and the starting value neutral for it (`f64::MIN` for a max, the worst score for a
 ///   best-of) unless it is idempotent (`min`, `max`, `&`).
 ///
+/// - `x[i] += e`, `x[i][j] -= e` on a plain array or `Vec` (of numbers, arrays, `Vec`s
+///   or tuples: any `Aggregate` type), when every write to `x` through indexing is `+=`
+///   or `-=`: summed element-wise (Lloyd's k-means: `sums[c][f] += p[f]; counts[c] +=
+///   1`); parts start from zeros shaped like the value before the loop. The same writes
+///   to a DDS are DDS writes, as always: the type decides.
+///
 /// The value must be `Clone`, `Send`, `Sync`, `'static`, `Serialize` and `Deserialize`.
+/// A part is what one unit added, so with `-=` on an unsigned integer a part can go
+/// below zero where the serial running value never does: use a signed type (or
+/// `wrapping_sub`) there.
 ///
 /// The combined value is deterministic for a given plan: the parts are combined in the
 /// order of the plan's units, not in the order workers finished them. One worker in a

@@ -3,7 +3,10 @@
 pub use serde;
 
 pub use crate::dds::{DirectFallback, EnterFallback, LockFallback, Plain, RecordFallback};
-pub use crate::engine::reduce::{reduction, Reduction, UnitOf};
+pub use crate::engine::reduce::{
+    reduction, CaptureDds, CaptureSummed, CommitFallback, Reduction, Summed, TakeDds, TakeSummed,
+    UnitOf, Written,
+};
 pub use crate::engine::{
     run_async_for, run_sync_for, CallSite, ExecCtx, Indices, LoopKind, Opts, Registry, SyncMode,
 };

@@ -377,3 +377,69 @@ fn sync_for_reductions_across_ranks() {
         }
     }
 }
+
+/// Plain arrays and `Vec`s written through indexing by sums (`hist[c] += 1`,
+/// `sums[c][f] += x[f]`) are summed element-wise, as Lloyd's k-means step accumulates
+/// per-centre sums and counts; DVectors written the same way stay DDSs.
+#[test]
+fn arrays_written_by_sums_are_summed_element_wise() {
+    fn point(i: usize) -> [f64; 3] {
+        [
+            (i % 17) as f64 * 0.25,
+            (i % 5) as f64,
+            1.0 / (1.0 + i as f64),
+        ]
+    }
+    fn centre_of(i: usize) -> usize {
+        (i * 7 + i / 11) % 4
+    }
+    let n = 12_000;
+    let dim = 3;
+    // The serial loop.
+    let mut s_sums = vec![vec![0.0f64; dim]; 4];
+    let mut s_counts = [0u64; 4];
+    let mut s_hist = vec![1i32; 8];
+    for i in 0..n {
+        let c = centre_of(i);
+        for (f, x) in point(i).iter().enumerate() {
+            s_sums[c][f] += x;
+        }
+        s_counts[c] += 1;
+        s_hist[i % 8] += 2;
+        s_hist[(i + 1) % 8] -= 1;
+    }
+    let points = DVector::from_fn(n, point).unwrap();
+    let seen = DVector::from_fn(n, |_| 0u8).unwrap();
+    for threads in [1, 2, 3] {
+        for call in 0..2 {
+            let mut sums = vec![vec![0.0f64; dim]; 4];
+            let mut counts = [0u64; 4];
+            let mut hist = vec![1i32; 8];
+            async_for!(
+                0..n,
+                |i| {
+                    let c = centre_of(i);
+                    for (f, x) in points[i].iter().enumerate() {
+                        sums[c][f] += x;
+                    }
+                    counts[c] += 1;
+                    hist[i % 8] += 2;
+                    hist[(i + 1) % 8] -= 1;
+                    seen[i] += 1;
+                },
+                Opts::new().threads(threads)
+            )
+            .unwrap();
+            let what = format!("{threads} threads, call {call}");
+            assert_eq!(counts, s_counts, "{what}");
+            assert_eq!(hist, s_hist, "{what}");
+            for (got, want) in sums.iter().flatten().zip(s_sums.iter().flatten()) {
+                match threads {
+                    1 => assert_eq!(got.to_bits(), want.to_bits(), "{what}"),
+                    _ => assert!((got - want).abs() <= 1e-9 * want.abs(), "{what}"),
+                }
+            }
+        }
+    }
+    assert!(seen.to_vec().unwrap().iter().all(|&s| s == 6));
+}

@@ -28,6 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::access::ExecCtx;
+use crate::dds::{Aggregate, DMap, DMultiMap, DVector, Element, MapRef, MultiMapRef, VectorRef};
 use crate::error::{Error, Result};
 use crate::recon::Recorder;
 use crate::sync::Mutex;
@@ -129,14 +130,14 @@ impl<T: Clone> Reduction<T> {
     }
 
     /// The same for forms with an identity: the unit's partial so far, the value before
-    /// the loop (the serial chain's first unit, reconnaissance), or `identity()`.
+    /// the loop (the serial chain's first unit, reconnaissance), or `identity(&before)`.
     #[doc(hidden)]
     #[inline]
-    pub fn __strads_start_from(&self, at: &impl UnitOf, identity: fn() -> T) -> T {
+    pub fn __strads_start_from(&self, at: &impl UnitOf, identity: fn(&T) -> T) -> T {
         self.start(at, Some(identity))
     }
 
-    fn start(&self, at: &impl UnitOf, identity: Option<fn() -> T>) -> T {
+    fn start(&self, at: &impl UnitOf, identity: Option<fn(&T) -> T>) -> T {
         let Some(unit) = at.__strads_unit() else {
             return self.inner.init.clone();
         };
@@ -152,7 +153,7 @@ impl<T: Clone> Reduction<T> {
             self.inner.init.clone()
         } else {
             match identity {
-                Some(identity) => identity(),
+                Some(identity) => identity(&self.inner.init),
                 None => self.inner.init.clone(),
             }
         };
@@ -186,6 +187,190 @@ impl<T: Clone> Reduction<T> {
     #[doc(hidden)]
     pub fn __strads_take(&self, current: T) -> T {
         self.inner.state.lock().result.take().unwrap_or(current)
+    }
+}
+
+/// A plain array, `Vec` or number a body accumulates into element-wise (`hist[c] += 1`,
+/// `sums[c][f] += x[f]`), as the body binds it: the unit's partial, committed after the
+/// body's loop.
+#[doc(hidden)]
+pub struct Summed<'a, X: Clone, C: UnitOf> {
+    red: &'a Reduction<X>,
+    at: &'a C,
+    value: Option<X>,
+}
+
+/// Zeros shaped like `x`.
+fn zeros_like<X: Aggregate>(x: &X) -> X {
+    let mut z = x.clone();
+    z.sub_delta(x);
+    z
+}
+
+impl<X: Aggregate> Reduction<X> {
+    fn summed<'a, C: UnitOf>(&'a self, at: &'a C) -> Summed<'a, X, C> {
+        let value = self.start(at, Some(zeros_like::<X>));
+        Summed {
+            red: self,
+            at,
+            value: Some(value),
+        }
+    }
+
+    /// The binding of a checked run.
+    #[doc(hidden)]
+    pub fn __strads_enter<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        _: &'static str,
+    ) -> Summed<'a, X, ExecCtx> {
+        self.summed(ctx)
+    }
+
+    /// The binding of a recording run.
+    #[doc(hidden)]
+    pub fn __strads_record<'a>(
+        &'a self,
+        rec: &'a Recorder,
+        _: &'static str,
+    ) -> Summed<'a, X, Recorder> {
+        self.summed(rec)
+    }
+
+    /// The binding of a direct run.
+    #[doc(hidden)]
+    pub fn __strads_direct<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        _: &'static str,
+    ) -> Summed<'a, X, ExecCtx> {
+        self.summed(ctx)
+    }
+
+    /// The binding of a locking run.
+    #[doc(hidden)]
+    pub fn __strads_lock<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        _: &'static str,
+    ) -> Summed<'a, X, ExecCtx> {
+        self.summed(ctx)
+    }
+}
+
+impl<X: Clone, C: UnitOf> Summed<'_, X, C> {
+    /// The body's variable.
+    #[doc(hidden)]
+    #[inline]
+    pub fn __strads_bind(&mut self) -> &mut X {
+        self.value
+            .as_mut()
+            .expect("a summed capture is committed after the body")
+    }
+
+    /// Keeps the unit's partial, after the body's loop.
+    #[doc(hidden)]
+    pub fn __strads_commit(&mut self) {
+        if let Some(value) = self.value.take() {
+            self.red.__strads_commit(self.at, value);
+        }
+    }
+}
+
+/// What a body does after its loop with the bindings of captures it writes through
+/// indexing: DDS views need nothing (this), summed plain values commit ([`Summed`]).
+#[doc(hidden)]
+pub trait CommitFallback {
+    /// Nothing.
+    #[inline(always)]
+    fn __strads_commit(&mut self) {}
+}
+
+impl<T: ?Sized> CommitFallback for T {}
+
+/// A capture written through indexing, on its way into the task: picks by autoref
+/// specialisation a DDS's handle ([`CaptureDds`]) or a summed reduction
+/// ([`CaptureSummed`]).
+#[doc(hidden)]
+pub struct Written<'a, X>(pub &'a X);
+
+/// A DDS written through indexing: its handle, as for any capture.
+#[doc(hidden)]
+pub trait CaptureDds {
+    /// The task's form.
+    type Out;
+    /// Makes it.
+    fn __strads_capture_summed(&self) -> Self::Out;
+}
+
+impl<T: Element> CaptureDds for &Written<'_, DVector<T>> {
+    type Out = VectorRef<T>;
+    fn __strads_capture_summed(&self) -> VectorRef<T> {
+        self.0.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> CaptureDds for &Written<'_, DMap<K, V>> {
+    type Out = MapRef<K, V>;
+    fn __strads_capture_summed(&self) -> MapRef<K, V> {
+        self.0.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> CaptureDds for &Written<'_, DMultiMap<K, V>> {
+    type Out = MultiMapRef<K, V>;
+    fn __strads_capture_summed(&self) -> MultiMapRef<K, V> {
+        self.0.__strads_capture()
+    }
+}
+
+/// A plain value written through indexing by sums only: a reduction whose partials add
+/// element-wise.
+#[doc(hidden)]
+pub trait CaptureSummed<X> {
+    /// Makes it.
+    fn __strads_capture_summed(&self) -> Reduction<X>;
+}
+
+impl<X: Aggregate> CaptureSummed<X> for Written<'_, X> {
+    fn __strads_capture_summed(&self) -> Reduction<X> {
+        Reduction::new(
+            self.0.clone(),
+            Some(|mut a: X, b: X| {
+                a.add_delta(&b);
+                a
+            }),
+        )
+    }
+}
+
+/// After the call, a capture written through indexing by sums takes its combined value
+/// if it is a summed plain value ([`TakeSummed`], through `&mut`: the variable is `let
+/// mut`, as in the serial program); a DDS has nothing to take (this, through `&`: its
+/// variable need not be `mut`). Method resolution picks by type, before borrow checking.
+#[doc(hidden)]
+pub trait TakeDds {
+    /// Nothing.
+    #[inline(always)]
+    fn __strads_take_from<Y>(&self, _: &Y) {}
+}
+
+impl<T> TakeDds for DVector<T> {}
+impl<K, V> TakeDds for DMap<K, V> {}
+impl<K, V> TakeDds for DMultiMap<K, V> {}
+
+/// See [`TakeDds`].
+#[doc(hidden)]
+pub trait TakeSummed<X> {
+    /// Takes the combined value, if the call produced one.
+    fn __strads_take_from(&mut self, from: &Reduction<X>);
+}
+
+impl<X: Aggregate> TakeSummed<X> for X {
+    fn __strads_take_from(&mut self, from: &Reduction<X>) {
+        if let Some(v) = from.inner.state.lock().result.take() {
+            *self = v;
+        }
     }
 }
 
@@ -352,11 +537,11 @@ mod tests {
     fn a_serial_chain_alone_is_its_last_value() {
         let r = reduction(&0.1f64, add);
         let ctx = ExecCtx::new(Vec::new());
-        let mut x = r.__strads_start_from(&ctx, || 0.0);
+        let mut x = r.__strads_start_from(&ctx, |_| 0.0);
         assert_eq!(x, 0.1);
         x += 0.2;
         r.__strads_commit(&ctx, x);
-        let mut y = r.__strads_start_from(&ctx, || 0.0);
+        let mut y = r.__strads_start_from(&ctx, |_| 0.0);
         assert_eq!(y, 0.1 + 0.2);
         y += 0.3;
         r.__strads_commit(&ctx, y);
@@ -372,14 +557,14 @@ mod tests {
         let ctx = ExecCtx::new(Vec::new());
         for unit in [3u64, 1, 2] {
             ctx.unit.set(unit);
-            let mut x = r.__strads_start_from(&ctx, || 0.0);
+            let mut x = r.__strads_start_from(&ctx, |_| 0.0);
             assert_eq!(x, 0.0);
             x += unit as f64;
             r.__strads_commit(&ctx, x);
         }
         // A unit run in two pieces continues from its own partial.
         ctx.unit.set(1);
-        let x = r.__strads_start_from(&ctx, || 0.0);
+        let x = r.__strads_start_from(&ctx, |_| 0.0);
         assert_eq!(x, 1.0);
         r.__strads_commit(&ctx, x + 10.0);
         r.slot().finish_alone();
@@ -391,14 +576,14 @@ mod tests {
         let r = reduction(&0u64, |a, b| a + b);
         let ctx = ExecCtx::new(Vec::new());
         ctx.unit.set(4);
-        let x = r.__strads_start_from(&ctx, || 0);
+        let x = r.__strads_start_from(&ctx, |_| 0);
         r.__strads_commit(&ctx, x + 5);
         // A task starts, adds, and unwinds before committing.
-        let x = r.__strads_start_from(&ctx, || 0);
+        let x = r.__strads_start_from(&ctx, |_| 0);
         assert_eq!(x, 5);
         // Started again while the unwound one is still marked busy: the busy partial
         // keeps its value, the new start opens another.
-        let y = r.__strads_start_from(&ctx, || 0);
+        let y = r.__strads_start_from(&ctx, |_| 0);
         assert_eq!(y, 0);
         r.__strads_commit(&ctx, y + 2);
         r.slot().finish_alone();
@@ -427,10 +612,10 @@ mod tests {
             postcard::from_bytes(&postcard::to_stdvec(&driver).unwrap()).unwrap();
         let ctx = ExecCtx::new(Vec::new());
         ctx.unit.set(2);
-        let x = shipped.__strads_start_from(&ctx, || 0.0);
+        let x = shipped.__strads_start_from(&ctx, |_| 0.0);
         shipped.__strads_commit(&ctx, x + 4.0);
         ctx.unit.set(1);
-        let x = driver.__strads_start_from(&ctx, || 0.0);
+        let x = driver.__strads_start_from(&ctx, |_| 0.0);
         driver.__strads_commit(&ctx, x + 2.0);
         let payloads = vec![
             driver.slot().encode("x").unwrap(),
@@ -453,7 +638,7 @@ mod tests {
     fn reconnaissance_commits_nothing() {
         let r = reduction(&7u32, |a, b| a + b);
         let rec = Recorder::new(Vec::new(), crate::recon::LogRoom::new(0, 0));
-        let x = r.__strads_start_from(&rec, || 0);
+        let x = r.__strads_start_from(&rec, |_| 0);
         assert_eq!(x, 7);
         r.__strads_commit(&rec, x + 1);
         r.slot().finish_alone();
