@@ -5,10 +5,10 @@
 //!
 //! Shape: a task writes a variable number of rows (3 to 30 active features per sample,
 //! Zipf-popular, so a few features are in most samples) of two tables (`w`, `v`), plus
-//! the global bias `w0` and the epoch's squared-error sum, written by every task. Both are
-//! one-element `Vec`s (`w0[0]`, `epoch_sse[0]`) in both twins: a captured plain scalar
-//! cannot be assigned in a converted body. Since every task writes them, no two tasks may
-//! run at once: the plan is as serial as the program.
+//! the global bias `w0`, read and written by every task (a one-element `Vec`, `w0[0]`, a
+//! DDS in the twin), and the epoch's squared-error sum (`epoch_sse += ..`, a reduction in
+//! the twin). Since every task writes the bias, no two tasks may run at once: the plan is
+//! as serial as the program.
 //!
 //! Default: synthetic, 100,000 samples over 1,000 features (drawn from a Zipf law of
 //! exponent 1; 3-30 distinct active features per sample, each of value `1/sqrt(active)`,
@@ -99,16 +99,16 @@ pub fn serial(run: &Run) -> Result<Outcome> {
     ensure!(!samples.is_empty(), "no samples");
     let (factors, lr0, reg) = (FACTORS, LR, REG);
     let mut w0: Vec<f32> = vec![0.0];
-    let mut epoch_sse: Vec<f64> = vec![0.0];
     let mut w: Vec<f32> = vec![0.0; features];
     let mut v: Vec<Vec<f32>> = (0..features).map(|j| init_factors(run.seed, j)).collect();
 
     let epochs = run.epochs_or(10);
+    let mut last_sse = 0.0f64;
     let mut clock = SerialClock::default();
     for epoch in 1..=epochs {
         let start = clock.start();
         let lr = lr0 / epoch as f32;
-        epoch_sse[0] = 0.0;
+        let mut epoch_sse = 0.0f64;
         for k in 0..samples.len() {
             // zoo body begin: train
             let s = &samples[k];
@@ -126,7 +126,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
                 pred += 0.5 * sums[f] * sums[f];
             }
             let err = s.y - pred;
-            epoch_sse[0] += f64::from(err * err);
+            epoch_sse += f64::from(err * err);
             w0[0] += lr * err;
             for &(j, x) in &s.x {
                 let j = j as usize;
@@ -138,10 +138,11 @@ pub fn serial(run: &Run) -> Result<Outcome> {
             }
             // zoo body end: train
         }
+        last_sse = epoch_sse;
         let secs = clock.stop(start);
         run.progress(NAME, SERIAL, epoch, secs);
     }
-    let rmse = (epoch_sse[0] / samples.len() as f64).sqrt();
+    let rmse = (last_sse / samples.len() as f64).sqrt();
     Ok(serial_outcome(
         NAME,
         epochs,
@@ -159,16 +160,16 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let samples: DVector<FmSample> = DVector::from_vec(all)?;
     let (factors, lr0, reg) = (FACTORS, LR, REG);
     let w0: DVector<f32> = DVector::from_fn(1, |_| 0.0)?;
-    let epoch_sse: DVector<f64> = DVector::from_fn(1, |_| 0.0)?;
     let w: DVector<f32> = DVector::from_fn(features, |_| 0.0)?;
     let v: DVector<Vec<f32>> = DVector::from_fn(features, |j| init_factors(run.seed, j))?;
 
     let epochs = run.epochs_or(10);
+    let mut last_sse = 0.0f64;
     let mut clock = StradsClock::default();
     for epoch in 1..=epochs {
         let start = clock.start();
         let lr = lr0 / epoch as f32;
-        epoch_sse.set(0, 0.0)?;
+        let mut epoch_sse = 0.0f64;
         async_for!(
             0..samples.len(),
             |k| {
@@ -188,7 +189,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
                     pred += 0.5 * sums[f] * sums[f];
                 }
                 let err = s.y - pred;
-                epoch_sse[0] += f64::from(err * err);
+                epoch_sse += f64::from(err * err);
                 w0[0] += lr * err;
                 for &(j, x) in &s.x {
                     let j = j as usize;
@@ -202,10 +203,11 @@ pub fn strads(run: &Run) -> Result<Outcome> {
             },
             Opts::new().threads(run.threads)
         )?;
+        last_sse = epoch_sse;
         let secs = clock.stop(start, epoch);
         run.progress(NAME, STRADS, epoch, secs);
     }
-    let rmse = (epoch_sse.to_vec()?[0] / samples.len() as f64).sqrt();
+    let rmse = (last_sse / samples.len() as f64).sqrt();
     Ok(strads_outcome(
         NAME,
         run,
