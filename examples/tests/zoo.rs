@@ -192,6 +192,11 @@ fn kmeans_matches_serial() {
 }
 
 #[test]
+fn lloyd_matches_serial() {
+    matches_serial("lloyd", 0.05, 3);
+}
+
+#[test]
 fn mf_small_matches_serial() {
     matches_serial("mf-small", 0.05, 3);
 }

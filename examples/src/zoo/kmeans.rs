@@ -39,13 +39,13 @@ use crate::data;
 use crate::report::{SERIAL, STRADS};
 
 const NAME: &str = "kmeans";
-const K: usize = 16;
-const DIM: usize = 16;
+pub(super) const K: usize = 16;
+pub(super) const DIM: usize = 16;
 const MINIBATCH: usize = 1_000;
 
 /// `n` points in `dim` dimensions from `k` Gaussian blobs (σ = 1) whose centres are
 /// uniform in `[-10, 10]^dim`; each point's blob is uniform. Seeded.
-fn blobs(n: usize, dim: usize, k: usize, seed: u64) -> Vec<Vec<f32>> {
+pub(super) fn blobs(n: usize, dim: usize, k: usize, seed: u64) -> Vec<Vec<f32>> {
     let mut rng = data::rng_for(seed, 7);
     let centres: Vec<Vec<f64>> = (0..k)
         .map(|_| (0..dim).map(|_| rng.gen_range(-10.0..10.0)).collect())
@@ -65,7 +65,7 @@ fn blobs(n: usize, dim: usize, k: usize, seed: u64) -> Vec<Vec<f32>> {
 /// `2 + ln k` candidates are drawn with probability proportional to their squared
 /// distance to the nearest centre so far, and the one leaving the smallest total is kept.
 /// Seeded.
-fn kmeans_pp(points: &[Vec<f32>], k: usize, seed: u64) -> Vec<Vec<f32>> {
+pub(super) fn kmeans_pp(points: &[Vec<f32>], k: usize, seed: u64) -> Vec<Vec<f32>> {
     let mut rng = data::rng_for(seed, 8);
     let trials = 2 + (k as f64).ln() as usize;
     let mut centres = vec![points[rng.gen_range(0..points.len())].clone()];
@@ -233,7 +233,7 @@ fn sq_dist(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// The mean squared distance of a point to its nearest centre.
-fn inertia(points: &[Vec<f32>], centres: &[Vec<f32>]) -> f64 {
+pub(super) fn inertia(points: &[Vec<f32>], centres: &[Vec<f32>]) -> f64 {
     let mut sum = 0.0;
     for x in points {
         let mut best = f64::INFINITY;

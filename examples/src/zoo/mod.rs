@@ -30,6 +30,7 @@ pub mod biased_mf;
 pub mod bpr;
 pub mod fm;
 pub mod kmeans;
+pub mod lloyd;
 pub mod logreg;
 pub mod logreg_relaxed;
 pub mod mf_small;
@@ -182,6 +183,16 @@ pub const PROGRAMS: &[Program] = &[
         shape: "variable rows written per task (3-30 Zipf-popular features) in two tables, plus a bias every task writes",
         serial: fm::serial,
         strads: fm::strads,
+        tolerance: 0.005,
+        reads: None,
+    },
+    Program {
+        name: "lloyd",
+        shape: "Lloyd's k-means: no written table; per-centre sums and counts and the epoch's error accumulated into plain locals (reductions, summed element-wise)",
+        serial: lloyd::serial,
+        strads: lloyd::strads,
+        // Serializable; the sums are added in another order, which can move a boundary
+        // point to the other centre.
         tolerance: 0.005,
         reads: None,
     },

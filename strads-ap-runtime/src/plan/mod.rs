@@ -1098,9 +1098,19 @@ fn components(
                 members[index_of_root[r] as usize].push(p);
             }
             let largest = members.iter().map(Vec::len).max().unwrap_or(0);
-            // Largest-first onto the least-loaded bin (LPT).
-            members.sort_by_key(|m| std::cmp::Reverse(m.len()));
             let bins = bins_per_batch.min(members.len()).max(1);
+            if largest <= 1 {
+                // No two tasks conflict: runs of consecutive tasks, which read their
+                // loop-indexed elements in memory order.
+                let mut tasks: Vec<u32> = chunk.to_vec();
+                tasks.sort_unstable();
+                let groups = (0..bins)
+                    .map(|b| tasks[b * tasks.len() / bins..(b + 1) * tasks.len() / bins].to_vec())
+                    .filter(|g| !g.is_empty())
+                    .collect();
+                return (groups, largest);
+            }
+            // Largest-first onto the least-loaded bin (LPT).
             let mut load = vec![0usize; bins];
             let mut bin_members: Vec<Vec<u32>> = vec![Vec::new(); bins];
             for m in members {
@@ -1111,9 +1121,12 @@ fn components(
             let groups = bin_members
                 .into_iter()
                 .filter(|m| !m.is_empty())
-                .map(|mut m| {
-                    m.sort_unstable();
-                    m.into_iter().map(|p| chunk[p as usize]).collect()
+                .map(|m| {
+                    // In loop order within the group: the tasks' own elements are read in
+                    // memory order, as the serial loop reads them.
+                    let mut tasks: Vec<u32> = m.into_iter().map(|p| chunk[p as usize]).collect();
+                    tasks.sort_unstable();
+                    tasks
                 })
                 .collect();
             (groups, largest)

@@ -325,6 +325,45 @@ fn private_tables_do_not_conflict() {
     assert_eq!(p.stats.largest_component, 1);
     assert_eq!(p.modes[1], SlotMode::ReadOnly);
     assert!(p.stats.groups >= 4);
+    // Tasks that conflict with none run in runs of consecutive indices, which read their
+    // loop-indexed elements in memory order.
+    let mut runs: Vec<Vec<u32>> = groups_of(&p).into_iter().map(|(_, t)| t).collect();
+    runs.sort();
+    assert_eq!(runs.concat(), (0..500).collect::<Vec<u32>>());
+    assert!(runs.iter().all(|r| r.windows(2).all(|w| w[1] == w[0] + 1)));
+}
+
+/// Groups of conflicting tasks run their tasks in loop order.
+#[test]
+fn a_groups_tasks_run_in_loop_order() {
+    // Task i writes keys i / 3 and 1000 + i / 3 of table 0 (two rows: no rotation):
+    // components of three consecutive tasks.
+    let log = AccessLog::from_tasks((0..3000u64).map(|i| {
+        vec![
+            Access::new(0, i / 3, true),
+            Access::new(0, 1000 + i / 3, true),
+        ]
+    }));
+    let tables = [TableInfo {
+        key_space: 2000,
+        relaxed: false,
+    }];
+    let p = plan(
+        log.clone(),
+        &tables,
+        &PlanConfig {
+            threads: 2,
+            blocks: None,
+            seed: 5,
+            first_index: 0,
+        },
+    );
+    assert_eq!(p.stats.strategy, "components");
+    assert_eq!(p.stats.largest_component, 3);
+    for (_, tasks) in groups_of(&p) {
+        assert!(tasks.windows(2).all(|w| w[0] < w[1]), "{tasks:?}");
+    }
+    check_plan(&log, &tables, 2);
 }
 
 #[test]
