@@ -80,9 +80,10 @@ use crate::ast::LoopKind;
 /// with `::`, functions called by name (`foo(x)`), macro names and items defined in the
 /// body are never captures.
 ///
-/// - A DDS (`DVector`, `DMap`, `DMultiMap`) is indexed exactly like a `Vec` or a
-///   `HashMap` inside the body: `w[u][f] += ..`, `&mut h[v]`, `counts.get(&key)`.
-///   Writes through indexing go to the shared table.
+/// - A DDS (`DVector`, `DMap`, `DMultiMap`), or a reference to one (a function's
+///   `&DVector` parameter), is indexed exactly like a `Vec` or a `HashMap` inside the
+///   body: `w[u][f] += ..`, `&mut h[v]`, `counts.get(&key)`. Writes through indexing go
+///   to the shared table.
 /// - Every other captured value is **copied**: each thread and each rank gets its own
 ///   copy, taken from the driver (rank 0) when the loop starts. It must be `Clone`,
 ///   `Send`, `Sync`, `'static`, `serde::Serialize` and `serde::Deserialize`. Keep large

@@ -66,6 +66,29 @@ impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for DMultiMap<K, 
     }
 }
 
+/// A borrowed DVector (a function's `&DVector` parameter) is captured by handle, like
+/// the DVector itself.
+impl<T: Element> Capturable for &DVector<T> {
+    type Captured = VectorRef<T>;
+    fn __strads_capture_value(&self) -> VectorRef<T> {
+        self.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for &DMap<K, V> {
+    type Captured = MapRef<K, V>;
+    fn __strads_capture_value(&self) -> MapRef<K, V> {
+        self.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for &DMultiMap<K, V> {
+    type Captured = MultiMapRef<K, V>;
+    fn __strads_capture_value(&self) -> MultiMapRef<K, V> {
+        self.__strads_capture()
+    }
+}
+
 /// Marker with no implementations: names the nested-DDS mistake in the error.
 #[diagnostic::on_unimplemented(
     message = "a loop body cannot capture `{Self}`: a collection of DDS handles is a nested DDS",

@@ -85,7 +85,6 @@ fn converted_on(
     threads: usize,
     loss0: f64,
 ) -> Serial {
-    let (p, w, h) = (p.clone(), w.clone(), h.clone());
     let mut loss = loss0;
     let mut count = 3i64;
     let mut top = f64::MIN;

@@ -324,6 +324,27 @@ impl<K: Element + Eq + std::hash::Hash, V: Element> CaptureDds for &Written<'_, 
     }
 }
 
+impl<T: Element> CaptureDds for &Written<'_, &DVector<T>> {
+    type Out = VectorRef<T>;
+    fn __strads_capture_summed(&self) -> VectorRef<T> {
+        self.0.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> CaptureDds for &Written<'_, &DMap<K, V>> {
+    type Out = MapRef<K, V>;
+    fn __strads_capture_summed(&self) -> MapRef<K, V> {
+        self.0.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> CaptureDds for &Written<'_, &DMultiMap<K, V>> {
+    type Out = MultiMapRef<K, V>;
+    fn __strads_capture_summed(&self) -> MultiMapRef<K, V> {
+        self.0.__strads_capture()
+    }
+}
+
 /// A plain value written through indexing by sums only: a reduction whose partials add
 /// element-wise.
 #[doc(hidden)]
