@@ -142,8 +142,9 @@ use crate::ast::LoopKind;
 /// another order than the serial loop's, so it may differ in the last bits; integer
 /// sums, `min` and `max` are exact. Inside the body, reading the variable gives the
 /// running part of the current unit, not the total so far. A call that fails leaves the
-/// variable unchanged, as does a call that a recovery replay skips (its tables come from
-/// the checkpoint, its reductions are not recomputed).
+/// variable unchanged. With checkpoints on, a call that a recovery replay skips gives
+/// the variable the value the call gave it when it ran (checkpoints record the values).
+/// Partials are gathered across ranks once per call: keep per-key results in a DDS.
 ///
 /// # What the body may not do
 ///

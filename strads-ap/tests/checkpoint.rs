@@ -489,3 +489,83 @@ fn derived_ddses_and_driver_changes_are_restored_not_recomputed() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// Per epoch: a float sum and an integer count, both reduction variables of an
+/// `async_for!` that also writes a table, and a `sync_for!` sum; checkpointed per
+/// `config`, stopping after `stop_after` epochs.
+fn reductions_job(
+    config: CheckpointConfig,
+    stop_after: usize,
+) -> strads_ap::Result<Vec<(f64, u64, u64)>> {
+    configure(Some(config));
+    let data = DVector::from_fn(3_000, |k| (k % 97) as f64 * 0.5)?;
+    let seen = DVector::from_fn(3_000, |_| 0u32)?;
+    let mut out = Vec::new();
+    for epoch in 0..stop_after.min(EPOCHS) {
+        let scale = (epoch + 1) as f64;
+        let mut total = 0.0f64;
+        let mut count = 0u64;
+        async_for!(
+            0..data.len(),
+            |k| {
+                seen[k] += 1;
+                total += data[k] * scale;
+                count += u64::from(seen[k]);
+            },
+            Opts::new().threads(2)
+        )?;
+        let mut batches = 0u64;
+        sync_for!(
+            data,
+            100,
+            SyncMode::Hybrid,
+            |batch| {
+                batches += batch.len() as u64 / 100;
+            },
+            Opts::new().threads(2)
+        )?;
+        out.push((total, count, batches));
+    }
+    strads_ap::checkpoint::flush()?;
+    Ok(out)
+}
+
+/// A replay gives the reduction variables of the loop calls it skips the values they had
+/// when the calls ran (manifests record them), also for calls whose checkpoints were not
+/// kept: the resumed job's per-epoch values are the failure-free run's.
+#[test]
+fn a_replay_restores_the_reduction_variables_of_skipped_calls() {
+    for world in [1, 2] {
+        let run_job = |config: CheckpointConfig, stop_after: usize| {
+            let results = on_ranks(world, move || reductions_job(config.clone(), stop_after));
+            let mut results = results.into_iter().map(|r| r.expect("the job succeeds"));
+            let first = results.next().unwrap();
+            for other in results {
+                assert_eq!(other, first, "ranks disagree");
+            }
+            first
+        };
+        let clean_dir = temp_dir(&format!("red-clean{world}"));
+        let clean = run_job(CheckpointConfig::new(&clean_dir), EPOCHS);
+        assert_eq!(
+            clean[2].1,
+            3 * 3_000,
+            "count: each task counts its own visits"
+        );
+        let dir = temp_dir(&format!("red{world}"));
+        run_job(CheckpointConfig::new(&dir), 4);
+        let resumed = run_job(CheckpointConfig::new(&dir).recover(true), EPOCHS);
+        assert_eq!(resumed.len(), EPOCHS);
+        for (epoch, (got, want)) in resumed.iter().zip(&clean).enumerate() {
+            assert_eq!(got.1, want.1, "{world} ranks, epoch {epoch}");
+            assert_eq!(got.2, want.2, "{world} ranks, epoch {epoch}");
+            assert!(
+                (got.0 - want.0).abs() <= 1e-9 * want.0,
+                "{world} ranks, epoch {epoch}"
+            );
+        }
+        for d in [&clean_dir, &dir] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+}

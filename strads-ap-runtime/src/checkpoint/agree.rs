@@ -363,6 +363,7 @@ mod tests {
             tables: tables.iter().copied().collect(),
             files,
             inputs: BTreeMap::new(),
+            reductions: BTreeMap::new(),
         };
         write_manifest(&manifest_file(root, seq), &manifest, false).unwrap();
     }

@@ -67,6 +67,11 @@ pub(super) struct Checkpointer {
     prepared: bool,
     /// Whether the last loop call was skipped by a replay.
     pub last_replayed: bool,
+    /// The reduction variables' values of every loop call so far that has any (see
+    /// [`Manifest::reductions`]); at recovery, those of the calls a replay skips.
+    journal: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// The values of the reduction variables of the loop call a replay skipped last.
+    pub skipped_reductions: Option<Vec<Vec<u8>>>,
     /// Time spent writing checkpoints.
     pub spent: Duration,
     /// When checkpointing was configured (the start of a replay).
@@ -106,6 +111,8 @@ impl Checkpointer {
             loaded: BTreeMap::new(),
             prepared: false,
             last_replayed: false,
+            journal: BTreeMap::new(),
+            skipped_reductions: None,
             spent: Duration::ZERO,
             started: Instant::now(),
             pending: None,
@@ -150,6 +157,7 @@ impl Checkpointer {
             })
             .collect();
         let inputs = manifests[&agreed].inputs.clone();
+        self.journal = manifests[&agreed].reductions.clone();
         self.manifests = manifests;
         self.replay_inputs = agree::loadable_inputs(&root, &inputs, comm, rank, world)?;
         self.committed_inputs = inputs;
@@ -264,6 +272,7 @@ impl Checkpointer {
         self.seq += 1;
         let seq = self.seq;
         self.last_replayed = false;
+        self.skipped_reductions = None;
         if !self.config.recover {
             fault::at_loop_call(rank, seq);
         }
@@ -287,6 +296,7 @@ impl Checkpointer {
             self.load(&tables, &files, rank, world)?;
         }
         self.last_replayed = true;
+        self.skipped_reductions = self.journal.get(&seq).cloned();
         if seq == until {
             self.replay_until = None;
             if rank == 0 {
@@ -362,10 +372,14 @@ impl Checkpointer {
         &mut self,
         site: &str,
         written: &[Arc<dyn TableHandle>],
+        reductions: Vec<Vec<u8>>,
         comm: Option<&Comm>,
         rank: usize,
         world: usize,
     ) -> Result<()> {
+        if !reductions.is_empty() {
+            self.journal.insert(self.seq, reductions);
+        }
         for t in written {
             self.dirty.insert(t.id(), Arc::downgrade(t));
         }
@@ -455,6 +469,11 @@ impl Checkpointer {
             tables: self.latest.clone(),
             files: self.files.clone(),
             inputs: self.committed_inputs.clone(),
+            reductions: self
+                .journal
+                .range(..=p.seq)
+                .map(|(seq, values)| (*seq, values.clone()))
+                .collect(),
         };
         // Rank 0 commits by writing the manifest, in the background too: the previous
         // manifest is durable first, and a failure to write one fails the next commit.

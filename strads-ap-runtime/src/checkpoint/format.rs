@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 const MAGIC: &[u8; 8] = b"STRADSCK";
 const TRAILER: &[u8; 4] = b"END!";
 /// 4: manifests record every rank's checksum of every file they refer to.
-const VERSION: u32 = 4;
+/// 5: manifests record the reduction variables' values of every loop call.
+const VERSION: u32 = 5;
 /// Magic, version, table count.
 const HEADER_LEN: usize = 8 + 4 + 8;
 /// Body length, checksum, end mark.
@@ -44,6 +45,10 @@ pub(super) struct Manifest {
     pub files: BTreeMap<u64, Vec<u32>>,
     /// Every input DDS checkpointed so far: input operator number → where it was made.
     pub inputs: BTreeMap<u64, InputRecord>,
+    /// The combined values of the reduction variables (`loss += ..` in a loop body) of
+    /// every loop call up to this one that has any: loop call → each variable's encoded
+    /// value. A replay skips those calls and gives the variables these values.
+    pub reductions: BTreeMap<u64, Vec<Vec<u8>>>,
 }
 
 /// An input DDS's checkpoint: the operator that made it and the DDS.
@@ -424,6 +429,7 @@ mod tests {
                     checksums: vec![7, 8, 9],
                 },
             )]),
+            reductions: BTreeMap::from([(3, vec![vec![1, 2], vec![]]), (12, vec![vec![9]])]),
         };
         let path = manifest_file(dir.path(), 12);
         write_manifest(&path, &manifest, true).unwrap();

@@ -142,9 +142,21 @@ pub(crate) fn enter_loop(site: &str) -> Result<bool> {
     Ok(entry == Some(Entry::Skip))
 }
 
-/// A loop call ran and wrote `written`: checkpoints if due.
-pub(crate) fn leave_loop(site: &str, written: &[Arc<dyn TableHandle>]) -> Result<()> {
-    on_rank(|c, comm, rank, world| c.leave(site, written, comm, rank, world)).map(|_| ())
+/// A loop call ran, wrote `written` and gave its reduction variables these values
+/// (encoded): checkpoints if due.
+pub(crate) fn leave_loop(
+    site: &str,
+    written: &[Arc<dyn TableHandle>],
+    reductions: Vec<Vec<u8>>,
+) -> Result<()> {
+    on_rank(|c, comm, rank, world| c.leave(site, written, reductions, comm, rank, world))
+        .map(|_| ())
+}
+
+/// The values (encoded) the reduction variables of the loop call a replay just skipped
+/// had when it ran.
+pub(crate) fn skipped_reductions() -> Option<Vec<Vec<u8>>> {
+    with(|c| c.skipped_reductions.take()).flatten()
 }
 
 /// The checkpoints' side of the DDS operators' [`persist`] hook, installed on a rank while

@@ -315,6 +315,7 @@ mod tests {
             tables: BTreeMap::from([(1, 4)]),
             files: BTreeMap::from([(4, vec![9])]),
             inputs: BTreeMap::new(),
+            reductions: BTreeMap::new(),
         };
         let path = dir.path().join("ckpt-0000000004").join("MANIFEST");
         let job = spawn_manifest_writer(path.clone(), manifest.clone(), true).unwrap();

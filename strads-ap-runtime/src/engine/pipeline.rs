@@ -117,6 +117,12 @@ pub(crate) fn enter<'a, T: serde::Serialize + serde::de::DeserializeOwned>(
     // checkpointed (see `crate::checkpoint`).
     let checkpointing = crate::checkpoint::active();
     if checkpointing && crate::checkpoint::enter_loop(&site.to_string())? {
+        // Skipped: its reduction variables take the values the call gave them.
+        if let Some(values) = crate::checkpoint::skipped_reductions() {
+            for ((slot, name), bytes) in registry.reductions.iter().zip(&values) {
+                slot.restore_result(bytes, name)?;
+            }
+        }
         return Ok(None);
     }
     let here = crate::cluster::here();
@@ -220,7 +226,13 @@ pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
         .filter(|(_, w)| **w)
         .map(|(e, _)| e.table.clone())
         .collect();
-    crate::checkpoint::leave_loop(&call.site.to_string(), &tables)
+    let reductions = call
+        .registry
+        .reductions
+        .iter()
+        .map(|(slot, name)| slot.encode_result(name))
+        .collect::<Result<Vec<_>>>()?;
+    crate::checkpoint::leave_loop(&call.site.to_string(), &tables, reductions)
 }
 
 /// Enters a loop operator across ranks and ships the driver's task: every rank must reach

@@ -426,6 +426,10 @@ pub(crate) trait ReductionSlot: Send + Sync {
     /// Combines every rank's partials (`payloads` in rank order, as [`Self::encode`]
     /// made them), with rank 0's starting value.
     fn finish_from(&self, payloads: &[Vec<u8>], name: &str) -> Result<()>;
+    /// The combined value, encoded for a checkpoint.
+    fn encode_result(&self, name: &str) -> Result<Vec<u8>>;
+    /// Sets the combined value from a checkpoint (a call a recovery replay skipped).
+    fn restore_result(&self, bytes: &[u8], name: &str) -> Result<()>;
 }
 
 impl<T: Clone + Send + Sync + Serialize + DeserializeOwned + 'static> ReductionSlot
@@ -466,6 +470,23 @@ impl<T: Clone + Send + Sync + Serialize + DeserializeOwned + 'static> ReductionS
         }
         let init = init.unwrap_or_else(|| self.inner.init.clone());
         self.inner.state.lock().result = Some(fold(combine, init, chained, all));
+        Ok(())
+    }
+
+    fn encode_result(&self, name: &str) -> Result<Vec<u8>> {
+        let st = self.inner.state.lock();
+        postcard::to_stdvec(&st.result).map_err(|e| Error::Codec {
+            what: format!("the value of reduction `{name}` for a checkpoint"),
+            message: e.to_string(),
+        })
+    }
+
+    fn restore_result(&self, bytes: &[u8], name: &str) -> Result<()> {
+        let value: Option<T> = postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+            what: format!("the value of reduction `{name}` in a checkpoint"),
+            message: e.to_string(),
+        })?;
+        self.inner.state.lock().result = value;
         Ok(())
     }
 }
