@@ -239,7 +239,7 @@ mod tests {
                 let skipped = enter_loop(site)?;
                 if !skipped {
                     v.transform(|_, x| *x += 1)?;
-                    leave_loop(site, &written)?;
+                    leave_loop(site, &written, Vec::new())?;
                 }
                 assert_eq!(last_call_replayed(), skipped);
                 seen.push((skipped, v.to_vec()?));
