@@ -255,7 +255,7 @@ mod tests {
         simulate(1, || {
             assert!(!active());
             assert!(!enter_loop("site").unwrap());
-            leave_loop("site", &[]).unwrap();
+            leave_loop("site", &[], Vec::new()).unwrap();
             flush().unwrap();
             configure(Some(CheckpointConfig::new("unused")));
             assert!(active());
