@@ -277,6 +277,7 @@ fn sync_for_sums_in_every_mode() {
             let mut seen = 0usize;
             let mut total = 0.5f64;
             let mut any_big = false;
+            let mut hist = [0u64; 8];
             sync_for!(
                 data,
                 100,
@@ -287,12 +288,17 @@ fn sync_for_sums_in_every_mode() {
                         seen += 1;
                         total += value(i);
                         any_big |= i > 10_000;
+                        hist[i % 8] += 1;
                     }
                 },
                 Opts::new().threads(threads)
             )
             .unwrap();
             assert_eq!(seen, n, "{mode:?} {threads}");
+            let want: Vec<u64> = (0..8)
+                .map(|b| (0..n).filter(|i| i % 8 == b).count() as u64)
+                .collect();
+            assert_eq!(hist.to_vec(), want, "{mode:?} {threads}");
             assert!(any_big);
             match threads {
                 1 => assert_eq!(total.to_bits(), serial.to_bits(), "{mode:?}"),

@@ -676,6 +676,45 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Units committed in any order (as workers finish them) fold to the same value,
+        /// bit for bit: the value depends on the units' keys, not on timing. (The pieces
+        /// of one unit run in order on one worker: keys here are distinct.)
+        #[test]
+        fn the_fold_does_not_depend_on_commit_order(
+            parts in proptest::collection::btree_map(1u64..500, -1e3f64..1e3, 1..40),
+            seed in 0u64..1000,
+        ) {
+            let parts: Vec<(u64, f64)> = parts.into_iter().collect();
+            let fold_in = |order: &[usize]| {
+                let r = reduction(&0.5f64, add);
+                let ctx = ExecCtx::new(Vec::new());
+                for &i in order {
+                    let (unit, v) = parts[i];
+                    ctx.unit.set(unit);
+                    let x = r.__strads_start_from(&ctx, |_| 0.0);
+                    r.__strads_commit(&ctx, x + v);
+                }
+                r.slot().finish_alone();
+                r.__strads_take(f64::NAN)
+            };
+            let forward: Vec<usize> = (0..parts.len()).collect();
+            let mut shuffled = forward.clone();
+            // A seeded Fisher-Yates shuffle.
+            let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            for i in (1..shuffled.len()).rev() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                shuffled.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            let (a, b) = (fold_in(&forward), fold_in(&shuffled));
+            proptest::prop_assert_eq!(a.to_bits(), b.to_bits());
+            let exact: f64 = 0.5 + parts.iter().map(|p| p.1).sum::<f64>();
+            proptest::prop_assert!((a - exact).abs() <= 1e-9 * (1.0 + exact.abs()));
+        }
+    }
+
     #[test]
     fn reconnaissance_commits_nothing() {
         let r = reduction(&7u32, |a, b| a + b);
