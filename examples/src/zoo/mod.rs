@@ -246,7 +246,10 @@ pub const PROGRAMS: &[Program] = &[
         shape: "mini-batch k-means: small centre and count tables every mini-batch reads whole (sync_for! Hybrid, summed)",
         serial: kmeans::serial,
         strads: kmeans::strads,
-        tolerance: 0.01,
+        // Hybrid merging depends on timing: at the test's size (`--scale 0.2`, 3 epochs)
+        // the gap stayed within 0.33% over 30 quiet runs, but reached 1.09% over seeds
+        // 1-5 once beside a CPU hog (`.ci/run` with `yes` running, session 14).
+        tolerance: 0.02,
         reads: None,
     },
     Program {
