@@ -143,23 +143,24 @@ fn generate(
         run_call
     } else {
         let out = local("__strads_out");
-        let takes = captures
-            .iter()
-            .zip(&gen.names)
-            .filter(|(_, name)| gen.reduction(name).is_some())
-            .map(|(c, _)| quote_spanned!(at(c.span())=> #c = #task_var.#c.__strads_take(#c);));
-        let takes_summed = captures
-            .iter()
-            .zip(&gen.names)
-            .filter(|(_, name)| gen.is_summed(name))
-            .map(|(c, _)| quote_spanned!(at(c.span())=> #c.__strads_take_from(&#task_var.#c);));
+        // A scalar reduction is assigned; a capture summed through indexing takes its
+        // value through a method that resolves by type (a DDS takes nothing).
+        let takes = captures.iter().zip(&gen.names).filter_map(|(c, name)| {
+            let span = at(c.span());
+            if gen.reduction(name).is_some() {
+                Some(quote_spanned!(span=> #c = #task_var.#c.__strads_take(#c);))
+            } else if gen.is_summed(name) {
+                Some(quote_spanned!(span=> #c.__strads_take_from(&#task_var.#c);))
+            } else {
+                None
+            }
+        });
         quote! {
             let #out = #run_call;
             if #out.is_ok() {
                 #[allow(unused_imports)]
                 use #private::{TakeDds as _, TakeSummed as _};
                 #(#takes)*
-                #(#takes_summed)*
             }
             #out
         }
