@@ -41,6 +41,9 @@ pub use dds::{
     read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, ReadOptions,
     ReadReport, Relaxed,
 };
-pub use engine::{loop_stats, CallCosts, Diagnosis, Finding, HotKey, LoopStats, Opts, SyncMode};
+pub use engine::{
+    loop_stats, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Finding, HotKey, LoopStats,
+    Opts, Priority, SyncMode,
+};
 pub use error::{Error, Result};
 pub use job::{finish, init, init_with, MAX_THREADS};

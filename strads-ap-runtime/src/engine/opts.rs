@@ -15,6 +15,7 @@ pub struct Opts {
     pub(super) re: bool,
     pub(super) blocks: Option<usize>,
     pub(super) seed: Option<u64>,
+    pub(super) dynamic: Option<super::Dynamic>,
 }
 
 impl Opts {
@@ -62,6 +63,21 @@ impl Opts {
     pub fn blocks(mut self, blocks: usize) -> Self {
         self.blocks = Some(blocks.max(1));
         self
+    }
+
+    /// `async_for!`: STRADS dynamic scheduling. The call runs in rounds: each samples
+    /// indices by the schedule's [`Priority`](super::Priority), leaves out those that
+    /// [`Depends`](super::Depends) on one already taken, runs the rest on all workers and
+    /// updates the priorities. See [`Dynamic`](super::Dynamic) for what a round
+    /// guarantees. (A world of one process for now.)
+    pub fn dynamic(mut self, schedule: super::Dynamic) -> Self {
+        self.dynamic = Some(schedule);
+        self
+    }
+
+    /// The dynamic schedule set, if any.
+    pub fn get_dynamic(&self) -> Option<&super::Dynamic> {
+        self.dynamic.as_ref()
     }
 
     /// `async_for!`: seed of the planner's task shuffle (default: the job's seed).

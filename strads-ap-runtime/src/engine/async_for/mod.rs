@@ -23,6 +23,7 @@ use crate::plan::{SlotMode, TableInfo};
 use crate::recon::{AccessLog, RecordIndices, Recorder, MAX_TABLES};
 
 mod distributed;
+mod dynamic;
 mod exchange;
 mod execute;
 mod locking;
@@ -131,6 +132,10 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         key,
     };
     call.note(|f| f.range = Some((start, start + n)));
+    if let Some(schedule) = &opts.dynamic {
+        let ran = dynamic::run(&l, schedule);
+        return pipeline::finish(call, ran);
+    }
     let ran = match strategy {
         AsyncStrategy::Nothing => Ok(pipeline::Ran::new(Ok(()), Vec::new())),
         AsyncStrategy::Serial => serial::run(&l),

@@ -1,0 +1,743 @@
+//! STRADS dynamic scheduling for `async_for!`: [`Dynamic`], named in the loop's
+//! [`Opts`](super::Opts), turns a call into rounds. Each round samples candidate indices
+//! by [`Priority`], drops those that depend ([`Depends`]) on an index already chosen, runs
+//! the rest on all workers, and updates the priorities from what the round changed.
+//!
+//! # What a round guarantees
+//! The body's tables fall in three kinds (found by reconnaissance on the first call, as
+//! for any `async_for!`):
+//! - **read-only** tables: nothing to guarantee;
+//! - **written tables** (not relaxed): the indices of one round never share an element
+//!   of them; a round runs as if its indices ran one after another, and rounds run one
+//!   after another. The call as a whole is serializable in these tables;
+//! - **relaxed tables** ([`DVector::relaxed`](crate::DVector::relaxed)): indices of one
+//!   round may share elements. Each worker runs its share of the round on its own copy,
+//!   made at the start of the round, and the copies' changes are summed into the table
+//!   as each worker finishes its share. This is STRADS's approximation (parallel updates
+//!   of coordinates that depend on each other only weakly, as Lasso's coordinates do
+//!   through the shared residual), and [`Depends`] bounds it: two indices that depend
+//!   never share a round.
+//!
+//! With one worker in a world of one, every round runs in order on the tables directly,
+//! so the result is exactly that of the serial loop visiting the indices in the order
+//! the rounds chose.
+//!
+//! # Examples
+//! Coordinate descent that updates the coordinates whose last change was largest first:
+//! ```
+//! use strads_ap_runtime::{Depends, Dynamic, Opts, Priority};
+//! # let beta = strads_ap_runtime::DVector::from_vec(vec![0.0f64; 8]);
+//! let schedule = Dynamic::new(Priority::change(&beta))
+//!     .depends(Depends::overlap(0.1))
+//!     .round(64);
+//! let opts = Opts::new().dynamic(schedule.clone());
+//! assert!(opts.get_dynamic().is_some());
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::dds::{DVector, Element};
+use crate::plan::SlotMode;
+use crate::recon::AccessLog;
+use crate::sync::{Mutex, MutexGuard};
+
+/// Which indices a round of a [`Dynamic`] loop prefers.
+#[derive(Clone)]
+pub struct Priority {
+    pub(crate) kind: PriorityKind,
+}
+
+#[derive(Clone)]
+pub(crate) enum PriorityKind {
+    /// Indices in order, round after round (an index a round could not take goes first in
+    /// the next).
+    Cyclic,
+    /// Indices drawn uniformly at random.
+    Uniform,
+    /// Indices drawn with probability proportional to `f(index, before, after)` of the
+    /// last change of `table[index]` (plus η).
+    Change {
+        table: u64,
+        name: &'static str,
+        read: fn(*const u8, usize) -> f64,
+        score: Option<Arc<ScoreFn>>,
+    },
+}
+
+/// A user priority: `(index, value before, value after) -> weight`.
+pub(crate) type ScoreFn = dyn Fn(usize, f64, f64) -> f64 + Send + Sync;
+
+/// A user dependency test between two loop indices.
+pub(crate) type DependsFn = dyn Fn(usize, usize) -> bool + Send + Sync;
+
+fn read_as_f64<T: Copy + Into<f64>>(ptr: *const u8, i: usize) -> f64 {
+    // SAFETY: `ptr` is element 0 of a locked `DVector<T>` of more than `i` elements (the
+    // engine checks the length against the loop's range before it reads), and no worker
+    // runs while the scheduler reads.
+    unsafe { (*(ptr as *const T).add(i)).into() }
+}
+
+impl Priority {
+    /// STRADS's priority: index `j` is drawn with probability proportional to
+    /// `(Δ table[j])² + η`, where Δ is the change of `table[j]` the last time `j` ran
+    /// (for Lasso, `table` is the coefficient vector β). Until every index has run once,
+    /// rounds take the indices in order (a first sweep); η defaults to 10⁻⁴ × the mean
+    /// squared change of that sweep ([`Dynamic::eta`] sets it).
+    ///
+    /// The body must use `table`, and `table[j]` must exist for every index `j`.
+    pub fn change<T: Element + Copy + Into<f64>>(table: &DVector<T>) -> Self {
+        Priority {
+            kind: PriorityKind::Change {
+                table: table.id(),
+                name: std::any::type_name::<T>(),
+                read: read_as_f64::<T>,
+                score: None,
+            },
+        }
+    }
+
+    /// A user priority from the last change of `table[j]`: `score(j, before, after)`
+    /// gives index `j`'s weight (any finite value ≥ 0; η is added).
+    pub fn by<T: Element + Copy + Into<f64>>(
+        table: &DVector<T>,
+        score: impl Fn(usize, f64, f64) -> f64 + Send + Sync + 'static,
+    ) -> Self {
+        let mut p = Priority::change(table);
+        if let PriorityKind::Change { score: s, .. } = &mut p.kind {
+            *s = Some(Arc::new(score));
+        }
+        p
+    }
+
+    /// Indices in order, as the serial loop visits them.
+    pub fn cyclic() -> Self {
+        Priority {
+            kind: PriorityKind::Cyclic,
+        }
+    }
+
+    /// Indices drawn uniformly at random (with the job's seed, or [`Dynamic::seed`]).
+    pub fn uniform() -> Self {
+        Priority {
+            kind: PriorityKind::Uniform,
+        }
+    }
+}
+
+impl fmt::Debug for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            PriorityKind::Cyclic => f.write_str("Priority::cyclic()"),
+            PriorityKind::Uniform => f.write_str("Priority::uniform()"),
+            PriorityKind::Change { score: None, .. } => f.write_str("Priority::change(..)"),
+            PriorityKind::Change { score: Some(_), .. } => f.write_str("Priority::by(..)"),
+        }
+    }
+}
+
+/// Which indices may not share a round of a [`Dynamic`] loop (besides those sharing an
+/// element of a written, non-relaxed table, which never do).
+#[derive(Clone)]
+pub struct Depends {
+    pub(crate) kind: DependsKind,
+}
+
+#[derive(Clone)]
+pub(crate) enum DependsKind {
+    None,
+    Overlap(f64),
+    By(Arc<DependsFn>),
+}
+
+impl Depends {
+    /// No test: indices that share only elements of relaxed tables may share a round (as
+    /// in Shotgun).
+    pub fn none() -> Self {
+        Depends {
+            kind: DependsKind::None,
+        }
+    }
+
+    /// Dependencies found by reconnaissance: indices `j` and `k` depend when the elements
+    /// of written or relaxed tables they both touch number at least
+    /// `threshold × √(touched_j × touched_k)` (a cosine overlap of what they touch; for
+    /// Lasso with a relaxed residual, close to STRADS's `|x_jᵀx_k| ≥ ρ` on binary features).
+    /// `overlap(0.0)` keeps any two indices that share an element apart, which makes every
+    /// round, and so the call, serializable in every table.
+    pub fn overlap(threshold: f64) -> Self {
+        Depends {
+            kind: DependsKind::Overlap(threshold.max(0.0)),
+        }
+    }
+
+    /// A user test: `depends(j, k)` says whether indices `j` and `k` may not share a round
+    /// (for Lasso, STRADS's `|x_jᵀx_k| ≥ ρ`). Called for each candidate against every
+    /// index the round has taken, so keep it cheap.
+    pub fn by(depends: impl Fn(usize, usize) -> bool + Send + Sync + 'static) -> Self {
+        Depends {
+            kind: DependsKind::By(Arc::new(depends)),
+        }
+    }
+}
+
+impl fmt::Debug for Depends {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            DependsKind::None => f.write_str("Depends::none()"),
+            DependsKind::Overlap(t) => write!(f, "Depends::overlap({t})"),
+            DependsKind::By(_) => f.write_str("Depends::by(..)"),
+        }
+    }
+}
+
+/// What a [`Dynamic`] loop has done so far, over all its calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DynamicStats {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Indices run (coordinate updates).
+    pub updates: u64,
+    /// Candidates a round left out because they depended on an index it had taken.
+    pub deferred: u64,
+    /// Reconnaissance passes (one per call site and range, unless a call failed).
+    pub reconnaissance: u64,
+}
+
+/// STRADS dynamic scheduling for an `async_for!` loop, named in its options
+/// ([`Opts::dynamic`](super::Opts::dynamic)): see the [module docs](self) for what a round
+/// guarantees.
+///
+/// Each call runs rounds until it has run [`updates`](Dynamic::updates) indices (by
+/// default as many as the range holds: one sweep's worth); the program's own loop around
+/// the call tests convergence between calls, as the serial program does between sweeps.
+/// The scheduler's state (priorities, the random stream) lives in this value and its
+/// clones: make it once, before the loop, and pass a clone to every call.
+#[derive(Clone)]
+pub struct Dynamic {
+    pub(crate) config: Arc<Config>,
+    pub(crate) state: Arc<Mutex<State>>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub priority: Priority,
+    pub depends: Depends,
+    pub round: Option<usize>,
+    pub updates: Option<usize>,
+    pub eta: Option<f64>,
+    pub seed: u64,
+    /// Candidates considered per round, as a multiple of the round's size.
+    pub candidates: usize,
+}
+
+impl fmt::Debug for Dynamic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dynamic")
+            .field("priority", &self.config.priority)
+            .field("depends", &self.config.depends)
+            .field("round", &self.config.round)
+            .field("updates", &self.config.updates)
+            .finish()
+    }
+}
+
+impl Dynamic {
+    /// Rounds chosen by `priority`, with no dependency test beyond the written tables
+    /// ([`Depends::none`]), [`DEFAULT_ROUND_PER_WORKER`] indices per worker per round.
+    pub fn new(priority: Priority) -> Self {
+        Dynamic {
+            config: Arc::new(Config {
+                priority,
+                depends: Depends::none(),
+                round: None,
+                updates: None,
+                eta: None,
+                seed: 0x5742_4144_5341_5000,
+                candidates: 2,
+            }),
+            state: Arc::new(Mutex::new(State::default())),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        // A changed configuration starts a fresh scheduler.
+        self.state = Arc::new(Mutex::new(State::default()));
+        self
+    }
+
+    /// The dependency test.
+    pub fn depends(self, depends: Depends) -> Self {
+        self.with(|c| c.depends = depends)
+    }
+
+    /// Indices per round (default [`DEFAULT_ROUND_PER_WORKER`] × workers). Larger rounds
+    /// cost less to schedule; smaller ones follow the priorities more closely.
+    pub fn round(self, indices: usize) -> Self {
+        self.with(|c| c.round = Some(indices.max(1)))
+    }
+
+    /// Indices each call runs (default: the length of the call's range).
+    pub fn updates(self, updates: usize) -> Self {
+        self.with(|c| c.updates = Some(updates))
+    }
+
+    /// η of [`Priority::change`]: the weight every index keeps however small its last
+    /// change, so that every index is drawn now and then.
+    pub fn eta(self, eta: f64) -> Self {
+        self.with(|c| c.eta = Some(eta.max(0.0)))
+    }
+
+    /// Seed of the random draws (default: a fixed one, so runs repeat).
+    pub fn seed(self, seed: u64) -> Self {
+        self.with(|c| c.seed = seed)
+    }
+
+    /// How many candidates a round considers, as a multiple of its size (default 2).
+    pub fn candidates(self, factor: usize) -> Self {
+        self.with(|c| c.candidates = factor.max(1))
+    }
+
+    /// What the loop has done so far.
+    pub fn stats(&self) -> DynamicStats {
+        self.state.lock().stats
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+}
+
+/// Indices per worker per round by default.
+pub const DEFAULT_ROUND_PER_WORKER: usize = 256;
+
+/// A [`Dynamic`] loop's state between calls.
+#[derive(Default)]
+pub(crate) struct State {
+    pub stats: DynamicStats,
+    pub sched: Option<Scheduler>,
+}
+
+/// What identifies the loop a scheduler was made for: call site, range, tables.
+pub(crate) type SchedKey = (usize, usize, usize, Vec<(u64, u64)>);
+
+/// No entry.
+const NONE: u32 = u32::MAX;
+
+/// Chooses the indices of each round (offsets from the range's start).
+pub(crate) struct Scheduler {
+    pub key: SchedKey,
+    pub modes: Vec<SlotMode>,
+    n: usize,
+    /// Per task, the elements of written and relaxed tables it touches:
+    /// `(slot << 48) | key`, sorted; task `t`'s are `keys[offsets[t]..offsets[t + 1]]`.
+    offsets: Vec<usize>,
+    keys: Vec<u64>,
+    /// Per slot: the first arena entry of the round's tasks touching each key, or none.
+    heads: Vec<Vec<u32>>,
+    /// (position in the round, next entry).
+    arena: Vec<(u32, u32)>,
+    /// Keys with a head this round, to clear.
+    marked: Vec<u64>,
+    /// Per position in the round, elements shared with the candidate.
+    counts: Vec<u32>,
+    counted: Vec<u32>,
+    /// The round being chosen.
+    pub round: Vec<u32>,
+    /// Per task, the number of the round that last considered it (for draws).
+    seen: Vec<u64>,
+    rounds: u64,
+    prio: Fenwick,
+    /// Whether every task has run once (the first sweep of [`Priority::change`] is in
+    /// order).
+    swept: bool,
+    sweep_sum: f64,
+    eta: f64,
+    cursor: usize,
+    deferred: std::collections::VecDeque<u32>,
+    rng: ChaCha8Rng,
+    /// Before-values of the priority table for the round's tasks.
+    pub before: Vec<f64>,
+}
+
+/// A slot's key: a slot below 2^16, a key below 2^48.
+const KEY_BITS: u32 = 48;
+
+impl Scheduler {
+    /// A scheduler for `n` tasks, from their reconnaissance log and the tables' modes.
+    pub fn new(
+        key: SchedKey,
+        log: &AccessLog,
+        modes: Vec<SlotMode>,
+        lens: &[usize],
+        config: &Config,
+    ) -> Self {
+        let n = log.tasks();
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut keys = Vec::new();
+        offsets.push(0);
+        for t in 0..n {
+            let from = keys.len();
+            for a in log.task(t) {
+                if modes[a.slot()] != SlotMode::ReadOnly {
+                    keys.push(((a.slot() as u64) << KEY_BITS) | a.key());
+                }
+            }
+            keys[from..].sort_unstable();
+            let mut w = from;
+            for r in from..keys.len() {
+                if w == from || keys[w - 1] != keys[r] {
+                    keys[w] = keys[r];
+                    w += 1;
+                }
+            }
+            keys.truncate(w);
+            offsets.push(keys.len());
+        }
+        let heads = modes
+            .iter()
+            .zip(lens)
+            .map(|(m, &len)| match m {
+                SlotMode::ReadOnly => Vec::new(),
+                _ => vec![NONE; len],
+            })
+            .collect();
+        Scheduler {
+            key,
+            modes,
+            n,
+            offsets,
+            keys,
+            heads,
+            arena: Vec::new(),
+            marked: Vec::new(),
+            counts: Vec::new(),
+            counted: Vec::new(),
+            round: Vec::new(),
+            seen: vec![u64::MAX; n],
+            rounds: 0,
+            prio: Fenwick::new(n, 1.0),
+            swept: false,
+            sweep_sum: 0.0,
+            eta: config.eta.unwrap_or(0.0),
+            cursor: 0,
+            deferred: Default::default(),
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            before: Vec::new(),
+        }
+    }
+
+    fn task_keys(&self, t: u32) -> &[u64] {
+        &self.keys[self.offsets[t as usize]..self.offsets[t as usize + 1]]
+    }
+
+    /// Chooses the next round of at most `want` tasks into `self.round`; returns the
+    /// number of candidates it left out. With `alone` (one worker runs the round in
+    /// order) nothing can conflict, so no candidate is tested.
+    pub fn choose(&mut self, want: usize, alone: bool, config: &Config) -> u64 {
+        self.round.clear();
+        self.rounds += 1;
+        let want = want.min(self.n);
+        let limit = want.saturating_mul(config.candidates).max(want);
+        let in_order = match &config.priority.kind {
+            PriorityKind::Cyclic => Some(true),
+            PriorityKind::Uniform => None,
+            // The first sweep runs in order, once.
+            PriorityKind::Change { .. } => (!self.swept).then_some(false),
+        };
+        let mut deferred = 0u64;
+        let mut considered = 0usize;
+        // Tasks an in-order round left out go first in the next.
+        let mut from_deferred = self.deferred.len();
+        while self.round.len() < want && considered < limit {
+            let t = if from_deferred > 0 {
+                from_deferred -= 1;
+                self.deferred.pop_front().expect("counted")
+            } else if let Some(wraps) = in_order {
+                if !wraps && self.cursor >= self.n {
+                    break;
+                }
+                let t = (self.cursor % self.n) as u32;
+                self.cursor = if wraps {
+                    (self.cursor + 1) % self.n
+                } else {
+                    self.cursor + 1
+                };
+                t
+            } else {
+                (match &config.priority.kind {
+                    PriorityKind::Uniform => self.rng.gen_range(0..self.n),
+                    _ => self.prio.draw(&mut self.rng),
+                }) as u32
+            };
+            considered += 1;
+            if self.seen[t as usize] == self.rounds {
+                if in_order.is_some() {
+                    // Met again within the round (a short range): run it next round.
+                    self.deferred.push_back(t);
+                    break;
+                }
+                continue;
+            }
+            self.seen[t as usize] = self.rounds;
+            if alone {
+                self.round.push(t);
+            } else if self.depends(t, &config.depends) {
+                deferred += 1;
+                if in_order.is_some() {
+                    self.deferred.push_back(t);
+                }
+            } else {
+                self.take(t);
+            }
+        }
+        self.clear_marks();
+        deferred
+    }
+
+    /// Whether candidate `t` depends on a task the round has taken.
+    fn depends(&mut self, t: u32, depends: &Depends) -> bool {
+        let mine = self.offsets[t as usize + 1] - self.offsets[t as usize];
+        let mut hard = false;
+        for i in self.offsets[t as usize]..self.offsets[t as usize + 1] {
+            let k = self.keys[i];
+            let (slot, key) = (
+                (k >> KEY_BITS) as usize,
+                (k & ((1 << KEY_BITS) - 1)) as usize,
+            );
+            let mut e = self.heads[slot][key];
+            if e != NONE && self.modes[slot] == SlotMode::Checked {
+                hard = true;
+                break;
+            }
+            while e != NONE {
+                let (pos, next) = self.arena[e as usize];
+                if self.counts[pos as usize] == 0 {
+                    self.counted.push(pos);
+                }
+                self.counts[pos as usize] += 1;
+                e = next;
+            }
+        }
+        let found = hard
+            || match &depends.kind {
+                DependsKind::None => false,
+                DependsKind::Overlap(threshold) => self.counted.iter().any(|&pos| {
+                    let other = self.round[pos as usize];
+                    let theirs = self.offsets[other as usize + 1] - self.offsets[other as usize];
+                    let shared = f64::from(self.counts[pos as usize]);
+                    shared > 0.0 && shared >= threshold * ((mine * theirs) as f64).sqrt()
+                }),
+                DependsKind::By(f) => {
+                    let j = t as usize;
+                    self.round.iter().any(|&o| f(j, o as usize))
+                }
+            };
+        for &pos in &self.counted {
+            self.counts[pos as usize] = 0;
+        }
+        self.counted.clear();
+        found
+    }
+
+    /// Takes `t` into the round.
+    fn take(&mut self, t: u32) {
+        let pos = self.round.len() as u32;
+        self.round.push(t);
+        self.counts.push(0);
+        for i in self.offsets[t as usize]..self.offsets[t as usize + 1] {
+            let k = self.keys[i];
+            let (slot, key) = (
+                (k >> KEY_BITS) as usize,
+                (k & ((1 << KEY_BITS) - 1)) as usize,
+            );
+            let head = &mut self.heads[slot][key];
+            if *head == NONE {
+                self.marked.push(k);
+            }
+            self.arena.push((pos, *head));
+            *head = (self.arena.len() - 1) as u32;
+        }
+    }
+
+    fn clear_marks(&mut self) {
+        for &k in &self.marked {
+            let (slot, key) = (
+                (k >> KEY_BITS) as usize,
+                (k & ((1 << KEY_BITS) - 1)) as usize,
+            );
+            self.heads[slot][key] = NONE;
+        }
+        self.marked.clear();
+        self.arena.clear();
+        self.counts.clear();
+    }
+
+    /// The keys of written (non-relaxed) tables task `t` touches: `(slot, key)`.
+    pub fn checked_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.task_keys(t).iter().filter_map(|&k| {
+            let (slot, key) = (
+                (k >> KEY_BITS) as usize,
+                (k & ((1 << KEY_BITS) - 1)) as usize,
+            );
+            (self.modes[slot] == SlotMode::Checked).then_some((slot, key))
+        })
+    }
+
+    /// After a round: task `round[i]` changed the priority table from `before[i]` to
+    /// `after[i]`.
+    pub fn update(&mut self, after: &[f64], config: &Config) {
+        let PriorityKind::Change { score, .. } = &config.priority.kind else {
+            return;
+        };
+        let in_sweep = !self.swept;
+        for (i, &t) in self.round.iter().enumerate() {
+            let (b, a) = (self.before[i], after[i]);
+            let w = match score {
+                Some(f) => f(t as usize, b, a),
+                None => (a - b) * (a - b),
+            };
+            let w = if w.is_finite() { w.max(0.0) } else { 0.0 };
+            if in_sweep {
+                self.sweep_sum += w;
+            }
+            self.prio.set(t as usize, w + self.eta);
+        }
+        if in_sweep && self.cursor >= self.n && self.deferred.is_empty() {
+            self.swept = true;
+            if config.eta.is_none() {
+                // η relative to the first sweep's changes; every weight gets it.
+                self.eta = 1e-4 * self.sweep_sum / self.n as f64;
+                if self.eta == 0.0 {
+                    self.eta = f64::MIN_POSITIVE;
+                }
+                self.prio.add_all(self.eta);
+            }
+        }
+    }
+}
+
+/// Weights with sums over prefixes (a Fenwick tree), for draws in proportion to weight.
+struct Fenwick {
+    tree: Vec<f64>,
+    vals: Vec<f64>,
+    /// Updates since the tree was last rebuilt (rounding drift).
+    updates: usize,
+}
+
+impl Fenwick {
+    fn new(n: usize, value: f64) -> Self {
+        let mut f = Fenwick {
+            tree: vec![0.0; n + 1],
+            vals: vec![value; n],
+            updates: 0,
+        };
+        f.rebuild();
+        f
+    }
+
+    fn rebuild(&mut self) {
+        let n = self.vals.len();
+        self.tree.iter_mut().for_each(|t| *t = 0.0);
+        for i in 0..n {
+            let j = i + 1;
+            self.tree[j] += self.vals[i];
+            let parent = j + (j & j.wrapping_neg());
+            if parent <= n {
+                self.tree[parent] += self.tree[j];
+            }
+        }
+        self.updates = 0;
+    }
+
+    fn set(&mut self, i: usize, value: f64) {
+        let delta = value - self.vals[i];
+        self.vals[i] = value;
+        let mut j = i + 1;
+        while j < self.tree.len() {
+            self.tree[j] += delta;
+            j += j & j.wrapping_neg();
+        }
+        self.updates += 1;
+        if self.updates > self.vals.len() {
+            self.rebuild();
+        }
+    }
+
+    fn add_all(&mut self, value: f64) {
+        self.vals.iter_mut().for_each(|v| *v += value);
+        self.rebuild();
+    }
+
+    fn total(&self) -> f64 {
+        let mut j = self.vals.len();
+        let mut s = 0.0;
+        while j > 0 {
+            s += self.tree[j];
+            j -= j & j.wrapping_neg();
+        }
+        s
+    }
+
+    /// An index drawn with probability proportional to its weight (uniform when every
+    /// weight is 0).
+    fn draw(&self, rng: &mut ChaCha8Rng) -> usize {
+        let n = self.vals.len();
+        let total = self.total();
+        if total <= 0.0 || !total.is_finite() {
+            return rng.gen_range(0..n);
+        }
+        let mut u = rng.gen::<f64>() * total;
+        let mut pos = 0;
+        let mut step = n.next_power_of_two();
+        while step > 0 {
+            let next = pos + step;
+            if next <= n && self.tree[next] <= u {
+                u -= self.tree[next];
+                pos = next;
+            }
+            step >>= 1;
+        }
+        // `pos` weights sum to at most u; the drawn index is the next one (rounding may
+        // carry past the end, or onto a weight of 0).
+        let mut i = pos.min(n - 1);
+        while self.vals[i] <= 0.0 && i > 0 {
+            i -= 1;
+        }
+        i
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_follow_the_weights() {
+        let mut f = Fenwick::new(5, 0.0);
+        f.set(1, 1.0);
+        f.set(3, 3.0);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut counts = [0usize; 5];
+        for _ in 0..40_000 {
+            counts[f.draw(&mut rng)] += 1;
+        }
+        assert_eq!(counts[0] + counts[2] + counts[4], 0, "{counts:?}");
+        let share = counts[3] as f64 / 40_000.0;
+        assert!((share - 0.75).abs() < 0.02, "{counts:?}");
+    }
+
+    #[test]
+    fn the_tree_sums_after_many_updates() {
+        let mut f = Fenwick::new(100, 1.0);
+        for i in 0..1000 {
+            f.set(i % 100, (i % 7) as f64);
+        }
+        let want: f64 = f.vals.iter().sum();
+        assert!((f.total() - want).abs() < 1e-9);
+    }
+}

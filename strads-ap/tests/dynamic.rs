@@ -1,0 +1,361 @@
+//! STRADS dynamic scheduling (`Opts::dynamic`): rounds chosen by priority and a dependency
+//! test. One worker follows the serial loop's visiting order exactly; several workers keep
+//! written tables serializable and converge where the serial program converges; bad
+//! schedules are answered with clear errors.
+
+use strads_ap::prelude::*;
+use strads_ap::{DynamicStats, Result};
+
+/// A small Lasso problem: sparse columns `(row, value)`, targets, λ.
+struct Problem {
+    cols: Vec<Vec<(u32, f64)>>,
+    y: Vec<f64>,
+    lambda: f64,
+}
+
+/// Deterministic sparse data with correlated column pairs and a sparse true β.
+fn problem(n: usize, p: usize) -> Problem {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut cols: Vec<Vec<(u32, f64)>> = Vec::with_capacity(p);
+    for j in 0..p {
+        let mut col: Vec<(u32, f64)> = Vec::new();
+        if j % 2 == 1 {
+            // Correlated with the previous column: most of its rows, perturbed.
+            let prev: Vec<(u32, f64)> = cols[j - 1].clone();
+            for (i, v) in prev {
+                if next() % 4 != 0 {
+                    col.push((i, v * 0.9 + (next() % 100) as f64 * 1e-3));
+                }
+            }
+        } else {
+            for i in 0..n {
+                if next() % 10 == 0 {
+                    col.push((i as u32, (next() % 1000) as f64 / 500.0 - 1.0));
+                }
+            }
+        }
+        cols.push(col);
+    }
+    let mut y = vec![0.0; n];
+    for (j, col) in cols.iter().enumerate().filter(|(j, _)| j % 7 == 0) {
+        let b = 1.0 + (j % 5) as f64;
+        for &(i, v) in col {
+            y[i as usize] += b * v;
+        }
+    }
+    for v in &mut y {
+        *v += (next() % 1000) as f64 / 5000.0;
+    }
+    let lambda_max = cols
+        .iter()
+        .map(|c| c.iter().map(|&(i, v)| v * y[i as usize]).sum::<f64>().abs())
+        .fold(0.0, f64::max);
+    Problem {
+        cols,
+        y,
+        lambda: lambda_max / 20.0,
+    }
+}
+
+fn soft(z: f64, t: f64) -> f64 {
+    if z > t {
+        z - t
+    } else if z < -t {
+        z + t
+    } else {
+        0.0
+    }
+}
+
+fn norms(cols: &[Vec<(u32, f64)>]) -> Vec<f64> {
+    cols.iter()
+        .map(|c| c.iter().map(|&(_, v)| v * v).sum())
+        .collect()
+}
+
+/// `½‖y − Xβ‖² + λ‖β‖₁` from the residual.
+fn objective(r: &[f64], beta: &[f64], lambda: f64) -> f64 {
+    0.5 * r.iter().map(|v| v * v).sum::<f64>() + lambda * beta.iter().map(|b| b.abs()).sum::<f64>()
+}
+
+/// One coordinate update, as the serial program writes it.
+fn update(j: usize, pr: &Problem, nrm: &[f64], r: &mut [f64], beta: &mut [f64]) {
+    let col = &pr.cols[j];
+    if nrm[j] == 0.0 {
+        return;
+    }
+    let rho: f64 = col.iter().map(|&(i, v)| v * r[i as usize]).sum();
+    let old = beta[j];
+    let new = soft(rho + nrm[j] * old, pr.lambda) / nrm[j];
+    if new != old {
+        for &(i, v) in col {
+            r[i as usize] -= v * (new - old);
+        }
+        beta[j] = new;
+    }
+}
+
+/// Serial coordinate descent visiting `order`; returns (residual, β).
+fn serial(pr: &Problem, order: &[usize]) -> (Vec<f64>, Vec<f64>) {
+    let nrm = norms(&pr.cols);
+    let mut r = pr.y.clone();
+    let mut beta = vec![0.0; pr.cols.len()];
+    for &j in order {
+        update(j, pr, &nrm, &mut r, &mut beta);
+    }
+    (r, beta)
+}
+
+/// Tables of the converted program.
+struct Tables {
+    x: DVector<Vec<(u32, f64)>>,
+    norm: DVector<f64>,
+    r: DVector<f64>,
+    beta: DVector<f64>,
+    order: DVector<u64>,
+    lambda: f64,
+}
+
+fn tables(pr: &Problem, relaxed: bool) -> Tables {
+    let r = DVector::from_vec(pr.y.clone()).unwrap();
+    Tables {
+        x: DVector::from_vec(pr.cols.clone()).unwrap(),
+        norm: DVector::from_vec(norms(&pr.cols)).unwrap(),
+        r: if relaxed { r.relaxed(Relaxed::Sum) } else { r },
+        beta: DVector::from_vec(vec![0.0; pr.cols.len()]).unwrap(),
+        order: DVector::from_vec(vec![0u64; 1]).unwrap(),
+        lambda: pr.lambda,
+    }
+}
+
+/// One call of the converted loop; `order[0]` counts the updates, and each index notes
+/// its visit numbers in `seen` (a table written by one index each).
+fn sweep(t: &Tables, seen: &DVector<Vec<u64>>, opts: Opts) -> Result<()> {
+    let Tables {
+        x,
+        norm,
+        r,
+        beta,
+        order,
+        lambda,
+    } = t;
+    let lambda = *lambda;
+    async_for!(
+        0..x.len(),
+        |j| {
+            let col = &x[j];
+            let nj = norm[j];
+            seen[j].push(order[0]);
+            order[0] += 1;
+            if nj > 0.0 {
+                let mut rho = 0.0;
+                for &(i, v) in col.iter() {
+                    rho += v * r[i as usize];
+                }
+                let old = beta[j];
+                let new = soft(rho + nj * old, lambda) / nj;
+                if new != old {
+                    for &(i, v) in col.iter() {
+                        r[i as usize] -= v * (new - old);
+                    }
+                    beta[j] = new;
+                }
+            }
+        },
+        opts
+    )
+}
+
+/// The same loop without the order counter (a table every index writes, which would
+/// serialise every round).
+fn lasso_sweep(t: &Tables, opts: Opts) -> Result<()> {
+    let Tables {
+        x,
+        norm,
+        r,
+        beta,
+        lambda,
+        ..
+    } = t;
+    let lambda = *lambda;
+    async_for!(
+        0..x.len(),
+        |j| {
+            let col = &x[j];
+            let nj = norm[j];
+            if nj > 0.0 {
+                let mut rho = 0.0;
+                for &(i, v) in col.iter() {
+                    rho += v * r[i as usize];
+                }
+                let old = beta[j];
+                let new = soft(rho + nj * old, lambda) / nj;
+                if new != old {
+                    for &(i, v) in col.iter() {
+                        r[i as usize] -= v * (new - old);
+                    }
+                    beta[j] = new;
+                }
+            }
+        },
+        opts
+    )
+}
+
+#[test]
+fn one_worker_matches_the_serial_loop_in_the_order_the_rounds_chose() {
+    let pr = problem(200, 60);
+    let priorities: [fn(&DVector<f64>) -> Priority; 3] = [
+        |_| Priority::cyclic(),
+        |_| Priority::uniform(),
+        |beta| Priority::change(beta),
+    ];
+    for priority in priorities {
+        let t = tables(&pr, true);
+        let schedule = Dynamic::new(priority(&t.beta)).round(7);
+        let seen = DVector::from_vec(vec![Vec::<u64>::new(); 60]).unwrap();
+        for _ in 0..4 {
+            sweep(&t, &seen, Opts::new().threads(1).dynamic(schedule.clone())).unwrap();
+        }
+        let mut visits: Vec<(u64, usize)> = Vec::new();
+        for (j, v) in seen.to_vec().unwrap().into_iter().enumerate() {
+            visits.extend(v.into_iter().map(|n| (n, j)));
+        }
+        visits.sort_unstable();
+        let order: Vec<usize> = visits.iter().map(|&(_, j)| j).collect();
+        let stats = schedule.stats();
+        assert_eq!(order.len(), 240);
+        assert_eq!(stats.updates, 240, "{stats:?}");
+        assert_eq!(stats.reconnaissance, 1);
+        let (r, beta) = serial(&pr, &order);
+        assert_eq!(t.r.to_vec().unwrap(), r);
+        assert_eq!(t.beta.to_vec().unwrap(), beta);
+    }
+}
+
+#[test]
+fn a_cyclic_schedule_on_one_worker_is_the_serial_program() {
+    let pr = problem(300, 80);
+    let t = tables(&pr, false);
+    let schedule = Dynamic::new(Priority::cyclic()).round(16);
+    for _ in 0..3 {
+        lasso_sweep(&t, Opts::new().threads(1).dynamic(schedule.clone())).unwrap();
+    }
+    let order: Vec<usize> = (0..3).flat_map(|_| 0..80).collect();
+    let (r, beta) = serial(&pr, &order);
+    assert_eq!(t.r.to_vec().unwrap(), r);
+    assert_eq!(t.beta.to_vec().unwrap(), beta);
+}
+
+#[test]
+fn a_written_table_shared_by_indices_stays_serializable_on_several_workers() {
+    // Every index increments a counter shared with a third of the others and appends to
+    // a log kept per counter: rounds never put two indices of one counter together, so
+    // every count is exact and each log lists each index once.
+    let n = 600;
+    let counts = DVector::from_vec(vec![0u64; 3]).unwrap();
+    let marks = DVector::from_vec(vec![0u32; n]).unwrap();
+    let schedule = Dynamic::new(Priority::uniform()).round(32);
+    for _ in 0..5 {
+        async_for!(
+            0..n,
+            |k| {
+                counts[k % 3] += 1;
+                marks[k] += 1;
+            },
+            Opts::new().threads(2).dynamic(schedule.clone())
+        )
+        .unwrap();
+    }
+    let stats = schedule.stats();
+    assert_eq!(stats.updates, 5 * n as u64);
+    assert_eq!(counts.to_vec().unwrap().iter().sum::<u64>(), 5 * n as u64);
+    let marks = marks.to_vec().unwrap();
+    assert_eq!(marks.iter().map(|&m| m as u64).sum::<u64>(), 5 * n as u64);
+    // Rounds of at most three indices (one per counter) because the counters are
+    // written: every candidate past the third depends on one taken.
+    assert!(stats.rounds >= stats.updates / 3, "{stats:?}");
+    assert!(stats.deferred > 0, "{stats:?}");
+}
+
+/// Runs the relaxed Lasso loop until the objective stops moving, with the schedule
+/// `make` gives for the coefficients; returns the final objective, β and the figures.
+fn converge(
+    pr: &Problem,
+    threads: usize,
+    make: impl Fn(&DVector<f64>) -> Dynamic,
+) -> (f64, Vec<f64>, DynamicStats) {
+    let t = tables(pr, true);
+    let schedule = make(&t.beta);
+    let current = || objective(&t.r.to_vec().unwrap(), &t.beta.to_vec().unwrap(), pr.lambda);
+    let mut last = f64::INFINITY;
+    for _ in 0..400 {
+        lasso_sweep(&t, Opts::new().threads(threads).dynamic(schedule.clone())).unwrap();
+        let obj = current();
+        if (last - obj).abs() <= 1e-13 * obj.abs() {
+            break;
+        }
+        last = obj;
+    }
+    (current(), t.beta.to_vec().unwrap(), schedule.stats())
+}
+
+#[test]
+fn priority_rounds_on_two_workers_converge_to_the_serial_objective() {
+    let pr = problem(400, 120);
+    let order: Vec<usize> = (0..300).flat_map(|_| 0..120).collect();
+    let (r, beta) = serial(&pr, &order);
+    let best = objective(&r, &beta, pr.lambda);
+    let support = |b: &[f64]| b.iter().map(|v| v.abs() > 1e-6).collect::<Vec<_>>();
+    for depends in [
+        Depends::overlap(0.3),
+        Depends::none(),
+        Depends::overlap(0.0),
+    ] {
+        let (obj, b, stats) = converge(&pr, 2, |beta| {
+            Dynamic::new(Priority::change(beta))
+                .depends(depends.clone())
+                .round(24)
+        });
+        assert!(
+            (obj - best).abs() <= 1e-6 * best,
+            "{depends:?}: {obj} against the serial {best} ({stats:?})"
+        );
+        assert_eq!(support(&b), support(&beta), "{depends:?}");
+    }
+}
+
+#[test]
+fn a_priority_on_a_table_the_body_does_not_use_is_refused() {
+    let pr = problem(50, 10);
+    let t = tables(&pr, true);
+    let other = DVector::from_vec(vec![0.0f64; 10]).unwrap();
+    let e = lasso_sweep(
+        &t,
+        Opts::new().dynamic(Dynamic::new(Priority::change(&other))),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("Priority::change names a DVector<f64> the loop body does not use"),
+        "{e}"
+    );
+    let short = DVector::from_vec(vec![0.0f64; 3]).unwrap();
+    let x = t.x.clone();
+    let e = async_for!(
+        0..x.len(),
+        |j| {
+            short[j % 3] += x[j].len() as f64;
+        },
+        Opts::new().dynamic(Dynamic::new(Priority::change(&short)))
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("has 3 elements and the range ends at 10"), "{e}");
+}
