@@ -158,6 +158,86 @@ pub struct MlrArgs {
     pub sync: SyncArg,
 }
 
+/// Arguments of Lasso by coordinate descent (`lasso`, `lasso-serial`).
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    version,
+    about = "Lasso by coordinate descent: ½‖y − Xβ‖² + λ‖β‖₁, to a relative duality gap"
+)]
+pub struct LassoArgs {
+    /// Common arguments (`--data`: a CSV of a target then the features per line, such as
+    /// `../shared/data/lasso/diabetes.csv`; `--epochs`: the most sweeps, each `features`
+    /// coordinate updates).
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Samples of the synthetic data set.
+    #[arg(long, default_value_t = 2_000, value_parser = size)]
+    pub rows: usize,
+
+    /// Features of the synthetic data set.
+    #[arg(long, default_value_t = 20_000, value_parser = size)]
+    pub features: usize,
+
+    /// Share of the rows each synthetic column holds.
+    #[arg(long, default_value_t = 0.01, value_parser = positive_f64)]
+    pub density: f64,
+
+    /// λ = λmax / RATIO, where λmax = ‖Xᵀy‖∞.
+    #[arg(long, default_value_t = 20.0, value_parser = positive_f64)]
+    pub ratio: f64,
+
+    /// Stop at this relative duality gap (checked after every sweep's worth of updates).
+    #[arg(long, default_value_t = 1e-6, value_parser = positive_f64)]
+    pub tol: f64,
+
+    /// The order coordinates are updated in.
+    #[arg(long, value_enum, default_value_t = OrderArg::Priority)]
+    pub order: OrderArg,
+
+    /// The strads-ap twin's dependency test: `none`, `overlap:T` (shared rows, cosine ≥ T)
+    /// or `corr:R` (STRADS's |x_jᵀx_k| ≥ R).
+    #[arg(long, default_value = "corr:0.1")]
+    pub depends: String,
+
+    /// The strads-ap twin's coordinates per round (default: 256 per worker).
+    #[arg(long)]
+    pub round: Option<usize>,
+
+    /// η of the priority order, `(Δβ_j)² + η` (default: set by the scheduler from the
+    /// first sweep's changes).
+    #[arg(long)]
+    pub eta: Option<f64>,
+
+    /// Print, instead of solving once, the coordinate updates each order needs to reach
+    /// a relative objective error of 1e-4 (cyclic, uniform, priority; one worker).
+    #[arg(long)]
+    pub compare_orders: bool,
+}
+
+/// How Lasso picks coordinates (`--order`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderArg {
+    /// In index order, sweep after sweep.
+    Cyclic,
+    /// Uniformly at random.
+    Uniform,
+    /// STRADS's priority: in proportion to the squared last change (the serial twin
+    /// runs cyclic instead).
+    Priority,
+}
+
+impl OrderArg {
+    /// The name in result lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderArg::Cyclic => "cyclic",
+            OrderArg::Uniform => "uniform",
+            OrderArg::Priority => "priority",
+        }
+    }
+}
+
 /// Arguments of LDA topic modelling by collapsed Gibbs sampling (`lda`, `lda-serial`).
 #[derive(Parser, Clone, Debug, PartialEq)]
 #[command(

@@ -14,12 +14,14 @@
 //! * [`cli`] — command-line arguments, shared by both twins of an example;
 //! * [`report`] — the per-epoch progress line and the final JSON result line.
 //! * [`word2vec`] — corpora, sampling, evaluation and output of the word2vec pair.
+//! * [`lasso`] — columns, data, objective and duality gap of the Lasso pair.
 
 #![warn(missing_docs)]
 
 pub mod cli;
 pub mod data;
 pub mod idx;
+pub mod lasso;
 pub mod lda;
 pub mod metrics;
 pub mod model;

@@ -255,9 +255,8 @@ fn a_cyclic_schedule_on_one_worker_is_the_serial_program() {
 
 #[test]
 fn a_written_table_shared_by_indices_stays_serializable_on_several_workers() {
-    // Every index increments a counter shared with a third of the others and appends to
-    // a log kept per counter: rounds never put two indices of one counter together, so
-    // every count is exact and each log lists each index once.
+    // Every index increments a counter shared with a third of the others: two workers
+    // never run indices of one counter at once, so every count is exact.
     let n = 600;
     let counts = DVector::from_vec(vec![0u64; 3]).unwrap();
     let marks = DVector::from_vec(vec![0u32; n]).unwrap();
@@ -278,10 +277,9 @@ fn a_written_table_shared_by_indices_stays_serializable_on_several_workers() {
     assert_eq!(counts.to_vec().unwrap().iter().sum::<u64>(), 5 * n as u64);
     let marks = marks.to_vec().unwrap();
     assert_eq!(marks.iter().map(|&m| m as u64).sum::<u64>(), 5 * n as u64);
-    // Rounds of at most three indices (one per counter) because the counters are
-    // written: every candidate past the third depends on one taken.
-    assert!(stats.rounds >= stats.updates / 3, "{stats:?}");
-    assert!(stats.deferred > 0, "{stats:?}");
+    // Indices of one counter go to one worker's share of a round (which runs them in
+    // order); rounds are at most the size asked for.
+    assert!(stats.rounds >= 5 * n as u64 / 32, "{stats:?}");
 }
 
 /// Runs the relaxed Lasso loop until the objective stops moving, with the schedule

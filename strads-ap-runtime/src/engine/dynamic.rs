@@ -7,16 +7,17 @@
 //! The body's tables fall in three kinds (found by reconnaissance on the first call, as
 //! for any `async_for!`):
 //! - **read-only** tables: nothing to guarantee;
-//! - **written tables** (not relaxed): the indices of one round never share an element
-//!   of them; a round runs as if its indices ran one after another, and rounds run one
-//!   after another. The call as a whole is serializable in these tables;
-//! - **relaxed tables** ([`DVector::relaxed`](crate::DVector::relaxed)): indices of one
-//!   round may share elements. Each worker runs its share of the round on its own copy,
+//! - **written tables** (not relaxed): a round is cut into one share per worker, and
+//!   indices of two shares never share an element of them (indices that do go in one
+//!   share, which runs in order). A round runs as if its indices ran one after another,
+//!   and rounds run one after another: the call is serializable in these tables;
+//! - **relaxed tables** ([`DVector::relaxed`](crate::DVector::relaxed)): indices of two
+//!   shares may share elements. Each worker runs its share on its own copy of the table,
 //!   made at the start of the round, and the copies' changes are summed into the table
-//!   as each worker finishes its share. This is STRADS's approximation (parallel updates
-//!   of coordinates that depend on each other only weakly, as Lasso's coordinates do
-//!   through the shared residual), and [`Depends`] bounds it: two indices that depend
-//!   never share a round.
+//!   as each worker finishes. This is STRADS's approximation (parallel updates of
+//!   coordinates that depend on each other only weakly, as Lasso's coordinates do through
+//!   the shared residual), and [`Depends`] bounds it: two indices that depend never run
+//!   in two shares of one round.
 //!
 //! With one worker in a world of one, every round runs in order on the tables directly,
 //! so the result is exactly that of the serial loop visiting the indices in the order
@@ -139,8 +140,10 @@ impl fmt::Debug for Priority {
     }
 }
 
-/// Which indices may not share a round of a [`Dynamic`] loop (besides those sharing an
-/// element of a written, non-relaxed table, which never do).
+/// Which indices may not run at once on two workers in a round of a [`Dynamic`] loop
+/// (besides those sharing an element of a written, non-relaxed table, which never do).
+/// A candidate that depends on indices of one worker's share of the round joins that
+/// share, which runs in order; one that depends on two shares waits for a later round.
 #[derive(Clone)]
 pub struct Depends {
     pub(crate) kind: DependsKind,
@@ -151,35 +154,48 @@ pub(crate) enum DependsKind {
     None,
     Overlap(f64),
     By(Arc<DependsFn>),
+    Graph(Arc<Vec<Vec<u32>>>),
 }
 
 impl Depends {
-    /// No test: indices that share only elements of relaxed tables may share a round (as
-    /// in Shotgun).
+    /// No test: indices that share only elements of relaxed tables may run at once (as in
+    /// Shotgun).
     pub fn none() -> Self {
         Depends {
             kind: DependsKind::None,
         }
     }
 
-    /// Dependencies found by reconnaissance: indices `j` and `k` depend when the elements
-    /// of written or relaxed tables they both touch number at least
-    /// `threshold × √(touched_j × touched_k)` (a cosine overlap of what they touch; for
-    /// Lasso with a relaxed residual, close to STRADS's `|x_jᵀx_k| ≥ ρ` on binary features).
-    /// `overlap(0.0)` keeps any two indices that share an element apart, which makes every
-    /// round, and so the call, serializable in every table.
+    /// Dependencies found by reconnaissance: a candidate depends on a worker's share of
+    /// the round when the elements of relaxed tables it shares with that share's indices
+    /// number at least `threshold` × the elements the candidate touches.
+    /// `overlap(0.0)` counts any shared element, which makes every round, and so the call,
+    /// serializable in every table.
     pub fn overlap(threshold: f64) -> Self {
         Depends {
             kind: DependsKind::Overlap(threshold.max(0.0)),
         }
     }
 
-    /// A user test: `depends(j, k)` says whether indices `j` and `k` may not share a round
-    /// (for Lasso, STRADS's `|x_jᵀx_k| ≥ ρ`). Called for each candidate against every
-    /// index the round has taken, so keep it cheap.
+    /// A user test: `depends(j, k)` says whether indices `j` and `k` may not run at once
+    /// on two workers (for Lasso, STRADS's `|x_jᵀx_k| ≥ ρ`). Called for each candidate
+    /// against every index the round has taken, so it costs rounds × round size calls;
+    /// [`Depends::graph`] is cheaper when the pairs can be listed up front.
     pub fn by(depends: impl Fn(usize, usize) -> bool + Send + Sync + 'static) -> Self {
         Depends {
             kind: DependsKind::By(Arc::new(depends)),
+        }
+    }
+}
+
+impl Depends {
+    /// Dependencies listed up front: `neighbours[j]` holds the indices that depend on
+    /// index `j` (list each pair both ways). The cheapest test per candidate, for
+    /// dependencies known before the loop, such as STRADS's `|x_jᵀx_k| ≥ ρ` computed once
+    /// over the data.
+    pub fn graph(neighbours: Vec<Vec<u32>>) -> Self {
+        Depends {
+            kind: DependsKind::Graph(Arc::new(neighbours)),
         }
     }
 }
@@ -190,6 +206,7 @@ impl fmt::Debug for Depends {
             DependsKind::None => f.write_str("Depends::none()"),
             DependsKind::Overlap(t) => write!(f, "Depends::overlap({t})"),
             DependsKind::By(_) => f.write_str("Depends::by(..)"),
+            DependsKind::Graph(g) => write!(f, "Depends::graph({} lists)", g.len()),
         }
     }
 }
@@ -325,29 +342,32 @@ pub(crate) struct State {
 /// What identifies the loop a scheduler was made for: call site, range, tables.
 pub(crate) type SchedKey = (usize, usize, usize, Vec<(u64, u64)>);
 
-/// No entry.
-const NONE: u32 = u32::MAX;
-
 /// Chooses the indices of each round (offsets from the range's start).
 pub(crate) struct Scheduler {
     pub key: SchedKey,
     pub modes: Vec<SlotMode>,
     n: usize,
     /// Per task, the elements of written and relaxed tables it touches:
-    /// `(slot << 48) | key`, sorted; task `t`'s are `keys[offsets[t]..offsets[t + 1]]`.
+    /// `(slot << 48) | key`; task `t`'s are `keys[offsets[t]..offsets[t + 1]]`, those of
+    /// written tables first (up to `splits[t]`), each part sorted.
     offsets: Vec<usize>,
+    splits: Vec<usize>,
     keys: Vec<u64>,
-    /// Per slot: the first arena entry of the round's tasks touching each key, or none.
-    heads: Vec<Vec<u32>>,
-    /// (position in the round, next entry).
-    arena: Vec<(u32, u32)>,
-    /// Keys with a head this round, to clear.
+    /// Per slot and key: the groups of the round whose tasks touch the key (bit g).
+    masks: Vec<Vec<u64>>,
+    /// Keys with a mask this round, to clear.
     marked: Vec<u64>,
-    /// Per position in the round, elements shared with the candidate.
-    counts: Vec<u32>,
-    counted: Vec<u32>,
-    /// The round being chosen.
+    /// Per task: the round in which `nbr_mask` was last set, and the groups holding a
+    /// task it is listed as depending on ([`Depends::graph`]).
+    nbr_round: Vec<u64>,
+    nbr_mask: Vec<u64>,
+    /// The round being chosen: its tasks, group by group after [`Scheduler::choose`].
     pub round: Vec<u32>,
+    /// Per group of the round being chosen: its tasks, and the elements they touch.
+    members: Vec<Vec<u32>>,
+    load: Vec<usize>,
+    /// Where each group's tasks lie in `round`.
+    pub groups: Vec<std::ops::Range<usize>>,
     /// Per task, the number of the round that last considered it (for draws).
     seen: Vec<u64>,
     rounds: u64,
@@ -360,12 +380,41 @@ pub(crate) struct Scheduler {
     cursor: usize,
     deferred: std::collections::VecDeque<u32>,
     rng: ChaCha8Rng,
+    /// Indices drawn this round, with their weights (restored when it ends).
+    drawn: Vec<(u32, f64)>,
     /// Before-values of the priority table for the round's tasks.
     pub before: Vec<f64>,
 }
 
 /// A slot's key: a slot below 2^16, a key below 2^48.
 const KEY_BITS: u32 = 48;
+
+/// Removes consecutive repeats from `v[from..]`.
+trait DedupFrom {
+    fn dedup_from(&mut self, from: usize);
+}
+
+impl DedupFrom for Vec<u64> {
+    fn dedup_from(&mut self, from: usize) {
+        let mut w = from;
+        for r in from..self.len() {
+            if w == from || self[w - 1] != self[r] {
+                self[w] = self[r];
+                w += 1;
+            }
+        }
+        self.truncate(w);
+    }
+}
+
+/// `(slot, key)` of a packed key.
+#[inline]
+fn split(k: u64) -> (usize, usize) {
+    (
+        (k >> KEY_BITS) as usize,
+        (k & ((1 << KEY_BITS) - 1)) as usize,
+    )
+}
 
 impl Scheduler {
     /// A scheduler for `n` tasks, from their reconnaissance log and the tables' modes.
@@ -378,8 +427,10 @@ impl Scheduler {
     ) -> Self {
         let n = log.tasks();
         let mut offsets = Vec::with_capacity(n + 1);
+        let mut splits = Vec::with_capacity(n);
         let mut keys = Vec::new();
         offsets.push(0);
+        let relaxed = |k: u64| modes[split(k).0] != SlotMode::Checked;
         for t in 0..n {
             let from = keys.len();
             for a in log.task(t) {
@@ -387,23 +438,17 @@ impl Scheduler {
                     keys.push(((a.slot() as u64) << KEY_BITS) | a.key());
                 }
             }
-            keys[from..].sort_unstable();
-            let mut w = from;
-            for r in from..keys.len() {
-                if w == from || keys[w - 1] != keys[r] {
-                    keys[w] = keys[r];
-                    w += 1;
-                }
-            }
-            keys.truncate(w);
+            keys[from..].sort_unstable_by_key(|&k| (relaxed(k), k));
+            keys.dedup_from(from);
+            splits.push(from + keys[from..].iter().take_while(|&&k| !relaxed(k)).count());
             offsets.push(keys.len());
         }
-        let heads = modes
+        let masks = modes
             .iter()
             .zip(lens)
             .map(|(m, &len)| match m {
                 SlotMode::ReadOnly => Vec::new(),
-                _ => vec![NONE; len],
+                _ => vec![0; len],
             })
             .collect();
         Scheduler {
@@ -411,13 +456,16 @@ impl Scheduler {
             modes,
             n,
             offsets,
+            splits,
             keys,
-            heads,
-            arena: Vec::new(),
+            masks,
             marked: Vec::new(),
-            counts: Vec::new(),
-            counted: Vec::new(),
+            nbr_round: vec![u64::MAX; n],
+            nbr_mask: vec![0; n],
             round: Vec::new(),
+            members: Vec::new(),
+            load: Vec::new(),
+            groups: Vec::new(),
             seen: vec![u64::MAX; n],
             rounds: 0,
             prio: Fenwick::new(n, 1.0),
@@ -428,20 +476,39 @@ impl Scheduler {
             deferred: Default::default(),
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             before: Vec::new(),
+            drawn: Vec::new(),
         }
     }
 
-    fn task_keys(&self, t: u32) -> &[u64] {
-        &self.keys[self.offsets[t as usize]..self.offsets[t as usize + 1]]
+    /// Task `t`'s elements of written tables.
+    fn hard_keys(&self, t: u32) -> &[u64] {
+        &self.keys[self.offsets[t as usize]..self.splits[t as usize]]
     }
 
-    /// Chooses the next round of at most `want` tasks into `self.round`; returns the
-    /// number of candidates it left out. With `alone` (one worker runs the round in
-    /// order) nothing can conflict, so no candidate is tested.
-    pub fn choose(&mut self, want: usize, alone: bool, config: &Config) -> u64 {
+    /// Task `t`'s elements of relaxed tables.
+    fn soft_keys(&self, t: u32) -> &[u64] {
+        &self.keys[self.splits[t as usize]..self.offsets[t as usize + 1]]
+    }
+
+    /// Chooses the next round of at most `want` tasks, in `groups` groups (one per
+    /// worker), into `self.round` and `self.groups`; returns the number of candidates it
+    /// left out for depending on two groups (or on a full one).
+    ///
+    /// A candidate that depends on tasks of one group joins that group (whose tasks run
+    /// in order on one worker); one that depends on none joins the least loaded group.
+    /// With one group nothing can conflict, so no candidate is tested.
+    pub fn choose(&mut self, want: usize, groups: usize, config: &Config) -> u64 {
+        let groups = groups.clamp(1, 64);
         self.round.clear();
+        self.members.iter_mut().for_each(Vec::clear);
+        self.members.resize_with(groups, Vec::new);
+        self.members.truncate(groups);
+        self.load.clear();
+        self.load.resize(groups, 0);
         self.rounds += 1;
         let want = want.min(self.n);
+        // A group may hold somewhat more than its share, for tasks that must join it.
+        let cap = (want.div_ceil(groups) * 3).div_ceil(2);
         let limit = want.saturating_mul(config.candidates).max(want);
         let in_order = match &config.priority.kind {
             PriorityKind::Cyclic => Some(true),
@@ -451,9 +518,10 @@ impl Scheduler {
         };
         let mut deferred = 0u64;
         let mut considered = 0usize;
+        let mut taken = 0usize;
         // Tasks an in-order round left out go first in the next.
         let mut from_deferred = self.deferred.len();
-        while self.round.len() < want && considered < limit {
+        while taken < want && considered < limit {
             let t = if from_deferred > 0 {
                 from_deferred -= 1;
                 self.deferred.pop_front().expect("counted")
@@ -469,10 +537,17 @@ impl Scheduler {
                 };
                 t
             } else {
-                (match &config.priority.kind {
-                    PriorityKind::Uniform => self.rng.gen_range(0..self.n),
-                    _ => self.prio.draw(&mut self.rng),
-                }) as u32
+                match &config.priority.kind {
+                    PriorityKind::Uniform => self.rng.gen_range(0..self.n) as u32,
+                    _ => {
+                        // Without replacement: a drawn index weighs nothing until the
+                        // round ends.
+                        let t = self.prio.draw(&mut self.rng);
+                        self.drawn.push((t as u32, self.prio.vals[t]));
+                        self.prio.set(t, 0.0);
+                        t as u32
+                    }
+                }
             };
             considered += 1;
             if self.seen[t as usize] == self.rounds {
@@ -484,108 +559,129 @@ impl Scheduler {
                 continue;
             }
             self.seen[t as usize] = self.rounds;
-            if alone {
-                self.round.push(t);
-            } else if self.depends(t, &config.depends) {
-                deferred += 1;
-                if in_order.is_some() {
-                    self.deferred.push_back(t);
+            let group = match groups {
+                1 => Some(0),
+                _ => self.group_for(t, &config.depends, cap),
+            };
+            match group {
+                Some(g) => {
+                    self.take(t, g, groups > 1, &config.depends);
+                    taken += 1;
                 }
-            } else {
-                self.take(t);
+                None => {
+                    deferred += 1;
+                    if in_order.is_some() {
+                        self.deferred.push_back(t);
+                    }
+                }
             }
         }
         self.clear_marks();
+        for (t, w) in self.drawn.drain(..) {
+            self.prio.set(t as usize, w);
+        }
+        self.groups.clear();
+        for m in &self.members {
+            let from = self.round.len();
+            self.round.extend_from_slice(m);
+            self.groups.push(from..self.round.len());
+        }
         deferred
     }
 
-    /// Whether candidate `t` depends on a task the round has taken.
-    fn depends(&mut self, t: u32, depends: &Depends) -> bool {
-        let mine = self.offsets[t as usize + 1] - self.offsets[t as usize];
-        let mut hard = false;
-        for i in self.offsets[t as usize]..self.offsets[t as usize + 1] {
-            let k = self.keys[i];
-            let (slot, key) = (
-                (k >> KEY_BITS) as usize,
-                (k & ((1 << KEY_BITS) - 1)) as usize,
-            );
-            let mut e = self.heads[slot][key];
-            if e != NONE && self.modes[slot] == SlotMode::Checked {
-                hard = true;
-                break;
-            }
-            while e != NONE {
-                let (pos, next) = self.arena[e as usize];
-                if self.counts[pos as usize] == 0 {
-                    self.counted.push(pos);
-                }
-                self.counts[pos as usize] += 1;
-                e = next;
-            }
+    /// The group candidate `t` must join, or `None` when it depends on two groups or on a
+    /// full one.
+    fn group_for(&self, t: u32, depends: &Depends, cap: usize) -> Option<usize> {
+        let mut hard = 0u64;
+        for &k in self.hard_keys(t) {
+            let (slot, key) = split(k);
+            hard |= self.masks[slot][key];
         }
-        let found = hard
-            || match &depends.kind {
-                DependsKind::None => false,
-                DependsKind::Overlap(threshold) => self.counted.iter().any(|&pos| {
-                    let other = self.round[pos as usize];
-                    let theirs = self.offsets[other as usize + 1] - self.offsets[other as usize];
-                    let shared = f64::from(self.counts[pos as usize]);
-                    shared > 0.0 && shared >= threshold * ((mine * theirs) as f64).sqrt()
-                }),
-                DependsKind::By(f) => {
-                    let j = t as usize;
-                    self.round.iter().any(|&o| f(j, o as usize))
+        let soft = match &depends.kind {
+            DependsKind::None => 0,
+            DependsKind::Overlap(threshold) => {
+                let keys = self.soft_keys(t);
+                let mut shared = [0u32; 64];
+                for &k in keys {
+                    let (slot, key) = split(k);
+                    let mut bits = self.masks[slot][key];
+                    while bits != 0 {
+                        shared[bits.trailing_zeros() as usize] += 1;
+                        bits &= bits - 1;
+                    }
                 }
-            };
-        for &pos in &self.counted {
-            self.counts[pos as usize] = 0;
-        }
-        self.counted.clear();
-        found
+                let need = threshold * keys.len() as f64;
+                (0..self.members.len())
+                    .filter(|&g| shared[g] > 0 && f64::from(shared[g]) >= need)
+                    .fold(0u64, |m, g| m | 1 << g)
+            }
+            DependsKind::By(f) => {
+                let j = t as usize;
+                (0..self.members.len())
+                    .filter(|&g| self.members[g].iter().any(|&o| f(j, o as usize)))
+                    .fold(0u64, |m, g| m | 1 << g)
+            }
+            DependsKind::Graph(_) => match self.nbr_round[t as usize] == self.rounds {
+                true => self.nbr_mask[t as usize],
+                false => 0,
+            },
+        };
+        let deps = hard | soft;
+        let g = match deps.count_ones() {
+            0 => (0..self.members.len()).min_by_key(|&g| self.load[g])?,
+            1 => deps.trailing_zeros() as usize,
+            _ => return None,
+        };
+        (self.members[g].len() < cap).then_some(g)
     }
 
-    /// Takes `t` into the round.
-    fn take(&mut self, t: u32) {
-        let pos = self.round.len() as u32;
-        self.round.push(t);
-        self.counts.push(0);
-        for i in self.offsets[t as usize]..self.offsets[t as usize + 1] {
+    /// Takes `t` into group `g` of the round.
+    fn take(&mut self, t: u32, g: usize, mark: bool, depends: &Depends) {
+        self.members[g].push(t);
+        let (from, to) = (self.offsets[t as usize], self.offsets[t as usize + 1]);
+        self.load[g] += to - from + 1;
+        if !mark {
+            return;
+        }
+        // Elements of relaxed tables matter to the overlap test only.
+        let to = match depends.kind {
+            DependsKind::Overlap(_) => to,
+            _ => self.splits[t as usize],
+        };
+        for i in from..to {
             let k = self.keys[i];
-            let (slot, key) = (
-                (k >> KEY_BITS) as usize,
-                (k & ((1 << KEY_BITS) - 1)) as usize,
-            );
-            let head = &mut self.heads[slot][key];
-            if *head == NONE {
+            let (slot, key) = split(k);
+            let m = &mut self.masks[slot][key];
+            if *m == 0 {
                 self.marked.push(k);
             }
-            self.arena.push((pos, *head));
-            *head = (self.arena.len() - 1) as u32;
+            *m |= 1 << g;
+        }
+        if let DependsKind::Graph(adj) = &depends.kind {
+            for &o in adj.get(t as usize).map_or(&[][..], Vec::as_slice) {
+                let o = o as usize;
+                if o < self.n {
+                    if self.nbr_round[o] != self.rounds {
+                        self.nbr_round[o] = self.rounds;
+                        self.nbr_mask[o] = 0;
+                    }
+                    self.nbr_mask[o] |= 1 << g;
+                }
+            }
         }
     }
 
     fn clear_marks(&mut self) {
         for &k in &self.marked {
-            let (slot, key) = (
-                (k >> KEY_BITS) as usize,
-                (k & ((1 << KEY_BITS) - 1)) as usize,
-            );
-            self.heads[slot][key] = NONE;
+            let (slot, key) = split(k);
+            self.masks[slot][key] = 0;
         }
         self.marked.clear();
-        self.arena.clear();
-        self.counts.clear();
     }
 
     /// The keys of written (non-relaxed) tables task `t` touches: `(slot, key)`.
     pub fn checked_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.task_keys(t).iter().filter_map(|&k| {
-            let (slot, key) = (
-                (k >> KEY_BITS) as usize,
-                (k & ((1 << KEY_BITS) - 1)) as usize,
-            );
-            (self.modes[slot] == SlotMode::Checked).then_some((slot, key))
-        })
+        self.hard_keys(t).iter().map(|&k| split(k))
     }
 
     /// After a round: task `round[i]` changed the priority table from `before[i]` to

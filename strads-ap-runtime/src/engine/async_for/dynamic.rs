@@ -75,7 +75,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let mut ran_rounds = 0usize;
     while done < budget && l.n > 0 {
         let sched = state.sched.as_mut().expect("made");
-        let deferred = sched.choose(want.min(budget - done), threads == 1, &config);
+        let deferred = sched.choose(want.min(budget - done), threads, &config);
         if sched.round.is_empty() {
             break;
         }
@@ -236,17 +236,14 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
             }
             return;
         }
-        let threads = self.l.call.threads;
-        let groups = threads.min(round.len());
         self.groups.clear();
-        for g in 0..groups {
-            let range = round.len() * g / groups..round.len() * (g + 1) / groups;
+        for (g, range) in sched.groups.iter().enumerate() {
             for &t in &round[range.clone()] {
                 for (slot, key) in sched.checked_keys(t) {
                     self.tags[slot][key] = g as u32;
                 }
             }
-            self.groups.push(range);
+            self.groups.push(range.clone());
         }
         self.run_groups(round, number);
         for &t in round {
@@ -288,6 +285,9 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                 }
                 ctx.unit.set(1 + ((number as u64) << 20 | g as u64));
                 let tasks = &round[groups[g].clone()];
+                if tasks.is_empty() {
+                    continue;
+                }
                 let t0 = Instant::now();
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     run(task, &ctx, Indices::list(start, tasks, &ctx));

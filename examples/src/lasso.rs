@@ -1,0 +1,466 @@
+//! Lasso by coordinate descent, shared by `lasso-serial` and `lasso`: the design matrix by
+//! columns ([`Column`], sparse or dense), data (the diabetes CSV, a synthetic sparse set
+//! with correlated features), the objective, the duality gap, and the serial reference.
+//!
+//! The objective is `½‖y − Xβ‖² + λ‖β‖₁` with no `1/n` factor (scikit-learn's `Lasso`
+//! minimises `1/(2n)‖y − Xβ‖² + α‖β‖₁`, so `α = λ / n`). Both twins keep the residual
+//! `r = y − Xβ` and update one coefficient at a time as glmnet does:
+//! `β_j ← S(x_jᵀr + ‖x_j‖²β_j, λ) / ‖x_j‖²`, then `r −= x_j Δβ_j`.
+
+use std::path::Path;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::data::LoadError;
+
+/// One column of the design matrix: `vals[k]` at row `rows[k]`, or, with `rows` empty, a
+/// dense column (`vals[i]` at row `i`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Column {
+    /// Row of each value (empty for a dense column).
+    pub rows: Vec<u32>,
+    /// The values.
+    pub vals: Vec<f64>,
+}
+
+impl Column {
+    /// Whether the column stores every row.
+    pub fn is_dense(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// `‖x_j‖²`.
+    pub fn norm2(&self) -> f64 {
+        self.vals.iter().map(|v| v * v).sum()
+    }
+
+    /// `x_jᵀv` for a plain vector `v`.
+    pub fn dot(&self, v: &[f64]) -> f64 {
+        match self.is_dense() {
+            true => self.vals.iter().zip(v).map(|(a, b)| a * b).sum(),
+            false => self
+                .rows
+                .iter()
+                .zip(&self.vals)
+                .map(|(&i, a)| a * v[i as usize])
+                .sum(),
+        }
+    }
+
+    /// `x_jᵀx_k` of two columns (sparse ones by merging their sorted rows).
+    pub fn dot_column(&self, other: &Column) -> f64 {
+        match (self.is_dense(), other.is_dense()) {
+            (true, true) => self.vals.iter().zip(&other.vals).map(|(a, b)| a * b).sum(),
+            (false, true) => self.entries().map(|(i, v)| v * other.vals[i]).sum(),
+            (true, false) => other.dot_column(self),
+            (false, false) => {
+                let (mut a, mut b, mut sum) = (0, 0, 0.0);
+                while a < self.rows.len() && b < other.rows.len() {
+                    match self.rows[a].cmp(&other.rows[b]) {
+                        std::cmp::Ordering::Less => a += 1,
+                        std::cmp::Ordering::Greater => b += 1,
+                        std::cmp::Ordering::Equal => {
+                            sum += self.vals[a] * other.vals[b];
+                            a += 1;
+                            b += 1;
+                        }
+                    }
+                }
+                sum
+            }
+        }
+    }
+
+    /// `(row, value)` pairs.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        let dense = self.is_dense();
+        self.vals
+            .iter()
+            .enumerate()
+            .map(move |(k, &v)| (if dense { k } else { self.rows[k] as usize }, v))
+    }
+}
+
+/// The soft-thresholding operator `S(z, t) = sign(z) max(|z| − t, 0)`.
+#[inline]
+pub fn soft(z: f64, t: f64) -> f64 {
+    if z > t {
+        z - t
+    } else if z < -t {
+        z + t
+    } else {
+        0.0
+    }
+}
+
+/// A Lasso problem: columns, targets (centred), λ.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// Where it came from, for reports.
+    pub name: String,
+    /// The design matrix by columns.
+    pub cols: Vec<Column>,
+    /// Targets.
+    pub y: Vec<f64>,
+    /// The penalty.
+    pub lambda: f64,
+}
+
+impl Problem {
+    /// Samples.
+    pub fn rows(&self) -> usize {
+        self.y.len()
+    }
+
+    /// `λmax = ‖Xᵀy‖∞`, the smallest λ for which β = 0 is optimal.
+    pub fn lambda_max(&self) -> f64 {
+        self.cols
+            .iter()
+            .map(|c| c.dot(&self.y).abs())
+            .fold(0.0, f64::max)
+    }
+
+    /// Sets λ = λmax / `ratio`.
+    pub fn with_ratio(mut self, ratio: f64) -> Self {
+        self.lambda = self.lambda_max() / ratio;
+        self
+    }
+
+    /// Stored values of X.
+    pub fn nonzeros(&self) -> usize {
+        self.cols.iter().map(|c| c.vals.len()).sum()
+    }
+
+    /// `‖x_j‖²` per column.
+    pub fn norms(&self) -> Vec<f64> {
+        self.cols.iter().map(Column::norm2).collect()
+    }
+}
+
+/// `½‖r‖² + λ‖β‖₁`.
+pub fn objective(r: &[f64], beta: &[f64], lambda: f64) -> f64 {
+    0.5 * r.iter().map(|v| v * v).sum::<f64>() + lambda * beta.iter().map(|b| b.abs()).sum::<f64>()
+}
+
+/// The duality gap divided by the primal objective, from the residual and `‖Xᵀr‖∞`
+/// (`max_corr`): the dual point is `θ = r / max(1, ‖Xᵀr‖∞ / λ)`, with dual objective
+/// `½‖y‖² − ½‖y − θ‖²`.
+pub fn relative_gap(y: &[f64], r: &[f64], beta: &[f64], lambda: f64, max_corr: f64) -> f64 {
+    let primal = objective(r, beta, lambda);
+    let scale = (max_corr / lambda).max(1.0);
+    let (mut yy, mut d) = (0.0, 0.0);
+    for (&yi, &ri) in y.iter().zip(r) {
+        let theta = ri / scale;
+        yy += yi * yi;
+        d += (yi - theta) * (yi - theta);
+    }
+    let dual = 0.5 * yy - 0.5 * d;
+    ((primal - dual) / primal.abs().max(f64::MIN_POSITIVE)).max(0.0)
+}
+
+/// `‖Xᵀr‖∞`.
+pub fn max_correlation(cols: &[Column], r: &[f64]) -> f64 {
+    cols.iter().map(|c| c.dot(r).abs()).fold(0.0, f64::max)
+}
+
+/// The diabetes data (`../shared/data/lasso/diabetes.csv`: target first, ten features),
+/// with the targets and the features centred and each feature scaled to unit norm.
+///
+/// # Errors
+/// A missing file, or a line that is not 11 numbers, named by file and line.
+pub fn load_csv(path: &Path) -> Result<Problem, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    let mut y = Vec::new();
+    let mut feats: Vec<Vec<f64>> = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let vals: Result<Vec<f64>, _> = line.split(',').map(|f| f.trim().parse::<f64>()).collect();
+        let vals = vals.map_err(|e| {
+            LoadError::file(path, format!("line {}: {e}: {}", no + 1, excerpt(line)))
+        })?;
+        if vals.len() < 2 {
+            return Err(LoadError::file(
+                path,
+                format!(
+                    "line {}: expected a target and at least one feature",
+                    no + 1
+                ),
+            ));
+        }
+        if feats.is_empty() {
+            feats = vec![Vec::new(); vals.len() - 1];
+        } else if vals.len() - 1 != feats.len() {
+            return Err(LoadError::file(
+                path,
+                format!(
+                    "line {}: {} features where earlier lines have {}",
+                    no + 1,
+                    vals.len() - 1,
+                    feats.len()
+                ),
+            ));
+        }
+        y.push(vals[0]);
+        for (f, v) in feats.iter_mut().zip(&vals[1..]) {
+            f.push(*v);
+        }
+    }
+    if y.is_empty() {
+        return Err(LoadError::file(path, "no samples".to_string()));
+    }
+    center(&mut y);
+    let cols = feats
+        .into_iter()
+        .map(|mut f| {
+            center(&mut f);
+            let norm = f.iter().map(|v| v * v).sum::<f64>().sqrt();
+            if norm > 0.0 {
+                f.iter_mut().for_each(|v| *v /= norm);
+            }
+            Column {
+                rows: Vec::new(),
+                vals: f,
+            }
+        })
+        .collect();
+    Ok(Problem {
+        name: path.display().to_string(),
+        cols,
+        y,
+        lambda: 0.0,
+    })
+}
+
+fn excerpt(line: &str) -> String {
+    line.chars().take(60).collect()
+}
+
+fn center(v: &mut [f64]) {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    v.iter_mut().for_each(|x| *x -= mean);
+}
+
+/// A sparse high-dimensional problem with correlated features, as in the STRADS papers:
+/// features come in groups of `group` that share most of their rows (a base column and
+/// noisy copies of it), each column holds about `rows × density` values and is scaled to
+/// unit norm; one feature in 100 has a true coefficient, and `y = Xβ* + noise`.
+pub fn synthetic(rows: usize, features: usize, density: f64, seed: u64) -> Problem {
+    let group = 4;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let per_col = ((rows as f64 * density).round() as usize).clamp(1, rows);
+    let mut cols = Vec::with_capacity(features);
+    let mut base: Vec<u32> = Vec::new();
+    for j in 0..features {
+        let mut rows_j: Vec<u32> = if j % group == 0 {
+            base = (0..per_col)
+                .map(|_| rng.gen_range(0..rows as u32))
+                .collect();
+            base.clone()
+        } else {
+            // A copy of the group's base: keeps each row with probability 0.8, adds others.
+            let mut kept: Vec<u32> = base.iter().copied().filter(|_| rng.gen_bool(0.8)).collect();
+            kept.extend((0..per_col / 5).map(|_| rng.gen_range(0..rows as u32)));
+            kept
+        };
+        rows_j.sort_unstable();
+        rows_j.dedup();
+        let mut vals: Vec<f64> = rows_j.iter().map(|_| rng.gen_range(0.5..1.5)).collect();
+        let norm = vals.iter().map(|v| v * v).sum::<f64>().sqrt();
+        vals.iter_mut().for_each(|v| *v /= norm);
+        cols.push(Column { rows: rows_j, vals });
+    }
+    let mut y = vec![0.0; rows];
+    for (j, c) in cols.iter().enumerate() {
+        if j % 100 == 7 {
+            let b = rng.gen_range(-2.0..2.0);
+            for (i, v) in c.entries() {
+                y[i] += b * v;
+            }
+        }
+    }
+    for v in &mut y {
+        *v += rng.gen_range(-0.05..0.05);
+    }
+    Problem {
+        name: format!("synthetic {rows}x{features} density {density}"),
+        cols,
+        y,
+        lambda: 0.0,
+    }
+}
+
+/// STRADS's dependency structure: for each feature `j`, the features `k` with
+/// `|x_jᵀx_k| ≥ rho` (both ways), computed once by accumulating products row by row
+/// (cost: the sum over rows of the squared number of values in the row).
+pub fn correlation_graph(cols: &[Column], rows: usize, rho: f64) -> Vec<Vec<u32>> {
+    // The matrix by rows.
+    let mut by_row: Vec<Vec<(u32, f64)>> = vec![Vec::new(); rows];
+    for (j, c) in cols.iter().enumerate() {
+        for (i, v) in c.entries() {
+            by_row[i].push((j as u32, v));
+        }
+    }
+    let mut graph: Vec<Vec<u32>> = vec![Vec::new(); cols.len()];
+    let mut acc = vec![0.0f64; cols.len()];
+    let mut touched: Vec<u32> = Vec::new();
+    for (j, c) in cols.iter().enumerate() {
+        for (i, v) in c.entries() {
+            for &(k, w) in &by_row[i] {
+                if (k as usize) > j {
+                    if acc[k as usize] == 0.0 {
+                        touched.push(k);
+                    }
+                    acc[k as usize] += v * w;
+                }
+            }
+        }
+        for &k in &touched {
+            if acc[k as usize].abs() >= rho {
+                graph[j].push(k);
+                graph[k as usize].push(j as u32);
+            }
+            acc[k as usize] = 0.0;
+        }
+        touched.clear();
+    }
+    graph
+}
+
+/// The serial program's coordinate update of `β_j`, on plain vectors.
+pub fn update(j: usize, p: &Problem, norms: &[f64], r: &mut [f64], beta: &mut [f64]) {
+    let col = &p.cols[j];
+    if norms[j] == 0.0 {
+        return;
+    }
+    let rho = col.dot(r) + norms[j] * beta[j];
+    let new = soft(rho, p.lambda) / norms[j];
+    let delta = new - beta[j];
+    if delta != 0.0 {
+        for (i, v) in col.entries() {
+            r[i] -= v * delta;
+        }
+        beta[j] = new;
+    }
+}
+
+/// Serial cyclic coordinate descent to a relative duality gap of `tol` (checked after
+/// every sweep): the residual, β and the sweeps run.
+pub fn solve_cyclic(p: &Problem, tol: f64, max_sweeps: usize) -> (Vec<f64>, Vec<f64>, usize) {
+    let norms = p.norms();
+    let mut r = p.y.clone();
+    let mut beta = vec![0.0; p.cols.len()];
+    for sweep in 1..=max_sweeps {
+        for j in 0..p.cols.len() {
+            update(j, p, &norms, &mut r, &mut beta);
+        }
+        let gap = relative_gap(&p.y, &r, &beta, p.lambda, max_correlation(&p.cols, &r));
+        if gap <= tol {
+            return (r, beta, sweep);
+        }
+    }
+    (r, beta, max_sweeps)
+}
+
+/// Where a run's data come from: `--data PATH` (a CSV like diabetes), or the synthetic
+/// generator.
+pub fn load(
+    data: Option<&Path>,
+    rows: usize,
+    features: usize,
+    density: f64,
+    seed: u64,
+    ratio: f64,
+) -> Result<Problem, LoadError> {
+    let p = match data {
+        Some(path) => load_csv(path)?,
+        None => synthetic(rows, features, density, seed),
+    };
+    Ok(p.with_ratio(ratio))
+}
+
+/// The final JSON line of both twins.
+#[derive(Clone, Debug, Serialize)]
+pub struct LassoResult {
+    /// `"lasso"`.
+    pub app: String,
+    /// `"serial"` or `"strads-ap"`.
+    pub implementation: String,
+    /// The data set.
+    pub data: String,
+    /// Ranks and worker threads.
+    pub ranks: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// How coordinates were chosen: `cyclic`, `uniform` or `priority`.
+    pub order: String,
+    /// λ.
+    pub lambda: f64,
+    /// The final objective.
+    pub objective: f64,
+    /// The final relative duality gap.
+    pub gap: f64,
+    /// Nonzero coefficients.
+    pub nonzeros: usize,
+    /// Coordinate updates run.
+    pub updates: u64,
+    /// Seconds of the solve, gap checks included, set-up excluded.
+    pub secs: f64,
+    /// Seconds of set-up (loading excluded): the strads-ap twin's reconnaissance.
+    pub setup_secs: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gap_closes_and_the_support_is_sparse() {
+        let p = synthetic(300, 400, 0.05, 1).with_ratio(20.0);
+        let (r, beta, sweeps) = solve_cyclic(&p, 1e-8, 1000);
+        let gap = relative_gap(&p.y, &r, &beta, p.lambda, max_correlation(&p.cols, &r));
+        assert!(gap <= 1e-8, "gap {gap} after {sweeps} sweeps");
+        let nz = beta.iter().filter(|b| **b != 0.0).count();
+        assert!(nz > 0 && nz < 200, "{nz} nonzeros");
+        // Optimality: |x_jᵀr| ≤ λ everywhere (up to the gap).
+        assert!(max_correlation(&p.cols, &r) <= p.lambda * (1.0 + 1e-3));
+    }
+
+    #[test]
+    fn the_correlation_graph_lists_the_pairs_above_rho() {
+        let p = synthetic(200, 60, 0.1, 3);
+        let g = correlation_graph(&p.cols, p.rows(), 0.3);
+        for (j, listed_j) in g.iter().enumerate() {
+            for k in 0..60 {
+                let listed = listed_j.contains(&(k as u32));
+                let corr = p.cols[j].dot_column(&p.cols[k]).abs();
+                if j != k {
+                    assert_eq!(listed, corr >= 0.3, "{j} {k}: {corr}");
+                }
+            }
+        }
+        // The synthetic groups are correlated.
+        assert!(g[0].contains(&1));
+    }
+
+    #[test]
+    fn a_malformed_csv_line_is_named() {
+        let dir = std::env::temp_dir().join(format!("lasso-csv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.csv");
+        std::fs::write(&path, "1,2,3\n4,x,6\n").unwrap();
+        let e = load_csv(&path).unwrap_err().to_string();
+        assert!(e.contains("bad.csv") && e.contains("line 2"), "{e}");
+        std::fs::write(&path, "1,2,3\n4,5\n").unwrap();
+        let e = load_csv(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2: 1 features where earlier lines have 2"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
