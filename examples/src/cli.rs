@@ -166,10 +166,13 @@ pub struct MlrArgs {
 )]
 pub struct LassoArgs {
     /// Common arguments (`--data`: a CSV of a target then the features per line, such as
-    /// `../shared/data/lasso/diabetes.csv`; `--epochs`: the most sweeps, each `features`
-    /// coordinate updates).
+    /// `../shared/data/lasso/diabetes.csv`; `--epochs` is not used: see `--max-sweeps`).
     #[command(flatten)]
     pub common: CommonArgs,
+
+    /// The most sweeps (each `features` coordinate updates) before giving up on `--tol`.
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
+    pub max_sweeps: usize,
 
     /// Samples of the synthetic data set.
     #[arg(long, default_value_t = 2_000, value_parser = size)]
@@ -197,10 +200,10 @@ pub struct LassoArgs {
 
     /// The strads-ap twin's dependency test: `none`, `overlap:T` (shared rows, cosine ≥ T)
     /// or `corr:R` (STRADS's |x_jᵀx_k| ≥ R).
-    #[arg(long, default_value = "corr:0.1")]
+    #[arg(long, default_value = "corr:0.5")]
     pub depends: String,
 
-    /// The strads-ap twin's coordinates per round (default: 256 per worker).
+    /// The strads-ap twin's coordinates per round (default: 1024 per worker).
     #[arg(long)]
     pub round: Option<usize>,
 

@@ -383,12 +383,18 @@ pub fn load(
     Ok(p.with_ratio(ratio))
 }
 
+/// The indices of the nonzero coefficients, for problems of at most 1000 features.
+pub fn support(beta: &[f64]) -> Option<Vec<usize>> {
+    (beta.len() <= 1000).then(|| (0..beta.len()).filter(|&j| beta[j] != 0.0).collect())
+}
+
 /// The final JSON line of both twins.
 #[derive(Clone, Debug, Serialize)]
 pub struct LassoResult {
     /// `"lasso"`.
     pub app: String,
     /// `"serial"` or `"strads-ap"`.
+    #[serde(rename = "impl")]
     pub implementation: String,
     /// The data set.
     pub data: String,
@@ -406,10 +412,15 @@ pub struct LassoResult {
     pub gap: f64,
     /// Nonzero coefficients.
     pub nonzeros: usize,
+    /// Which coefficients are nonzero (problems of at most 1000 features).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub support: Option<Vec<usize>>,
     /// Coordinate updates run.
     pub updates: u64,
     /// Seconds of the solve, gap checks included, set-up excluded.
     pub secs: f64,
+    /// The same (the bench runner counts a solve as one epoch).
+    pub secs_per_epoch: f64,
     /// Seconds of set-up (loading excluded): the strads-ap twin's reconnaissance.
     pub setup_secs: f64,
 }

@@ -83,3 +83,8 @@ fn transe_body_is_the_serial_body() {
 fn word2vec_body_is_the_serial_body() {
     assert_twins("word2vec-serial.rs", "word2vec.rs");
 }
+
+#[test]
+fn lasso_body_is_the_serial_body() {
+    assert_twins("lasso-serial.rs", "lasso.rs");
+}

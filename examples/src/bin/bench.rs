@@ -24,6 +24,9 @@
 //! * Word2vec: the same with `"rho_diff"` (strads-ap − serial WordSim Spearman ρ),
 //!   `"analogy_diff"` (strads-ap − serial analogy accuracy) and `"serial_words_per_sec"`,
 //!   `"strads_words_per_sec"` instead of `"rmse_ratio"`.
+//! * Lasso: the same with `"objective_ratio"` (strads-ap / serial final objective) and
+//!   `"updates_ratio"` (strads-ap / serial coordinate updates to the gap target); a
+//!   solve to the target counts as one epoch.
 //! * Zoo programs (`--app zoo --program NAME`, see `examples/zoo/README.md`): the same with
 //!   `"program"`, `"metric"` (the program's metric) and `"metric_ratio"` (strads-ap /
 //!   serial) instead of `"rmse_ratio"`.
@@ -94,6 +97,9 @@ enum App {
     Transe,
     /// Word2vec skip-gram with negative sampling (`word2vec-serial` vs `word2vec`).
     Word2vec,
+    /// Lasso by coordinate descent to a duality gap (`lasso-serial` vs `lasso`): the
+    /// whole solve counts as one epoch.
+    Lasso,
     /// A program of the conversion zoo (`zoo PROGRAM --serial` vs `zoo PROGRAM`; needs
     /// `--program`).
     Zoo,
@@ -107,6 +113,7 @@ impl App {
             App::Lda => "lda",
             App::Transe => "transe",
             App::Word2vec => "word2vec",
+            App::Lasso => "lasso",
             App::Zoo => "zoo",
         }
     }
@@ -173,6 +180,10 @@ struct Summary {
     setup_vs_serial_epoch: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     rmse_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    objective_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updates_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     loss_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -556,6 +567,8 @@ fn main() -> Result<()> {
         speedup: ratio(serial_epoch, strads_epoch),
         setup_vs_serial_epoch: ratio(setup, serial_epoch),
         rmse_ratio: None,
+        objective_ratio: None,
+        updates_ratio: None,
         loss_ratio: None,
         accuracy_diff: None,
         loglik_ratio: None,
@@ -606,6 +619,14 @@ fn main() -> Result<()> {
             summary.analogy_diff = Some(pa - sa);
             summary.serial_words_per_sec = Some(median(&field(&serial_runs, "words_per_sec")?));
             summary.strads_words_per_sec = Some(median(&field(&strads_runs, "words_per_sec")?));
+        }
+        App::Lasso => {
+            let s = median(&field(&serial_runs, "objective")?);
+            let p = median(&field(&strads_runs, "objective")?);
+            summary.objective_ratio = Some(ratio(p, s));
+            let su = median(&field(&serial_runs, "updates")?);
+            let pu = median(&field(&strads_runs, "updates")?);
+            summary.updates_ratio = Some(ratio(pu, su));
         }
         App::Zoo => {
             let s = median(&field(&serial_runs, "value")?);

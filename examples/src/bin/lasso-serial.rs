@@ -54,7 +54,7 @@ fn main() -> Result<()> {
 
     let t0 = Instant::now();
     let (mut updates, mut gap) = (0u64, f64::INFINITY);
-    for sweep in 1..=args.common.epochs {
+    for sweep in 1..=args.max_sweeps {
         let visits: Vec<usize> = match order {
             OrderArg::Uniform => (0..x.len()).map(|_| rng.gen_range(0..x.len())).collect(),
             _ => (0..x.len()).collect(),
@@ -118,8 +118,10 @@ fn main() -> Result<()> {
         objective: lasso::objective(&r, &beta, lambda),
         gap,
         nonzeros: beta.iter().filter(|b| **b != 0.0).count(),
+        support: lasso::support(&beta),
         updates,
         secs,
+        secs_per_epoch: secs,
         setup_secs: 0.0,
     });
     Ok(())

@@ -26,7 +26,7 @@ use strads_ap::prelude::*;
 use strads_ap::DynamicStats;
 use strads_ap_examples::cli::{LassoArgs, OrderArg};
 use strads_ap_examples::lasso::{self, relative_gap, soft, Column, LassoResult, Problem};
-use strads_ap_examples::report::{print_json_line, progress, STRADS};
+use strads_ap_examples::report::{print_json_line, print_loop_stats, progress, STRADS};
 
 /// The converted program's tables.
 struct Tables {
@@ -192,7 +192,7 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
     let mut setup = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let mut gap = f64::INFINITY;
-    for sweep in 1..=args.common.epochs {
+    for sweep in 1..=args.max_sweeps {
         call(&t, p.lambda, threads, &s)?;
         let (_, g, _) = t.measure(p)?;
         gap = g;
@@ -216,7 +216,9 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
     setup += recon;
     let secs = t0.elapsed().as_secs_f64() - recon;
     let (objective, gap_now, nonzeros) = t.measure(p)?;
+    let support = lasso::support(&t.beta.to_vec()?);
     debug_assert_eq!(gap, gap_now);
+    print_loop_stats();
     let stats = s.stats();
     eprintln!(
         "lasso [{STRADS}]: {} rounds, {} updates, {} candidates deferred",
@@ -234,8 +236,10 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
         objective,
         gap: gap_now,
         nonzeros,
+        support,
         updates,
         secs,
+        secs_per_epoch: secs,
         setup_secs: setup,
     });
     Ok(())
@@ -247,7 +251,7 @@ fn compare_orders(args: &LassoArgs, p: &Problem) -> Result<()> {
     let (r, beta, _) = lasso::solve_cyclic(p, 1e-10, 100_000);
     let best = lasso::objective(&r, &beta, p.lambda);
     let step = (p.cols.len() / 20).max(1);
-    let limit = (args.common.epochs.max(1000) * p.cols.len()) as u64;
+    let limit = (args.max_sweeps * p.cols.len()) as u64;
     let mut counts = Vec::new();
     for order in [OrderArg::Cyclic, OrderArg::Uniform, OrderArg::Priority] {
         let t = Tables::new(p)?;

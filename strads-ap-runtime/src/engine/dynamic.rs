@@ -330,7 +330,7 @@ impl Dynamic {
 }
 
 /// Indices per worker per round by default.
-pub const DEFAULT_ROUND_PER_WORKER: usize = 256;
+pub const DEFAULT_ROUND_PER_WORKER: usize = 1024;
 
 /// A [`Dynamic`] loop's state between calls.
 #[derive(Default)]
@@ -519,7 +519,7 @@ impl Scheduler {
         let mut deferred = 0u64;
         let mut considered = 0usize;
         let mut taken = 0usize;
-        // Tasks an in-order round left out go first in the next.
+        // Tasks a round set aside go first in the next.
         let mut from_deferred = self.deferred.len();
         while taken < want && considered < limit {
             let t = if from_deferred > 0 {
@@ -569,10 +569,9 @@ impl Scheduler {
                     taken += 1;
                 }
                 None => {
+                    // Set aside for the next round, which takes it first (as STRADS does).
                     deferred += 1;
-                    if in_order.is_some() {
-                        self.deferred.push_back(t);
-                    }
+                    self.deferred.push_back(t);
                 }
             }
         }
@@ -581,7 +580,9 @@ impl Scheduler {
             self.prio.set(t as usize, w);
         }
         self.groups.clear();
-        for m in &self.members {
+        for m in &mut self.members {
+            // In index order: tables laid out by index are read with fewer cache misses.
+            m.sort_unstable();
             let from = self.round.len();
             self.round.extend_from_slice(m);
             self.groups.push(from..self.round.len());
