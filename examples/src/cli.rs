@@ -190,6 +190,10 @@ pub struct LassoArgs {
     #[arg(long, default_value_t = 20.0, value_parser = positive_f64)]
     pub ratio: f64,
 
+    /// λ₂ of the elastic net, `+ ½λ₂‖β‖²` (0: the Lasso).
+    #[arg(long, default_value_t = 0.0)]
+    pub l2: f64,
+
     /// Stop at this relative duality gap (checked after every sweep's worth of updates).
     #[arg(long, default_value_t = 1e-6, value_parser = positive_f64)]
     pub tol: f64,

@@ -2,10 +2,11 @@
 //! columns ([`Column`], sparse or dense), data (the diabetes CSV, a synthetic sparse set
 //! with correlated features), the objective, the duality gap, and the serial reference.
 //!
-//! The objective is `½‖y − Xβ‖² + λ‖β‖₁` with no `1/n` factor (scikit-learn's `Lasso`
-//! minimises `1/(2n)‖y − Xβ‖² + α‖β‖₁`, so `α = λ / n`). Both twins keep the residual
-//! `r = y − Xβ` and update one coefficient at a time as glmnet does:
-//! `β_j ← S(x_jᵀr + ‖x_j‖²β_j, λ) / ‖x_j‖²`, then `r −= x_j Δβ_j`.
+//! The objective is `½‖y − Xβ‖² + λ‖β‖₁ + ½λ₂‖β‖²` with no `1/n` factor (λ₂ = 0, the
+//! default, is the Lasso; λ₂ > 0 the elastic net. scikit-learn's `Lasso` minimises
+//! `1/(2n)‖y − Xβ‖² + α‖β‖₁`, so `α = λ / n`). Both twins keep the residual `r = y − Xβ`
+//! and update one coefficient at a time as glmnet does:
+//! `β_j ← S(x_jᵀr + ‖x_j‖²β_j, λ) / (‖x_j‖² + λ₂)`, then `r −= x_j Δβ_j`.
 
 use std::path::Path;
 
@@ -104,8 +105,10 @@ pub struct Problem {
     pub cols: Vec<Column>,
     /// Targets.
     pub y: Vec<f64>,
-    /// The penalty.
+    /// The ℓ1 penalty λ.
     pub lambda: f64,
+    /// The ℓ2 penalty λ₂ (0: the Lasso).
+    pub l2: f64,
 }
 
 impl Problem {
@@ -139,16 +142,27 @@ impl Problem {
     }
 }
 
-/// `½‖r‖² + λ‖β‖₁`.
-pub fn objective(r: &[f64], beta: &[f64], lambda: f64) -> f64 {
-    0.5 * r.iter().map(|v| v * v).sum::<f64>() + lambda * beta.iter().map(|b| b.abs()).sum::<f64>()
+/// `½‖r‖² + λ‖β‖₁ + ½λ₂‖β‖²`.
+pub fn objective(r: &[f64], beta: &[f64], lambda: f64, l2: f64) -> f64 {
+    0.5 * r.iter().map(|v| v * v).sum::<f64>()
+        + lambda * beta.iter().map(|b| b.abs()).sum::<f64>()
+        + 0.5 * l2 * beta.iter().map(|b| b * b).sum::<f64>()
 }
 
-/// The duality gap divided by the primal objective, from the residual and `‖Xᵀr‖∞`
-/// (`max_corr`): the dual point is `θ = r / max(1, ‖Xᵀr‖∞ / λ)`, with dual objective
-/// `½‖y‖² − ½‖y − θ‖²`.
-pub fn relative_gap(y: &[f64], r: &[f64], beta: &[f64], lambda: f64, max_corr: f64) -> f64 {
-    let primal = objective(r, beta, lambda);
+/// The duality gap divided by the primal objective, from the residual and
+/// `max_j |x_jᵀr − λ₂β_j|` (`max_corr`, see [`max_correlation`]). The elastic net is the
+/// Lasso of `[X; √λ₂ I]` and `[y; 0]`, whose residual is `[r; −√λ₂β]`: the dual point is
+/// that residual over `s = max(1, max_corr / λ)`, with dual objective
+/// `½‖y‖² − ½‖y − r/s‖² − ½λ₂‖β‖²/s²`.
+pub fn relative_gap(
+    y: &[f64],
+    r: &[f64],
+    beta: &[f64],
+    lambda: f64,
+    l2: f64,
+    max_corr: f64,
+) -> f64 {
+    let primal = objective(r, beta, lambda, l2);
     let scale = (max_corr / lambda).max(1.0);
     let (mut yy, mut d) = (0.0, 0.0);
     for (&yi, &ri) in y.iter().zip(r) {
@@ -156,13 +170,17 @@ pub fn relative_gap(y: &[f64], r: &[f64], beta: &[f64], lambda: f64, max_corr: f
         yy += yi * yi;
         d += (yi - theta) * (yi - theta);
     }
-    let dual = 0.5 * yy - 0.5 * d;
+    let bb: f64 = beta.iter().map(|b| b * b).sum();
+    let dual = 0.5 * yy - 0.5 * d - 0.5 * l2 * bb / (scale * scale);
     ((primal - dual) / primal.abs().max(f64::MIN_POSITIVE)).max(0.0)
 }
 
-/// `‖Xᵀr‖∞`.
-pub fn max_correlation(cols: &[Column], r: &[f64]) -> f64 {
-    cols.iter().map(|c| c.dot(r).abs()).fold(0.0, f64::max)
+/// `max_j |x_jᵀr − λ₂β_j|` (for the Lasso, `‖Xᵀr‖∞`).
+pub fn max_correlation(cols: &[Column], r: &[f64], beta: &[f64], l2: f64) -> f64 {
+    cols.iter()
+        .zip(beta)
+        .map(|(c, b)| (c.dot(r) - l2 * b).abs())
+        .fold(0.0, f64::max)
 }
 
 /// The diabetes data (`../shared/data/lasso/diabetes.csv`: target first, ten features),
@@ -233,6 +251,7 @@ pub fn load_csv(path: &Path) -> Result<Problem, LoadError> {
         cols,
         y,
         lambda: 0.0,
+        l2: 0.0,
     })
 }
 
@@ -291,6 +310,7 @@ pub fn synthetic(rows: usize, features: usize, density: f64, seed: u64) -> Probl
         cols,
         y,
         lambda: 0.0,
+        l2: 0.0,
     }
 }
 
@@ -338,7 +358,7 @@ pub fn update(j: usize, p: &Problem, norms: &[f64], r: &mut [f64], beta: &mut [f
         return;
     }
     let rho = col.dot(r) + norms[j] * beta[j];
-    let new = soft(rho, p.lambda) / norms[j];
+    let new = soft(rho, p.lambda) / (norms[j] + p.l2);
     let delta = new - beta[j];
     if delta != 0.0 {
         for (i, v) in col.entries() {
@@ -358,7 +378,8 @@ pub fn solve_cyclic(p: &Problem, tol: f64, max_sweeps: usize) -> (Vec<f64>, Vec<
         for j in 0..p.cols.len() {
             update(j, p, &norms, &mut r, &mut beta);
         }
-        let gap = relative_gap(&p.y, &r, &beta, p.lambda, max_correlation(&p.cols, &r));
+        let max_corr = max_correlation(&p.cols, &r, &beta, p.l2);
+        let gap = relative_gap(&p.y, &r, &beta, p.lambda, p.l2, max_corr);
         if gap <= tol {
             return (r, beta, sweep);
         }
@@ -375,12 +396,16 @@ pub fn load(
     density: f64,
     seed: u64,
     ratio: f64,
+    l2: f64,
 ) -> Result<Problem, LoadError> {
     let p = match data {
         Some(path) => load_csv(path)?,
         None => synthetic(rows, features, density, seed),
     };
-    Ok(p.with_ratio(ratio))
+    Ok(Problem {
+        l2,
+        ..p.with_ratio(ratio)
+    })
 }
 
 /// The indices of the nonzero coefficients, for problems of at most 1000 features.
@@ -406,6 +431,8 @@ pub struct LassoResult {
     pub order: String,
     /// λ.
     pub lambda: f64,
+    /// λ₂ (0 for the Lasso).
+    pub l2: f64,
     /// The final objective.
     pub objective: f64,
     /// The final relative duality gap.
@@ -433,12 +460,39 @@ mod tests {
     fn the_gap_closes_and_the_support_is_sparse() {
         let p = synthetic(300, 400, 0.05, 1).with_ratio(20.0);
         let (r, beta, sweeps) = solve_cyclic(&p, 1e-8, 1000);
-        let gap = relative_gap(&p.y, &r, &beta, p.lambda, max_correlation(&p.cols, &r));
+        let max_corr = max_correlation(&p.cols, &r, &beta, 0.0);
+        let gap = relative_gap(&p.y, &r, &beta, p.lambda, 0.0, max_corr);
         assert!(gap <= 1e-8, "gap {gap} after {sweeps} sweeps");
         let nz = beta.iter().filter(|b| **b != 0.0).count();
         assert!(nz > 0 && nz < 200, "{nz} nonzeros");
         // Optimality: |x_jᵀr| ≤ λ everywhere (up to the gap).
-        assert!(max_correlation(&p.cols, &r) <= p.lambda * (1.0 + 1e-3));
+        assert!(max_corr <= p.lambda * (1.0 + 1e-3));
+    }
+
+    #[test]
+    fn the_elastic_net_gap_closes_too() {
+        let p = Problem {
+            l2: 0.5,
+            ..synthetic(200, 300, 0.05, 2).with_ratio(10.0)
+        };
+        let (r, beta, sweeps) = solve_cyclic(&p, 1e-9, 2000);
+        let gap = relative_gap(
+            &p.y,
+            &r,
+            &beta,
+            p.lambda,
+            p.l2,
+            max_correlation(&p.cols, &r, &beta, p.l2),
+        );
+        assert!(gap <= 1e-9, "gap {gap} after {sweeps} sweeps");
+        // Optimality of a nonzero coordinate: x_jᵀr − λ₂β_j = λ sign(β_j).
+        for (j, b) in beta.iter().enumerate().filter(|(_, b)| **b != 0.0) {
+            let g = p.cols[j].dot(&r) - p.l2 * b;
+            assert!(
+                (g - p.lambda * b.signum()).abs() <= 1e-3 * p.lambda,
+                "{j}: {g}"
+            );
+        }
     }
 
     #[test]

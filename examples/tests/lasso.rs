@@ -1,8 +1,8 @@
 //! Lasso (`lasso-serial`, `lasso`): the strads-ap twin, scheduled by STRADS's dynamic
 //! scheduler on two threads, reaches the serial twin's objective (within 1e-6 relative)
 //! with the same support, on the diabetes data (`../shared/data/lasso`, skipped with a
-//! message when absent) and on synthetic sparse data; one thread in cyclic order is the
-//! serial program.
+//! message when absent) and on synthetic sparse data, for the Lasso and the elastic net;
+//! one thread in cyclic order is the serial program.
 
 mod common;
 
@@ -64,6 +64,31 @@ fn synthetic_sparse_data_gives_the_serial_objective() {
     let one = run(env!("CARGO_BIN_EXE_lasso"), &cyclic);
     assert_eq!(num(&one, "objective"), num(&serial, "objective"), "{one}");
     assert_eq!(num(&one, "updates"), num(&serial, "updates"), "{one}");
+}
+
+#[test]
+fn the_elastic_net_runs_through_the_same_loop() {
+    let args = [
+        "--rows",
+        "300",
+        "--features",
+        "800",
+        "--density",
+        "0.05",
+        "--l2",
+        "0.3",
+    ];
+    let serial = run(env!("CARGO_BIN_EXE_lasso-serial"), &args);
+    let strads: Vec<&str> = args.iter().copied().chain(["--threads", "2"]).collect();
+    let strads = run(env!("CARGO_BIN_EXE_lasso"), &strads);
+    assert_eq!(num(&strads, "l2"), 0.3);
+    assert_same_solution(&serial, &strads);
+    // The ℓ2 term changes the solution.
+    let lasso = run(env!("CARGO_BIN_EXE_lasso-serial"), &args[..6]);
+    assert!(
+        num(&lasso, "objective") < num(&serial, "objective"),
+        "{lasso}\n{serial}"
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! written tables serializable and converge where the serial program converges; bad
 //! schedules are answered with clear errors.
 
+use strads_ap::cluster::simulate;
 use strads_ap::prelude::*;
 use strads_ap::{DynamicStats, Result};
 
@@ -356,4 +357,23 @@ fn a_priority_on_a_table_the_body_does_not_use_is_refused() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("has 3 elements and the range ends at 10"), "{e}");
+}
+
+#[test]
+fn across_ranks_the_dynamic_loop_is_refused_with_a_reason() {
+    let results = simulate(2, || {
+        let beta = DVector::from_vec(vec![0.0f64; 64])?;
+        async_for!(
+            0..64,
+            |j| beta[j] += 1.0,
+            Opts::new().dynamic(Dynamic::new(Priority::change(&beta)))
+        )
+    });
+    for r in results {
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("Opts::dynamic runs in a world of one process for now"),
+            "{e}"
+        );
+    }
 }

@@ -30,6 +30,7 @@ fn main() -> Result<()> {
         args.density,
         args.common.seed,
         args.ratio,
+        args.l2,
     )?;
     ensure!(!p.cols.is_empty(), "no features");
     let order = match args.order {
@@ -45,7 +46,7 @@ fn main() -> Result<()> {
         p.lambda,
         order.name()
     );
-    let lambda = p.lambda;
+    let (lambda, l2) = (p.lambda, p.l2);
     let x: Vec<Column> = p.cols.clone();
     let norm: Vec<f64> = p.norms();
     let mut r: Vec<f64> = p.y.clone();
@@ -75,7 +76,7 @@ fn main() -> Result<()> {
                     }
                 }
                 let old = beta[j];
-                let new = soft(rho + nj * old, lambda) / nj;
+                let new = soft(rho + nj * old, lambda) / (nj + l2);
                 if new != old {
                     let d = new - old;
                     if col.rows.is_empty() {
@@ -93,7 +94,8 @@ fn main() -> Result<()> {
             // strads-ap: body end
         }
         updates += visits.len() as u64;
-        gap = relative_gap(&p.y, &r, &beta, lambda, max_correlation(&x, &r));
+        let max_corr = max_correlation(&x, &r, &beta, l2);
+        gap = relative_gap(&p.y, &r, &beta, lambda, l2, max_corr);
         progress(
             "lasso",
             SERIAL,
@@ -115,7 +117,8 @@ fn main() -> Result<()> {
         threads: 1,
         order: order.name().into(),
         lambda,
-        objective: lasso::objective(&r, &beta, lambda),
+        l2,
+        objective: lasso::objective(&r, &beta, lambda, l2),
         gap,
         nonzeros: beta.iter().filter(|b| **b != 0.0).count(),
         support: lasso::support(&beta),

@@ -17,7 +17,6 @@
 //! cargo run --release -p strads-ap-examples --bin lasso -- --compare-orders
 //! ```
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -25,7 +24,9 @@ use clap::Parser;
 use strads_ap::prelude::*;
 use strads_ap::DynamicStats;
 use strads_ap_examples::cli::{LassoArgs, OrderArg};
-use strads_ap_examples::lasso::{self, relative_gap, soft, Column, LassoResult, Problem};
+use strads_ap_examples::lasso::{
+    self, max_correlation, relative_gap, soft, Column, LassoResult, Problem,
+};
 use strads_ap_examples::report::{print_json_line, print_loop_stats, progress, STRADS};
 
 /// The converted program's tables.
@@ -50,10 +51,10 @@ impl Tables {
     /// (objective, relative duality gap, nonzeros) of the current β.
     fn measure(&self, p: &Problem) -> Result<(f64, f64, usize)> {
         let (r, beta) = (self.r.to_vec()?, self.beta.to_vec()?);
-        let rv = Arc::new(r.clone());
-        let max_corr = self.x.map_reduce(move |c| c.dot(&rv).abs(), f64::max)?;
-        let obj = lasso::objective(&r, &beta, p.lambda);
-        let gap = relative_gap(&p.y, &r, &beta, p.lambda, max_corr);
+        // On the driver's copy of the columns, as the serial twin does.
+        let max_corr = max_correlation(&p.cols, &r, &beta, p.l2);
+        let obj = lasso::objective(&r, &beta, p.lambda, p.l2);
+        let gap = relative_gap(&p.y, &r, &beta, p.lambda, p.l2, max_corr);
         Ok((obj, gap, beta.iter().filter(|b| **b != 0.0).count()))
     }
 }
@@ -99,8 +100,9 @@ fn schedule(
 }
 
 /// One call of the coordinate loop: `schedule`'s budget of updates.
-fn call(t: &Tables, lambda: f64, threads: usize, schedule: &Dynamic) -> Result<()> {
+fn call(t: &Tables, p: &Problem, threads: usize, schedule: &Dynamic) -> Result<()> {
     let Tables { x, norm, r, beta } = t;
+    let (lambda, l2) = (p.lambda, p.l2);
     async_for!(
         0..x.len(),
         |j| {
@@ -119,7 +121,7 @@ fn call(t: &Tables, lambda: f64, threads: usize, schedule: &Dynamic) -> Result<(
                     }
                 }
                 let old = beta[j];
-                let new = soft(rho + nj * old, lambda) / nj;
+                let new = soft(rho + nj * old, lambda) / (nj + l2);
                 if new != old {
                     let d = new - old;
                     if col.rows.is_empty() {
@@ -152,6 +154,7 @@ fn main() -> Result<()> {
         args.density,
         args.common.seed,
         args.ratio,
+        args.l2,
     )?;
     ensure!(!p.cols.is_empty(), "no features");
     eprintln!(
@@ -193,7 +196,7 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
     let t0 = Instant::now();
     let mut gap = f64::INFINITY;
     for sweep in 1..=args.max_sweeps {
-        call(&t, p.lambda, threads, &s)?;
+        call(&t, p, threads, &s)?;
         let (_, g, _) = t.measure(p)?;
         gap = g;
         progress(
@@ -233,6 +236,7 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
         threads,
         order: args.order.name().into(),
         lambda: p.lambda,
+        l2: p.l2,
         objective,
         gap: gap_now,
         nonzeros,
@@ -249,7 +253,7 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
 /// 1e-4 (relative) of the optimum (found first by serial cyclic descent to a gap of 1e-10).
 fn compare_orders(args: &LassoArgs, p: &Problem) -> Result<()> {
     let (r, beta, _) = lasso::solve_cyclic(p, 1e-10, 100_000);
-    let best = lasso::objective(&r, &beta, p.lambda);
+    let best = lasso::objective(&r, &beta, p.lambda, p.l2);
     let step = (p.cols.len() / 20).max(1);
     let limit = (args.max_sweeps * p.cols.len()) as u64;
     let mut counts = Vec::new();
@@ -268,7 +272,7 @@ fn compare_orders(args: &LassoArgs, p: &Problem) -> Result<()> {
         .updates(step);
         let mut updates = None;
         while s.stats().updates < limit {
-            call(&t, p.lambda, 1, &s)?;
+            call(&t, p, 1, &s)?;
             let (obj, _, _) = t.measure(p)?;
             if (obj - best) / best <= 1e-4 {
                 updates = Some(s.stats().updates);
