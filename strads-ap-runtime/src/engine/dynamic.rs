@@ -366,6 +366,8 @@ pub(crate) struct Scheduler {
     /// Per group of the round being chosen: its tasks, and the elements they touch.
     members: Vec<Vec<u32>>,
     load: Vec<usize>,
+    /// The group free candidates join while it holds less than its share.
+    filling: usize,
     /// Where each group's tasks lie in `round`.
     pub groups: Vec<std::ops::Range<usize>>,
     /// Per task, the number of the round that last considered it (for draws).
@@ -465,6 +467,7 @@ impl Scheduler {
             round: Vec::new(),
             members: Vec::new(),
             load: Vec::new(),
+            filling: 0,
             groups: Vec::new(),
             seen: vec![u64::MAX; n],
             rounds: 0,
@@ -508,7 +511,9 @@ impl Scheduler {
         self.rounds += 1;
         let want = want.min(self.n);
         // A group may hold somewhat more than its share, for tasks that must join it.
-        let cap = (want.div_ceil(groups) * 3).div_ceil(2);
+        let share = want.div_ceil(groups);
+        let cap = (share * 3).div_ceil(2);
+        self.filling = 0;
         let limit = want.saturating_mul(config.candidates).max(want);
         let in_order = match &config.priority.kind {
             PriorityKind::Cyclic => Some(true),
@@ -561,10 +566,11 @@ impl Scheduler {
             self.seen[t as usize] = self.rounds;
             let group = match groups {
                 1 => Some(0),
-                _ => self.group_for(t, &config.depends, cap),
+                _ => self.group_for(t, &config.depends, share, cap),
             };
             match group {
                 Some(g) => {
+                    self.filling = g;
                     self.take(t, g, groups > 1, &config.depends);
                     taken += 1;
                 }
@@ -592,7 +598,7 @@ impl Scheduler {
 
     /// The group candidate `t` must join, or `None` when it depends on two groups or on a
     /// full one.
-    fn group_for(&self, t: u32, depends: &Depends, cap: usize) -> Option<usize> {
+    fn group_for(&self, t: u32, depends: &Depends, share: usize, cap: usize) -> Option<usize> {
         let mut hard = 0u64;
         for &k in self.hard_keys(t) {
             let (slot, key) = split(k);
@@ -629,6 +635,9 @@ impl Scheduler {
         };
         let deps = hard | soft;
         let g = match deps.count_ones() {
+            // Free: the group being filled, while it holds less than its share (so that
+            // consecutive candidates, consecutive indices in order, stay together).
+            0 if self.members[self.filling].len() < share => self.filling,
             0 => (0..self.members.len()).min_by_key(|&g| self.load[g])?,
             1 => deps.trailing_zeros() as usize,
             _ => return None,
