@@ -27,7 +27,7 @@
 //! Coordinate descent that updates the coordinates whose last change was largest first:
 //! ```
 //! use strads_ap_runtime::{Depends, Dynamic, Opts, Priority};
-//! # let beta = strads_ap_runtime::DVector::from_vec(vec![0.0f64; 8]);
+//! # let beta = strads_ap_runtime::DVector::from_vec(vec![0.0f64; 8]).unwrap();
 //! let schedule = Dynamic::new(Priority::change(&beta))
 //!     .depends(Depends::overlap(0.1))
 //!     .round(64);
