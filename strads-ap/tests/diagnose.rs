@@ -314,6 +314,29 @@ fn short_calls_of_tiny_bodies_are_diagnosed_as_fixed_costs() {
 }
 
 #[test]
+fn short_rounds_of_a_dynamic_loop_name_the_round_size() {
+    let n = 2000;
+    let own = DVector::from_fn(n, |_| 0u64).unwrap();
+    let schedule = Dynamic::new(Priority::cyclic()).round(8);
+    let line = line!() + 2;
+    for _ in 0..6 {
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += 1;
+            },
+            Opts::new().threads(2).dynamic(schedule.clone())
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::FixedCosts).expect("fixed costs diagnosed");
+    assert!(d.fix.contains("Dynamic::round(n)"), "{}", d.fix);
+    assert!(d.message.contains("rounds"), "{}", d.message);
+    assert_eq!(own.to_vec().unwrap(), vec![6u64; n]);
+}
+
+#[test]
 fn a_table_made_anew_for_every_call_is_named() {
     let n = 1000;
     let acc = DVector::from_fn(n, |_| 0u64).unwrap();

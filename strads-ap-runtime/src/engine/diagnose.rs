@@ -256,6 +256,8 @@ struct SiteMemory {
     worker_secs: f64,
     ordinary: u64,
     steps: u64,
+    /// The loop runs in rounds of a dynamic schedule (`Opts::dynamic`).
+    dynamic: bool,
     /// The last plan's shape, if it was looked at.
     shape: Option<PlanShape>,
 }
@@ -302,6 +304,7 @@ pub(crate) fn after_call(
         m.busy += figures.busy.as_secs_f64();
         m.worker_secs += figures.running.as_secs_f64() * figures.workers.unwrap_or(1) as f64;
         m.steps += figures.steps as u64;
+        m.dynamic = figures.strategy == Some("dynamic");
     }
     m.tables = tables;
     m.range = figures.range;
@@ -578,10 +581,20 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
 fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) -> Diagnosis {
     let per_call = m.worker_secs / m.ordinary.max(1) as f64;
     let steps = m.steps as f64 / m.ordinary.max(1) as f64;
+    let after_each = match m.dynamic {
+        true => {
+            "choosing each round on the calling thread (while the workers wait) and \
+                 synchronising after each of"
+        }
+        false => "handing out work and synchronising after each of",
+    };
+    let unit = match m.dynamic {
+        true => "rounds",
+        false => "steps of groups",
+    };
     let mut what = format!(
         "its workers spend {:.0}% of each call in loop bodies; the rest ({:.2} of {:.2} \
-         worker-ms per call) goes to starting workers, handing out work and synchronising \
-         after each of {:.0} steps of groups",
+         worker-ms per call) goes to starting workers, {after_each} {:.0} {unit}",
         100.0 * busy,
         per_call * (1.0 - busy) * 1e3,
         per_call * 1e3,
@@ -602,6 +615,14 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
             );
             (e.fix, e.tables, e.hot_keys)
         }
+        _ if m.dynamic => (
+            "give each round more work (`Dynamic::round(n)` with a larger n, or more work \
+             per index), or run the loop with `Opts::new().threads(1)`, where rounds need \
+             no dependency test"
+                .to_string(),
+            Vec::new(),
+            Vec::new(),
+        ),
         _ => (
             "give each call more work (more tasks per call, or more work per task, e.g. \
              several passes in one call), or run a loop this short with \
