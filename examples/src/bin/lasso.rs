@@ -194,11 +194,11 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
     // Building the dependency graph is set-up.
     let mut setup = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
-    let mut gap = f64::INFINITY;
+    let mut last = (f64::INFINITY, f64::INFINITY, 0);
     for sweep in 1..=args.max_sweeps {
         call(&t, p, threads, &s)?;
-        let (_, g, _) = t.measure(p)?;
-        gap = g;
+        last = t.measure(p)?;
+        let gap = last.1;
         progress(
             "lasso",
             STRADS,
@@ -218,9 +218,8 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
         .sum();
     setup += recon;
     let secs = t0.elapsed().as_secs_f64() - recon;
-    let (objective, gap_now, nonzeros) = t.measure(p)?;
+    let (objective, gap, nonzeros) = last;
     let support = lasso::support(&t.beta.to_vec()?);
-    debug_assert_eq!(gap, gap_now);
     print_loop_stats();
     let stats = s.stats();
     eprintln!(
@@ -238,7 +237,7 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
         lambda: p.lambda,
         l2: p.l2,
         objective,
-        gap: gap_now,
+        gap,
         nonzeros,
         support,
         updates,

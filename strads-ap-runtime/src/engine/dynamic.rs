@@ -391,24 +391,6 @@ pub(crate) struct Scheduler {
 /// A slot's key: a slot below 2^16, a key below 2^48.
 const KEY_BITS: u32 = 48;
 
-/// Removes consecutive repeats from `v[from..]`.
-trait DedupFrom {
-    fn dedup_from(&mut self, from: usize);
-}
-
-impl DedupFrom for Vec<u64> {
-    fn dedup_from(&mut self, from: usize) {
-        let mut w = from;
-        for r in from..self.len() {
-            if w == from || self[w - 1] != self[r] {
-                self[w] = self[r];
-                w += 1;
-            }
-        }
-        self.truncate(w);
-    }
-}
-
 /// `(slot, key)` of a packed key.
 #[inline]
 fn split(k: u64) -> (usize, usize) {
@@ -433,16 +415,19 @@ impl Scheduler {
         let mut keys = Vec::new();
         offsets.push(0);
         let relaxed = |k: u64| modes[split(k).0] != SlotMode::Checked;
+        let mut task: Vec<u64> = Vec::new();
         for t in 0..n {
-            let from = keys.len();
-            for a in log.task(t) {
-                if modes[a.slot()] != SlotMode::ReadOnly {
-                    keys.push(((a.slot() as u64) << KEY_BITS) | a.key());
-                }
-            }
-            keys[from..].sort_unstable_by_key(|&k| (relaxed(k), k));
-            keys.dedup_from(from);
-            splits.push(from + keys[from..].iter().take_while(|&&k| !relaxed(k)).count());
+            task.clear();
+            task.extend(
+                log.task(t)
+                    .iter()
+                    .filter(|a| modes[a.slot()] != SlotMode::ReadOnly)
+                    .map(|a| ((a.slot() as u64) << KEY_BITS) | a.key()),
+            );
+            task.sort_unstable_by_key(|&k| (relaxed(k), k));
+            task.dedup();
+            splits.push(keys.len() + task.iter().take_while(|&&k| !relaxed(k)).count());
+            keys.extend_from_slice(&task);
             offsets.push(keys.len());
         }
         let masks = modes

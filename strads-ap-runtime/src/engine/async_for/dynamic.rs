@@ -82,11 +82,9 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         if let Some((slot, read)) = priority {
             let base = bases[slot].ptr as *const u8;
             let start = l.start;
-            sched.before = sched
-                .round
-                .iter()
-                .map(|&t| read(base, start + t as usize))
-                .collect();
+            let Scheduler { round, before, .. } = &mut *sched;
+            before.clear();
+            before.extend(round.iter().map(|&t| read(base, start + t as usize)));
         }
         rounds.run(sched, ran_rounds);
         ran_rounds += 1;
@@ -268,12 +266,8 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         let work = || {
             let (bindings, mut replicas) =
                 bind_worker(registry, bases, modes, merges, |slot, b| {
-                    match modes[slot] {
-                        SlotMode::Checked => b.tags = tags[slot].as_ptr(),
-                        // A replica is this worker's alone: every key is in its window, which
-                        // views admit with one comparison.
-                        SlotMode::Relaxed => (b.window_start, b.window_len) = (0, b.len),
-                        SlotMode::ReadOnly => {}
+                    if modes[slot] == SlotMode::Checked {
+                        b.tags = tags[slot].as_ptr();
                     }
                 });
             let mut ctx = ExecCtx::new(bindings);
