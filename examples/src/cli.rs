@@ -216,6 +216,11 @@ pub struct LassoArgs {
     #[arg(long)]
     pub eta: Option<f64>,
 
+    /// Write the problem (X and y after loading, centring and scaling) to this svmlight
+    /// file, print λ, and stop: peers read it (`examples/peers/peers.py lasso-*`).
+    #[arg(long, value_name = "FILE")]
+    pub write_problem: Option<std::path::PathBuf>,
+
     /// Print, instead of solving once, the coordinate updates each order needs to reach
     /// a relative objective error of 1e-4 (cyclic, uniform, priority; one worker).
     #[arg(long)]

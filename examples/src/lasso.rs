@@ -255,6 +255,111 @@ pub fn load_csv(path: &Path) -> Result<Problem, LoadError> {
     })
 }
 
+/// A problem in the svmlight (libsvm) format, `y index:value ...` per sample with 1-based
+/// feature indices, taken as it is (neither centred nor scaled: the file is the problem).
+/// A column holding more than half the rows is stored dense. This is the format
+/// [`write_svmlight`] writes and scikit-learn's `load_svmlight_file` reads, so peers solve
+/// exactly the problem the twins solve.
+///
+/// # Errors
+/// A missing file, or a malformed line (a bad number, an index of 0, indices not
+/// increasing), named by file and line.
+pub fn load_svmlight(path: &Path) -> Result<Problem, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    let mut y = Vec::new();
+    let mut cols: Vec<Column> = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |what: String| {
+            LoadError::file(path, format!("line {}: {what}: {}", no + 1, excerpt(line)))
+        };
+        let mut fields = line.split_ascii_whitespace();
+        let target = fields.next().unwrap_or("");
+        let target: f64 = target
+            .parse()
+            .map_err(|e| bad(format!("the target {target:?}: {e}")))?;
+        let row = y.len() as u32;
+        y.push(target);
+        let mut last = 0usize;
+        for field in fields {
+            let (index, value) = field
+                .split_once(':')
+                .ok_or_else(|| bad(format!("{field:?} is not index:value")))?;
+            let index: usize = index
+                .parse()
+                .map_err(|e| bad(format!("the index {index:?}: {e}")))?;
+            let value: f64 = value
+                .parse()
+                .map_err(|e| bad(format!("the value {value:?}: {e}")))?;
+            if index <= last {
+                return Err(bad(format!(
+                    "feature index {index} after {last} (indices start at 1 and increase)"
+                )));
+            }
+            last = index;
+            if index > cols.len() {
+                cols.resize_with(index, Column::default);
+            }
+            if value != 0.0 {
+                cols[index - 1].rows.push(row);
+                cols[index - 1].vals.push(value);
+            }
+        }
+    }
+    if y.is_empty() {
+        return Err(LoadError::file(path, "no samples".to_string()));
+    }
+    let rows = y.len();
+    for c in &mut cols {
+        if c.rows.len() * 2 > rows {
+            let mut dense = vec![0.0; rows];
+            for (i, v) in c.entries() {
+                dense[i] = v;
+            }
+            *c = Column {
+                rows: Vec::new(),
+                vals: dense,
+            };
+        }
+    }
+    Ok(Problem {
+        name: path.display().to_string(),
+        cols,
+        y,
+        lambda: 0.0,
+        l2: 0.0,
+    })
+}
+
+/// Writes `p`'s X and y in the svmlight format (see [`load_svmlight`]), every value in the
+/// shortest form that reads back to the same `f64`.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_svmlight(p: &Problem, path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut by_row: Vec<Vec<(usize, f64)>> = vec![Vec::new(); p.rows()];
+    for (j, c) in p.cols.iter().enumerate() {
+        for (i, v) in c.entries() {
+            if v != 0.0 {
+                by_row[i].push((j + 1, v));
+            }
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (yi, row) in p.y.iter().zip(&by_row) {
+        write!(out, "{yi:?}")?;
+        for (j, v) in row {
+            write!(out, " {j}:{v:?}")?;
+        }
+        writeln!(out)?;
+    }
+    out.flush()
+}
+
 fn excerpt(line: &str) -> String {
     line.chars().take(60).collect()
 }
@@ -387,8 +492,16 @@ pub fn solve_cyclic(p: &Problem, tol: f64, max_sweeps: usize) -> (Vec<f64>, Vec<
     (r, beta, max_sweeps)
 }
 
-/// Where a run's data come from: `--data PATH` (a CSV like diabetes), or the synthetic
-/// generator.
+/// Whether `path` names an svmlight file (`.svm`, `.svmlight`, `.libsvm`).
+pub fn is_svmlight(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("svm" | "svmlight" | "libsvm")
+    )
+}
+
+/// Where a run's data come from: `--data PATH` (an svmlight file, see [`load_svmlight`],
+/// or a CSV like diabetes, see [`load_csv`]), or the synthetic generator.
 pub fn load(
     data: Option<&Path>,
     rows: usize,
@@ -399,6 +512,7 @@ pub fn load(
     l2: f64,
 ) -> Result<Problem, LoadError> {
     let p = match data {
+        Some(path) if is_svmlight(path) => load_svmlight(path)?,
         Some(path) => load_csv(path)?,
         None => synthetic(rows, features, density, seed),
     };
@@ -406,6 +520,28 @@ pub fn load(
         l2,
         ..p.with_ratio(ratio)
     })
+}
+
+/// With `--write-problem FILE`: writes `p` there (see [`write_svmlight`]), prints its
+/// λ and λ₂ as a JSON line, and returns `true` (the binary then stops).
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_problem_if_asked(p: &Problem, path: Option<&Path>) -> anyhow::Result<bool> {
+    let Some(path) = path else { return Ok(false) };
+    write_svmlight(p, path)
+        .map_err(|e| anyhow::anyhow!("cannot write the problem to {}: {e}", path.display()))?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "problem": path.display().to_string(),
+            "samples": p.rows(),
+            "features": p.cols.len(),
+            "lambda": p.lambda,
+            "l2": p.l2,
+        })
+    );
+    Ok(true)
 }
 
 /// The indices of the nonzero coefficients, for problems of at most 1000 features.
@@ -455,6 +591,43 @@ pub struct LassoResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_svmlight_file_holds_the_problem_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.svm");
+        let mut p = synthetic(50, 40, 0.1, 3);
+        // One dense column, to check that dense columns come back dense.
+        p.cols[5] = Column {
+            rows: Vec::new(),
+            vals: (0..50).map(|i| i as f64 / 7.0 + 0.1).collect(),
+        };
+        write_svmlight(&p, &path).unwrap();
+        let q = load(Some(&path), 0, 0, 0.0, 0, 20.0, 0.0).unwrap();
+        assert_eq!(q.y, p.y);
+        assert_eq!(q.cols, p.cols);
+        assert_eq!(q.lambda, p.clone().with_ratio(20.0).lambda);
+    }
+
+    #[test]
+    fn a_malformed_svmlight_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, says) in [
+            ("1 1:2 3:4\n2 2:x\n", "line 2: the value \"x\""),
+            ("1 0:2\n", "line 1: feature index 0"),
+            ("1 3:2 2:1\n", "line 1: feature index 2 after 3"),
+            ("one 1:2\n", "line 1: the target \"one\""),
+            ("1 7\n", "line 1: \"7\" is not index:value"),
+        ] {
+            let path = dir.path().join("bad.svm");
+            std::fs::write(&path, text).unwrap();
+            let err = load_svmlight(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("bad.svm") && err.contains(says),
+                "{text:?}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn the_gap_closes_and_the_support_is_sparse() {

@@ -32,6 +32,9 @@ fn main() -> Result<()> {
         args.ratio,
         args.l2,
     )?;
+    if lasso::write_problem_if_asked(&p, args.write_problem.as_deref())? {
+        return Ok(());
+    }
     ensure!(!p.cols.is_empty(), "no features");
     let order = match args.order {
         OrderArg::Priority => OrderArg::Cyclic,

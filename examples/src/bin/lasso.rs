@@ -156,6 +156,9 @@ fn main() -> Result<()> {
         args.ratio,
         args.l2,
     )?;
+    if lasso::write_problem_if_asked(&p, args.write_problem.as_deref())? {
+        return Ok(());
+    }
     ensure!(!p.cols.is_empty(), "no features");
     eprintln!(
         "lasso [{STRADS}]: {} ({} samples, {} features, {} values), λ = {:.6}, {} order, \
