@@ -211,8 +211,8 @@ pub struct LassoArgs {
     #[arg(long)]
     pub round: Option<usize>,
 
-    /// η of the priority order, `(Δβ_j)² + η` (default: set by the scheduler from the
-    /// first sweep's changes).
+    /// η of the priority order, `(Δβ_j)² + η` (default: a tenth of the mean squared change,
+    /// round by round).
     #[arg(long)]
     pub eta: Option<f64>,
 

@@ -83,11 +83,16 @@ fn read_as_f64<T: Copy + Into<f64>>(ptr: *const u8, i: usize) -> f64 {
 }
 
 impl Priority {
-    /// STRADS's priority: index `j` is drawn with probability proportional to
-    /// `(Δ table[j])² + η`, where Δ is the change of `table[j]` the last time `j` ran
-    /// (for Lasso, `table` is the coefficient vector β). Until every index has run once,
-    /// rounds take the indices in order (a first sweep); η defaults to 10⁻⁴ × the mean
-    /// squared change of that sweep ([`Dynamic::eta`] sets it).
+    /// STRADS's priority: index `j` weighs `(Δ table[j])² + η`, where Δ is the change of
+    /// `table[j]` the last time `j` ran (for Lasso, `table` is the coefficient vector β).
+    /// Until every index has run once, rounds take the indices in order (a first sweep).
+    /// Then a round of `m` indices draws each index with probability
+    /// `min(1, m × weight / total weight)`: as if `m` indices were drawn in proportion to
+    /// weight and repeats dropped, so an index whose weight exceeds `1/m` of the total runs
+    /// in every round, and a round may hold fewer than `m` indices when a few weigh most.
+    /// η defaults to a tenth of the mean squared change, recomputed every round, so that
+    /// about one draw in eleven goes to indices that did not change (and may need to);
+    /// [`Dynamic::eta`] fixes it instead.
     ///
     /// The body must use `table`, and `table[j]` must exist for every index `j`.
     pub fn change<T: Element + Copy + Into<f64>>(table: &DVector<T>) -> Self {
@@ -303,8 +308,9 @@ impl Dynamic {
         self.with(|c| c.updates = Some(updates))
     }
 
-    /// η of [`Priority::change`]: the weight every index keeps however small its last
-    /// change, so that every index is drawn now and then.
+    /// Fixes η of [`Priority::change`] and [`Priority::by`]: the weight every index keeps
+    /// however small its last change, so that every index is drawn now and then (by
+    /// default η follows the priorities: a tenth of their mean, round by round).
     pub fn eta(self, eta: f64) -> Self {
         self.with(|c| c.eta = Some(eta.max(0.0)))
     }
@@ -373,17 +379,16 @@ pub(crate) struct Scheduler {
     /// Per task, the number of the round that last considered it (for draws).
     seen: Vec<u64>,
     rounds: u64,
-    prio: Fenwick,
+    prio: Weights,
     /// Whether every task has run once (the first sweep of [`Priority::change`] is in
     /// order).
     swept: bool,
-    sweep_sum: f64,
-    eta: f64,
+    eta: Eta,
     cursor: usize,
     deferred: std::collections::VecDeque<u32>,
     rng: ChaCha8Rng,
-    /// Indices drawn this round, with their weights (restored when it ends).
-    drawn: Vec<(u32, f64)>,
+    /// The candidates of a batch, in index order.
+    batch: Vec<u32>,
     /// Before-values of the priority table for the round's tasks.
     pub before: Vec<f64>,
 }
@@ -456,15 +461,17 @@ impl Scheduler {
             groups: Vec::new(),
             seen: vec![u64::MAX; n],
             rounds: 0,
-            prio: Fenwick::new(n, 1.0),
+            prio: Weights::new(n),
             swept: false,
-            sweep_sum: 0.0,
-            eta: config.eta.unwrap_or(0.0),
+            eta: match config.eta {
+                Some(eta) => Eta::Fixed(eta),
+                None => Eta::Share(DEFAULT_ETA_SHARE),
+            },
             cursor: 0,
             deferred: Default::default(),
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             before: Vec::new(),
-            drawn: Vec::new(),
+            batch: Vec::new(),
         }
     }
 
@@ -509,71 +516,94 @@ impl Scheduler {
         let mut deferred = 0u64;
         let mut considered = 0usize;
         let mut taken = 0usize;
+        let mut batch = std::mem::take(&mut self.batch);
         // Tasks a round set aside go first in the next.
-        let mut from_deferred = self.deferred.len();
+        let mut first = true;
         while taken < want && considered < limit {
-            let t = if from_deferred > 0 {
-                from_deferred -= 1;
-                self.deferred.pop_front().expect("counted")
-            } else if let Some(wraps) = in_order {
-                if !wraps && self.cursor >= self.n {
-                    break;
-                }
-                let t = (self.cursor % self.n) as u32;
-                self.cursor = if wraps {
-                    (self.cursor + 1) % self.n
-                } else {
-                    self.cursor + 1
-                };
-                t
-            } else {
-                match &config.priority.kind {
-                    PriorityKind::Uniform => self.rng.gen_range(0..self.n) as u32,
-                    _ => {
-                        // Without replacement: a drawn index weighs nothing until the
-                        // round ends.
-                        let t = self.prio.draw(&mut self.rng);
-                        self.drawn.push((t as u32, self.prio.vals[t]));
-                        self.prio.set(t, 0.0);
-                        t as u32
+            batch.clear();
+            let more = (want - taken).min(limit - considered);
+            if first {
+                while batch.len() < more {
+                    let Some(t) = self.deferred.pop_front() else {
+                        break;
+                    };
+                    if self.seen[t as usize] != self.rounds {
+                        self.seen[t as usize] = self.rounds;
+                        batch.push(t);
                     }
                 }
-            };
-            considered += 1;
-            if self.seen[t as usize] == self.rounds {
-                if in_order.is_some() {
-                    // Met again within the round (a short range): run it next round.
-                    self.deferred.push_back(t);
-                    break;
-                }
-                continue;
+                first = false;
             }
-            self.seen[t as usize] = self.rounds;
-            let group = match groups {
-                1 => Some(0),
-                _ => self.group_for(t, &config.depends, share, cap),
-            };
-            match group {
-                Some(g) => {
-                    self.filling = g;
-                    self.take(t, g, groups > 1, &config.depends);
-                    taken += 1;
+            let from = batch.len();
+            match in_order {
+                Some(wraps) => {
+                    while batch.len() < more {
+                        if !wraps && self.cursor >= self.n {
+                            break;
+                        }
+                        let t = (self.cursor % self.n) as u32;
+                        if self.seen[t as usize] == self.rounds {
+                            // Met again within the round (a short range): next round.
+                            break;
+                        }
+                        self.cursor = match wraps {
+                            true => (self.cursor + 1) % self.n,
+                            false => self.cursor + 1,
+                        };
+                        self.seen[t as usize] = self.rounds;
+                        batch.push(t);
+                    }
                 }
                 None => {
-                    // Set aside for the next round, which takes it first (as STRADS does).
-                    deferred += 1;
-                    self.deferred.push_back(t);
+                    let eta = match &config.priority.kind {
+                        PriorityKind::Uniform => Eta::Uniform,
+                        _ => self.eta,
+                    };
+                    self.prio.draw(
+                        more - from,
+                        eta,
+                        &mut self.rng,
+                        &mut self.seen,
+                        self.rounds,
+                        &mut batch,
+                    );
+                    // In index order: neighbours (often dependent) fill one group, and
+                    // tables laid out by index are read with fewer cache misses.
+                    batch[from..].sort_unstable();
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            for &t in &batch {
+                considered += 1;
+                let group = match groups {
+                    1 => Some(0),
+                    _ => self.group_for(t, &config.depends, share, cap),
+                };
+                match group {
+                    Some(g) => {
+                        self.filling = g;
+                        self.take(t, g, groups > 1, &config.depends);
+                        taken += 1;
+                    }
+                    None => {
+                        // Set aside for the next round, which takes it first (as STRADS
+                        // does).
+                        deferred += 1;
+                        self.deferred.push_back(t);
+                    }
                 }
             }
         }
+        self.batch = batch;
         self.clear_marks();
-        for (t, w) in self.drawn.drain(..) {
-            self.prio.set(t as usize, w);
-        }
         self.groups.clear();
         for m in &mut self.members {
             // In index order: tables laid out by index are read with fewer cache misses.
-            m.sort_unstable();
+            if !m.is_sorted() {
+                m.sort_unstable();
+            }
             let from = self.round.len();
             self.round.extend_from_slice(m);
             self.groups.push(from..self.round.len());
@@ -685,7 +715,6 @@ impl Scheduler {
         let PriorityKind::Change { score, .. } = &config.priority.kind else {
             return;
         };
-        let in_sweep = !self.swept;
         for (i, &t) in self.round.iter().enumerate() {
             let (b, a) = (self.before[i], after[i]);
             let w = match score {
@@ -693,113 +722,180 @@ impl Scheduler {
                 None => (a - b) * (a - b),
             };
             let w = if w.is_finite() { w.max(0.0) } else { 0.0 };
-            if in_sweep {
-                self.sweep_sum += w;
-            }
-            self.prio.set(t as usize, w + self.eta);
+            self.prio.set(t as usize, w);
         }
-        if in_sweep && self.cursor >= self.n && self.deferred.is_empty() {
+        if !self.swept && self.cursor >= self.n && self.deferred.is_empty() {
             self.swept = true;
-            if config.eta.is_none() {
-                // η relative to the first sweep's changes; every weight gets it.
-                self.eta = 1e-4 * self.sweep_sum / self.n as f64;
-                if self.eta == 0.0 {
-                    self.eta = f64::MIN_POSITIVE;
+        }
+    }
+}
+
+/// Per index a score ≥ 0 (its weight is score + η), with the indices of positive score
+/// listed, so that a whole round is drawn at once at a cost that grows with the listed
+/// indices and the round, not with the range.
+struct Weights {
+    score: Vec<f64>,
+    /// Where each index is in `listed` (`NOT_LISTED` for a score of 0).
+    at: Vec<u32>,
+    listed: Vec<u32>,
+}
+
+const NOT_LISTED: u32 = u32::MAX;
+
+/// How the weight η of indices whose last change was 0 is set.
+#[derive(Clone, Copy, Debug)]
+enum Eta {
+    /// Every index weighs the same.
+    Uniform,
+    /// [`Dynamic::eta`].
+    Fixed(f64),
+    /// This share of the mean score, round by round.
+    Share(f64),
+}
+
+/// η by default, as a share of the mean score: indices whose last change was 0 keep a
+/// tenth of the mean weight, so about one draw in eleven explores.
+const DEFAULT_ETA_SHARE: f64 = 0.1;
+
+impl Weights {
+    fn new(n: usize) -> Self {
+        Weights {
+            score: vec![0.0; n],
+            at: vec![NOT_LISTED; n],
+            listed: Vec::new(),
+        }
+    }
+
+    fn set(&mut self, i: usize, score: f64) {
+        self.score[i] = score;
+        match (score > 0.0, self.at[i]) {
+            (true, NOT_LISTED) => {
+                self.at[i] = self.listed.len() as u32;
+                self.listed.push(i as u32);
+            }
+            (false, at) if at != NOT_LISTED => {
+                let last = *self.listed.last().expect("listed");
+                self.listed.swap_remove(at as usize);
+                if last as usize != i {
+                    self.at[last as usize] = at;
                 }
-                self.prio.add_all(self.eta);
+                self.at[i] = NOT_LISTED;
             }
+            _ => {}
         }
     }
-}
 
-/// Weights with sums over prefixes (a Fenwick tree), for draws in proportion to weight.
-struct Fenwick {
-    tree: Vec<f64>,
-    vals: Vec<f64>,
-    /// Updates since the tree was last rebuilt (rounding drift).
-    updates: usize,
-}
-
-impl Fenwick {
-    fn new(n: usize, value: f64) -> Self {
-        let mut f = Fenwick {
-            tree: vec![0.0; n + 1],
-            vals: vec![value; n],
-            updates: 0,
+    /// Draws about `m` indices not yet `seen` in this `round` (marking them): index `i`
+    /// with probability `min(1, m wᵢ / W)` of its weight `wᵢ = scoreᵢ + η` over the total
+    /// `W`, as if `m` indices were drawn in proportion to weight and repeats dropped.
+    /// Listed indices are drawn systematically (one random offset), the others (weight
+    /// η) uniformly.
+    fn draw(
+        &self,
+        m: usize,
+        eta: Eta,
+        rng: &mut ChaCha8Rng,
+        seen: &mut [u64],
+        round: u64,
+        out: &mut Vec<u32>,
+    ) {
+        let n = self.score.len();
+        if m == 0 || n == 0 {
+            return;
+        }
+        let fresh = |i: u32, seen: &[u64]| seen[i as usize] != round;
+        let (listed, scores): (&[u32], f64) = match eta {
+            Eta::Uniform => (&[], 0.0),
+            _ => (
+                &self.listed,
+                self.listed
+                    .iter()
+                    .filter(|&&i| fresh(i, seen))
+                    .map(|&i| self.score[i as usize])
+                    .sum(),
+            ),
         };
-        f.rebuild();
-        f
-    }
-
-    fn rebuild(&mut self) {
-        let n = self.vals.len();
-        self.tree.iter_mut().for_each(|t| *t = 0.0);
-        for i in 0..n {
-            let j = i + 1;
-            self.tree[j] += self.vals[i];
-            let parent = j + (j & j.wrapping_neg());
-            if parent <= n {
-                self.tree[parent] += self.tree[j];
+        let unlisted = n - listed.len();
+        let eta = match eta {
+            Eta::Uniform => 1.0,
+            Eta::Fixed(eta) => eta,
+            Eta::Share(share) => share * scores / n as f64,
+        };
+        let total = scores + eta * n as f64;
+        if !(total > 0.0 && total.is_finite()) {
+            // Every weight is 0 (or one is not finite): uniform.
+            return Self::draw_uniform(n, m, rng, seen, round, out, |_| true);
+        }
+        let scale = m as f64 / total;
+        // Listed indices, systematically: one offset, then every time the running sum of
+        // probabilities passes an integer.
+        let mut acc: f64 = rng.gen();
+        for &i in listed {
+            if fresh(i, seen) {
+                acc += ((eta + self.score[i as usize]) * scale).min(1.0);
+                if acc >= 1.0 {
+                    acc -= 1.0;
+                    seen[i as usize] = round;
+                    out.push(i);
+                }
             }
         }
-        self.updates = 0;
+        // Unlisted indices: each with probability η m / W.
+        let expect = unlisted as f64 * (eta * scale).min(1.0);
+        let mut k = expect.floor() as usize;
+        if rng.gen::<f64>() < expect - k as f64 {
+            k += 1;
+        }
+        let at = &self.at;
+        let all = listed.is_empty();
+        Self::draw_uniform(unlisted, k, rng, seen, round, out, |i| {
+            all || at[i] == NOT_LISTED
+        });
     }
 
-    fn set(&mut self, i: usize, value: f64) {
-        let delta = value - self.vals[i];
-        self.vals[i] = value;
-        let mut j = i + 1;
-        while j < self.tree.len() {
-            self.tree[j] += delta;
-            j += j & j.wrapping_neg();
+    /// Draws `k` of the `pool` indices `i < n` for which `eligible(i)` holds, not yet
+    /// seen in this round, uniformly (marking them).
+    fn draw_uniform(
+        pool: usize,
+        k: usize,
+        rng: &mut ChaCha8Rng,
+        seen: &mut [u64],
+        round: u64,
+        out: &mut Vec<u32>,
+        eligible: impl Fn(usize) -> bool,
+    ) {
+        let n = seen.len();
+        if k == 0 || pool == 0 {
+            return;
         }
-        self.updates += 1;
-        if self.updates > self.vals.len() {
-            self.rebuild();
-        }
-    }
-
-    fn add_all(&mut self, value: f64) {
-        self.vals.iter_mut().for_each(|v| *v += value);
-        self.rebuild();
-    }
-
-    fn total(&self) -> f64 {
-        let mut j = self.vals.len();
-        let mut s = 0.0;
-        while j > 0 {
-            s += self.tree[j];
-            j -= j & j.wrapping_neg();
-        }
-        s
-    }
-
-    /// An index drawn with probability proportional to its weight (uniform when every
-    /// weight is 0).
-    fn draw(&self, rng: &mut ChaCha8Rng) -> usize {
-        let n = self.vals.len();
-        let total = self.total();
-        if total <= 0.0 || !total.is_finite() {
-            return rng.gen_range(0..n);
-        }
-        let mut u = rng.gen::<f64>() * total;
-        let mut pos = 0;
-        let mut step = n.next_power_of_two();
-        while step > 0 {
-            let next = pos + step;
-            if next <= n && self.tree[next] <= u {
-                u -= self.tree[next];
-                pos = next;
+        let fresh = |i: usize, seen: &[u64]| seen[i] != round && eligible(i);
+        if k * 4 <= pool {
+            // Few: draw and reject the ineligible or seen (bounded tries).
+            let (mut got, mut tries) = (0, 0usize);
+            while got < k && tries < 64 * k + 1024 {
+                tries += 1;
+                let i = rng.gen_range(0..n);
+                if fresh(i, seen) {
+                    seen[i] = round;
+                    out.push(i as u32);
+                    got += 1;
+                }
             }
-            step >>= 1;
+        } else {
+            // Many: one pass, systematically.
+            let p = (k as f64 / pool as f64).min(1.0);
+            let mut acc: f64 = rng.gen();
+            for i in 0..n {
+                if fresh(i, seen) {
+                    acc += p;
+                    if acc >= 1.0 {
+                        acc -= 1.0;
+                        seen[i] = round;
+                        out.push(i as u32);
+                    }
+                }
+            }
         }
-        // `pos` weights sum to at most u; the drawn index is the next one (rounding may
-        // carry past the end, or onto a weight of 0).
-        let mut i = pos.min(n - 1);
-        while self.vals[i] <= 0.0 && i > 0 {
-            i -= 1;
-        }
-        i
     }
 }
 
@@ -807,28 +903,85 @@ impl Fenwick {
 mod tests {
     use super::*;
 
-    #[test]
-    fn draws_follow_the_weights() {
-        let mut f = Fenwick::new(5, 0.0);
-        f.set(1, 1.0);
-        f.set(3, 3.0);
+    fn draw_many(w: &Weights, m: usize, eta: Eta, times: usize) -> (Vec<usize>, usize) {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let mut counts = [0usize; 5];
-        for _ in 0..40_000 {
-            counts[f.draw(&mut rng)] += 1;
+        let mut seen = vec![u64::MAX; w.score.len()];
+        let mut counts = vec![0usize; w.score.len()];
+        let mut out = Vec::new();
+        let mut drawn = 0;
+        for round in 0..times as u64 {
+            out.clear();
+            w.draw(m, eta, &mut rng, &mut seen, round, &mut out);
+            let mut sorted = out.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), out.len(), "an index drawn twice in one round");
+            drawn += out.len();
+            for &i in &out {
+                counts[i as usize] += 1;
+            }
         }
-        assert_eq!(counts[0] + counts[2] + counts[4], 0, "{counts:?}");
-        let share = counts[3] as f64 / 40_000.0;
-        assert!((share - 0.75).abs() < 0.02, "{counts:?}");
+        (counts, drawn)
     }
 
     #[test]
-    fn the_tree_sums_after_many_updates() {
-        let mut f = Fenwick::new(100, 1.0);
-        for i in 0..1000 {
-            f.set(i % 100, (i % 7) as f64);
+    fn draws_follow_the_weights_and_heavy_indices_are_certain() {
+        // 1000 indices of weight η = 1 but one of 500 (certain in a round of 10) and one
+        // of 2: W = 1500, so each index i is drawn with probability min(1, 10 wᵢ / 1500).
+        let mut w = Weights::new(1000);
+        w.set(3, 499.0);
+        w.set(7, 1.0);
+        w.set(9, 5.0);
+        w.set(9, 0.0); // unlisted again
+        let times = 20_000;
+        let (counts, drawn) = draw_many(&w, 10, Eta::Fixed(1.0), times);
+        assert_eq!(counts[3], times, "the heavy index is in every round");
+        let per_round = drawn as f64 / times as f64;
+        let expect = 1.0 + 20.0 / 1500.0 + 998.0 * 10.0 / 1500.0;
+        assert!(
+            (per_round - expect).abs() < 0.05,
+            "{per_round} per round, not {expect}"
+        );
+        let light: f64 = counts
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != 3 && i != 7)
+            .map(|(_, &c)| c as f64)
+            .sum::<f64>()
+            / 998.0;
+        assert!(
+            (light / times as f64 - 10.0 / 1500.0).abs() < 0.0005,
+            "{light}"
+        );
+        let ratio = counts[7] as f64 / light;
+        assert!(
+            (ratio - 2.0).abs() < 0.5,
+            "weight 2 drawn {ratio}× as often as weight 1"
+        );
+    }
+
+    #[test]
+    fn uniform_draws_cover_the_range_evenly_and_whole_rounds_take_everything() {
+        let w = Weights::new(100);
+        let (counts, drawn) = draw_many(&w, 30, Eta::Uniform, 2000);
+        assert!((drawn as f64 / 2000.0 - 30.0).abs() < 0.5);
+        assert!(
+            counts.iter().all(|&c| (450..750).contains(&c)),
+            "{counts:?}"
+        );
+        let (counts, _) = draw_many(&w, 100, Eta::Fixed(1e-3), 3);
+        assert!(counts.iter().all(|&c| c == 3), "{counts:?}");
+    }
+
+    #[test]
+    fn with_eta_zero_only_listed_indices_are_drawn() {
+        let mut w = Weights::new(50);
+        for i in [1, 4, 9] {
+            w.set(i, 1.0);
         }
-        let want: f64 = f.vals.iter().sum();
-        assert!((f.total() - want).abs() < 1e-9);
+        let (counts, _) = draw_many(&w, 10, Eta::Fixed(0.0), 10);
+        for (i, c) in counts.iter().enumerate() {
+            assert_eq!(*c, if [1, 4, 9].contains(&i) { 10 } else { 0 }, "{i}");
+        }
     }
 }
