@@ -283,6 +283,85 @@ fn a_written_table_shared_by_indices_stays_serializable_on_several_workers() {
     assert!(stats.rounds >= 5 * n as u64 / 32, "{stats:?}");
 }
 
+#[test]
+fn relaxed_sums_lose_no_change_on_several_workers_key_by_key_or_whole() {
+    // Each index adds 1 to one element of a relaxed sum: a long table (rounds touch few of
+    // its keys, merged key by key) and a short one (merged whole). From the second call
+    // on, the long table's key moves away from the one reconnaissance saw: a change at an
+    // unforeseen key still arrives, at the end of the call at the latest.
+    let n = 400;
+    let long = DVector::from_vec(vec![0.0f64; 50_000])
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let short = DVector::from_vec(vec![0.0f64; 4])
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let shift = DVector::from_vec(vec![0usize; 1]).unwrap();
+    let schedule = Dynamic::new(Priority::uniform()).round(16);
+    for call in 0..4 {
+        shift.set(0, call * 7).unwrap();
+        async_for!(
+            0..n,
+            |k| {
+                long[(k * 97 + shift[0]) % 50_000] += 1.0;
+                short[k % 4] += 1.0;
+            },
+            Opts::new().threads(2).dynamic(schedule.clone())
+        )
+        .unwrap();
+        let updates = schedule.stats().updates as f64;
+        assert_eq!(
+            long.to_vec().unwrap().iter().sum::<f64>(),
+            updates,
+            "call {call}"
+        );
+        assert_eq!(
+            short.to_vec().unwrap().iter().sum::<f64>(),
+            updates,
+            "call {call}"
+        );
+    }
+}
+
+#[test]
+fn a_panicking_index_on_several_workers_is_an_error_and_the_loop_runs_again() {
+    let n = 300;
+    let hits = DVector::from_vec(vec![0u32; n]).unwrap();
+    let bad = DVector::from_vec(vec![false; n]).unwrap();
+    let schedule = Dynamic::new(Priority::uniform()).round(20);
+    let call = || {
+        async_for!(
+            0..n,
+            |k| {
+                if bad[k] {
+                    panic!("index {k} is bad");
+                }
+                hits[k] += 1;
+            },
+            Opts::new().threads(2).dynamic(schedule.clone())
+        )
+    };
+    bad.set(123, true).unwrap();
+    let err = call().unwrap_err().to_string();
+    assert!(err.contains("index 123 is bad"), "{err}");
+    bad.set(123, false).unwrap();
+    let before = hits
+        .to_vec()
+        .unwrap()
+        .iter()
+        .map(|&h| u64::from(h))
+        .sum::<u64>();
+    call().unwrap();
+    // The call after the failed one runs its whole budget, every update counted once.
+    let after = hits
+        .to_vec()
+        .unwrap()
+        .iter()
+        .map(|&h| u64::from(h))
+        .sum::<u64>();
+    assert_eq!(after - before, n as u64);
+}
+
 /// Runs the relaxed Lasso loop until the objective stops moving, with the schedule
 /// `make` gives for the coefficients; returns the final objective, β and the figures.
 fn converge(

@@ -198,10 +198,21 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
     let mut setup = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let mut last = (f64::INFINITY, f64::INFINITY, 0);
+    let mut best = f64::INFINITY;
     for sweep in 1..=args.max_sweeps {
         call(&t, p, threads, &s)?;
         last = t.measure(p)?;
-        let gap = last.1;
+        let (objective, gap, _) = last;
+        // Coordinate descent never doubles its best objective unless parallel updates of
+        // coupled coordinates feed each other (rounds too large for this problem).
+        ensure!(
+            objective.is_finite() && objective <= 2.0 * best,
+            "the objective grew from {best:.6e} to {objective:.6e} after {sweep} calls: the \
+             parallel updates of a round diverge on this problem; run with a smaller --round \
+             (for example {}) or a lower --depends corr:R threshold",
+            (s.stats().updates / s.stats().rounds.max(1) / 8).max(threads as u64)
+        );
+        best = best.min(objective);
         progress(
             "lasso",
             STRADS,

@@ -38,6 +38,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -297,8 +298,15 @@ impl Dynamic {
         self.with(|c| c.depends = depends)
     }
 
-    /// Indices per round (default [`DEFAULT_ROUND_PER_WORKER`] × workers). Larger rounds
-    /// cost less to schedule; smaller ones follow the priorities more closely.
+    /// Indices per round at most (default [`DEFAULT_ROUND_PER_WORKER`] × workers). Larger
+    /// rounds cost less to schedule; smaller ones follow the priorities more closely and
+    /// keep the updates of relaxed tables closer to the serial program's.
+    ///
+    /// With several workers, a round's shares see each other's changes to relaxed tables
+    /// only after the round: on strongly coupled problems (many weakly correlated
+    /// coordinates all moving at once) too large a round makes coordinate descent
+    /// diverge, as parallel coordinate descent does with too many parallel updates. Take
+    /// a smaller round if the objective grows.
     pub fn round(self, indices: usize) -> Self {
         self.with(|c| c.round = Some(indices.max(1)))
     }
@@ -359,6 +367,8 @@ pub(crate) struct Scheduler {
     offsets: Vec<usize>,
     splits: Vec<usize>,
     keys: Vec<u64>,
+    /// Per task: whether another task touches one of its written-table elements.
+    shared: Vec<bool>,
     /// Per slot and key: the groups of the round whose tasks touch the key (bit g).
     masks: Vec<Vec<u64>>,
     /// Keys with a mask this round, to clear.
@@ -389,9 +399,19 @@ pub(crate) struct Scheduler {
     rng: ChaCha8Rng,
     /// The candidates of a batch, in index order.
     batch: Vec<u32>,
+    /// Candidates drawn by priority for the coming rounds, in random order.
+    queue: std::collections::VecDeque<u32>,
+    /// Per task, the number of the draw that last took it; draws so far.
+    drew: Vec<u64>,
+    draws: u64,
+    drawn: Vec<u32>,
     /// Before-values of the priority table for the round's tasks.
     pub before: Vec<f64>,
 }
+
+/// With several workers, a draw by priority takes at least 1/`DRAW_SPAN` as many indices
+/// as have a priority (so that its pass over them costs a few steps per index drawn).
+const DRAW_SPAN: usize = 4;
 
 /// A slot's key: a slot below 2^16, a key below 2^48.
 const KEY_BITS: u32 = 48;
@@ -435,7 +455,7 @@ impl Scheduler {
             keys.extend_from_slice(&task);
             offsets.push(keys.len());
         }
-        let masks = modes
+        let mut masks: Vec<Vec<u64>> = modes
             .iter()
             .zip(lens)
             .map(|(m, &len)| match m {
@@ -443,10 +463,27 @@ impl Scheduler {
                 _ => vec![0; len],
             })
             .collect();
+        // Tasks whose written-table elements no other task touches (Lasso's β_j) never
+        // conflict: the scheduler need not look their keys up.
+        let hard = |t: usize| keys[offsets[t]..splits[t]].iter().map(|&k| split(k));
+        for t in 0..n {
+            for (slot, key) in hard(t) {
+                masks[slot][key] = masks[slot][key].saturating_add(1);
+            }
+        }
+        let shared = (0..n)
+            .map(|t| hard(t).any(|(slot, key)| masks[slot][key] > 1))
+            .collect();
+        for t in 0..n {
+            for (slot, key) in hard(t) {
+                masks[slot][key] = 0;
+            }
+        }
         Scheduler {
             key,
             modes,
             n,
+            shared,
             offsets,
             splits,
             keys,
@@ -472,6 +509,10 @@ impl Scheduler {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             before: Vec::new(),
             batch: Vec::new(),
+            queue: Default::default(),
+            drew: vec![u64::MAX; n],
+            draws: 0,
+            drawn: Vec::new(),
         }
     }
 
@@ -555,18 +596,7 @@ impl Scheduler {
                     }
                 }
                 None => {
-                    let eta = match &config.priority.kind {
-                        PriorityKind::Uniform => Eta::Uniform,
-                        _ => self.eta,
-                    };
-                    self.prio.draw(
-                        more - from,
-                        eta,
-                        &mut self.rng,
-                        &mut self.seen,
-                        self.rounds,
-                        &mut batch,
-                    );
+                    self.draw_by_priority(&mut batch, from, more, groups, config);
                     // In index order: neighbours (often dependent) fill one group, and
                     // tables laid out by index are read with fewer cache misses.
                     batch[from..].sort_unstable();
@@ -611,13 +641,72 @@ impl Scheduler {
         deferred
     }
 
+    /// Adds candidates drawn by priority to `batch` (which holds `from` of the round's
+    /// candidates so far) until it holds `more`, or fewer if the draw gives fewer.
+    fn draw_by_priority(
+        &mut self,
+        batch: &mut Vec<u32>,
+        from: usize,
+        more: usize,
+        groups: usize,
+        config: &Config,
+    ) {
+        let eta = match &config.priority.kind {
+            PriorityKind::Uniform => Eta::Uniform,
+            _ => self.eta,
+        };
+        let need = more - from;
+        if groups == 1 {
+            // One worker: the round's draw is no time others wait for.
+            self.prio
+                .draw(need, eta, &mut self.rng, &mut self.seen, self.rounds, batch);
+        } else if self.queue.len() < need {
+            // A draw costs a pass over the indices with a priority, time the
+            // other workers wait: draw for several rounds at once when they
+            // are many (the later rounds use priorities a few rounds old, as
+            // STRADS's pipelined scheduler does), in random order.
+            let target = need.max(self.prio.listed.len() / DRAW_SPAN);
+            self.draws += 1;
+            // Not the round's tasks so far, nor those waiting in the queue.
+            let draw = self.draws;
+            let taken = self.members.iter().flatten().chain(&batch[..from]);
+            for &t in taken.chain(&self.queue) {
+                self.drew[t as usize] = draw;
+            }
+            let mut drawn = std::mem::take(&mut self.drawn);
+            drawn.clear();
+            self.prio.draw(
+                target,
+                eta,
+                &mut self.rng,
+                &mut self.drew,
+                self.draws,
+                &mut drawn,
+            );
+            drawn.shuffle(&mut self.rng);
+            self.queue.extend(drawn.iter().copied());
+            self.drawn = drawn;
+        }
+        while batch.len() < more {
+            let Some(t) = self.queue.pop_front() else {
+                break;
+            };
+            if self.seen[t as usize] != self.rounds {
+                self.seen[t as usize] = self.rounds;
+                batch.push(t);
+            }
+        }
+    }
+
     /// The group candidate `t` must join, or `None` when it depends on two groups or on a
     /// full one.
     fn group_for(&self, t: u32, depends: &Depends, share: usize, cap: usize) -> Option<usize> {
         let mut hard = 0u64;
-        for &k in self.hard_keys(t) {
-            let (slot, key) = split(k);
-            hard |= self.masks[slot][key];
+        if self.shared[t as usize] {
+            for &k in self.hard_keys(t) {
+                let (slot, key) = split(k);
+                hard |= self.masks[slot][key];
+            }
         }
         let soft = match &depends.kind {
             DependsKind::None => 0,
@@ -668,6 +757,11 @@ impl Scheduler {
         if !mark {
             return;
         }
+        // No other task looks up unshared keys.
+        let from = match self.shared[t as usize] {
+            true => from,
+            false => self.splits[t as usize],
+        };
         // Elements of relaxed tables matter to the overlap test only.
         let to = match depends.kind {
             DependsKind::Overlap(_) => to,
@@ -702,6 +796,19 @@ impl Scheduler {
             self.masks[slot][key] = 0;
         }
         self.marked.clear();
+    }
+
+    /// The keys of relaxed tables task `t` touches: `(slot, key)`.
+    pub fn relaxed_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.soft_keys(t).iter().map(|&k| split(k))
+    }
+
+    /// The number of relaxed-table keys the round's tasks touch, counted once per task.
+    pub fn round_relaxed_keys(&self) -> usize {
+        self.round
+            .iter()
+            .map(|&t| self.offsets[t as usize + 1] - self.splits[t as usize])
+            .sum()
     }
 
     /// The keys of written (non-relaxed) tables task `t` touches: `(slot, key)`.

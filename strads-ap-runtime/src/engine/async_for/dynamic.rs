@@ -6,24 +6,34 @@
 //! choice from the first call's reconnaissance; the round is cut into one group per
 //! worker share, each key of a written table tagged with the group of the task that
 //! touches it, so that views refuse any access the reconnaissance did not foresee.
-//! Relaxed tables are per-worker replicas made at the start of the round and pushed as
-//! each group ends. One worker in a world of one runs the rounds in order on the tables
-//! directly.
+//! Relaxed tables are per-worker replicas, equal to the tables at the start of each round:
+//! after its groups, each worker adds its replicas' changes to the tables (the keys its
+//! tasks touch, or whole replicas when a round touches about as many keys as the tables
+//! hold), and after a barrier refreshes its replicas where the round changed the tables.
+//!
+//! The workers stay on the call from its first round to its last, meeting at two
+//! spinning barriers per round; the first worker closes each round (priorities) and
+//! chooses the next while the others refresh. One worker in a world of one runs the
+//! rounds in order on the tables directly.
 //!
 //! [`Opts::dynamic`]: crate::Opts::dynamic
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::sync::{Mutex, RwLock};
 use std::time::Instant;
 
 use super::execute::{bind_worker, push_replicas};
 use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
+use crate::dds::table::Replica;
 use crate::engine::dynamic::{
-    Dynamic, PriorityKind, SchedKey, Scheduler, DEFAULT_ROUND_PER_WORKER,
+    Config, Dynamic, PriorityKind, SchedKey, Scheduler, State, DEFAULT_ROUND_PER_WORKER,
 };
 use crate::engine::pipeline::Ran;
 use crate::engine::reduce::SERIAL_UNIT;
+use crate::engine::registry::Registry;
 use crate::engine::{body_error, Base, CallSite, FirstError, Merges};
 use crate::error::{Error, Result};
 use crate::plan::{self, SlotMode};
@@ -67,47 +77,34 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     }
     let t0 = Instant::now();
     let threads = l.call.threads;
-    let want = config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * threads);
-    let budget = config.updates.unwrap_or(l.n);
-    let mut rounds = Rounds::new(l, bases, state.sched.as_ref().expect("made").modes.clone());
-    let mut done = 0usize;
-    let mut after = Vec::new();
-    let mut ran_rounds = 0usize;
-    while done < budget && l.n > 0 {
-        let sched = state.sched.as_mut().expect("made");
-        let deferred = sched.choose(want.min(budget - done), threads, &config);
-        if sched.round.is_empty() {
-            break;
+    let mut step = Step {
+        start: l.start,
+        n: l.n,
+        threads,
+        bases,
+        config: &config,
+        priority,
+        max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * threads),
+        budget: config.updates.unwrap_or(l.n),
+        done: 0,
+        after: Vec::new(),
+    };
+    let rounds = Rounds::new(l, bases, state.sched.as_ref().expect("made").modes.clone());
+    let ran_rounds = match threads {
+        1 => {
+            let mut ran = 0;
+            while step.choose(&mut state) {
+                rounds.run_lone(state.sched.as_ref().expect("made"));
+                ran += 1;
+                step.finish_round(&mut state);
+                if rounds.errors.failed() {
+                    break;
+                }
+            }
+            ran
         }
-        if let Some((slot, read)) = priority {
-            let base = bases[slot].ptr as *const u8;
-            let start = l.start;
-            let Scheduler { round, before, .. } = &mut *sched;
-            before.clear();
-            before.extend(round.iter().map(|&t| read(base, start + t as usize)));
-        }
-        rounds.run(sched, ran_rounds);
-        ran_rounds += 1;
-        done += sched.round.len();
-        if let Some((slot, read)) = priority {
-            let base = bases[slot].ptr as *const u8;
-            after.clear();
-            after.extend(
-                sched
-                    .round
-                    .iter()
-                    .map(|&t| read(base, l.start + t as usize)),
-            );
-            sched.update(&after, &config);
-        }
-        let n = sched.round.len() as u64;
-        state.stats.rounds += 1;
-        state.stats.updates += n;
-        state.stats.deferred += deferred;
-        if rounds.errors.failed() {
-            break;
-        }
-    }
+        _ => rounds.run_parallel(&mut step, &mut state),
+    };
     let modes = rounds.modes.clone();
     let outcome = rounds.finish();
     l.call.note(|f| {
@@ -124,6 +121,66 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     }
     drop(locked);
     Ok(Ran::new(outcome, written_slots(&modes)))
+}
+
+/// What choosing and closing a round needs, besides the scheduler's state.
+struct Step<'s> {
+    /// The loop's first index, its number of indices, and the call's workers.
+    start: usize,
+    n: usize,
+    threads: usize,
+    bases: &'s [Base],
+    config: &'s Config,
+    priority: Option<(usize, ReadF64)>,
+    /// Indices per round at most.
+    max: usize,
+    /// Indices this call runs.
+    budget: usize,
+    done: usize,
+    after: Vec<f64>,
+}
+
+impl Step<'_> {
+    /// Chooses the next round into the scheduler (and the priority's before-values);
+    /// false when the call's budget is spent or nothing is left to run.
+    fn choose(&mut self, state: &mut State) -> bool {
+        if self.done >= self.budget || self.n == 0 {
+            return false;
+        }
+        let (threads, want) = (self.threads, self.max);
+        let sched = state.sched.as_mut().expect("made");
+        let deferred = sched.choose(want.min(self.budget - self.done), threads, self.config);
+        state.stats.deferred += deferred;
+        if sched.round.is_empty() {
+            return false;
+        }
+        if let Some((slot, read)) = self.priority {
+            let base = self.bases[slot].ptr as *const u8;
+            let start = self.start;
+            let Scheduler { round, before, .. } = sched;
+            before.clear();
+            before.extend(round.iter().map(|&t| read(base, start + t as usize)));
+        }
+        true
+    }
+
+    /// After the round the scheduler holds has run: priorities, the pace, the counts.
+    fn finish_round(&mut self, state: &mut State) {
+        let sched = state.sched.as_mut().expect("made");
+        let tasks = sched.round.len();
+        self.done += tasks;
+        state.stats.rounds += 1;
+        state.stats.updates += tasks as u64;
+        let Some((slot, read)) = self.priority else {
+            return;
+        };
+        let base = self.bases[slot].ptr as *const u8;
+        let start = self.start;
+        self.after.clear();
+        self.after
+            .extend(sched.round.iter().map(|&t| read(base, start + t as usize)));
+        sched.update(&self.after, self.config);
+    }
 }
 
 /// The captured slot of the priority's table and how to read it, checked against the
@@ -172,16 +229,30 @@ struct Rounds<'r, 'c, 'a, Task, I> {
     l: &'r Loop<'c, 'a, Task, I>,
     bases: &'r [Base],
     modes: Vec<SlotMode>,
-    /// Per written (checked) slot, the group allowed each key in the round being run.
-    tags: Vec<Vec<u32>>,
+    /// Per written (checked) slot, the group allowed each key in the round being run
+    /// (written by the scheduling worker between rounds, read by views during them).
+    tags: Vec<Vec<AtomicU32>>,
     /// One worker in a world of one: the rounds run in order on the tables.
     lone: Option<ExecCtx>,
     merges: Merges,
     errors: FirstError,
-    /// The round's groups: ranges of positions in the round.
-    groups: Vec<std::ops::Range<usize>>,
     /// Nanoseconds the workers spent in the body, summed over the workers.
     busy: AtomicU64,
+}
+
+/// A round as the workers see it: its tasks, its groups, and how relaxed replicas are
+/// merged after it.
+#[derive(Default)]
+struct Published {
+    round: Vec<u32>,
+    groups: Vec<std::ops::Range<usize>>,
+    /// Per group, the relaxed keys its tasks touch (empty when merges are dense).
+    keys: Vec<Vec<(usize, usize)>>,
+    /// Whether replicas are merged whole (the round touches about as many keys as the
+    /// relaxed tables hold) or key by key.
+    dense: bool,
+    /// No round: the workers stop.
+    stop: bool,
 }
 
 impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
@@ -197,7 +268,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                 .iter()
                 .zip(bases)
                 .map(|(m, b)| match m {
-                    SlotMode::Checked => vec![UNTOUCHED; b.len],
+                    SlotMode::Checked => (0..b.len).map(|_| AtomicU32::new(UNTOUCHED)).collect(),
                     _ => Vec::new(),
                 })
                 .collect(),
@@ -210,49 +281,34 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
             lone,
             merges: Merges::default(),
             errors: FirstError::new(),
-            groups: Vec::new(),
             busy: AtomicU64::new(0),
         }
     }
 
-    /// Runs the scheduler's current round (the `number`th of the call).
-    fn run(&mut self, sched: &Scheduler, number: usize) {
+    /// Runs the scheduler's current round on the one worker, in order on the tables.
+    fn run_lone(&self, sched: &Scheduler) {
         let (site, start, task) = (self.l.call.site, self.l.start, self.l.call.task());
-        let round = &sched.round[..];
-        if let Some(ctx) = &self.lone {
-            let body = match ctx.bindings.iter().all(Binding::is_direct) {
-                true => self.l.direct,
-                false => self.l.run,
-            };
-            let t0 = Instant::now();
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                body(task, ctx, Indices::list(start, round, ctx));
-            }));
-            self.busy.fetch_add(nanos(t0), Ordering::Relaxed);
-            if let Err(payload) = outcome {
-                self.errors.set(body_error(site, ctx.current(), payload));
-            }
-            return;
-        }
-        self.groups.clear();
-        for (g, range) in sched.groups.iter().enumerate() {
-            for &t in &round[range.clone()] {
-                for (slot, key) in sched.checked_keys(t) {
-                    self.tags[slot][key] = g as u32;
-                }
-            }
-            self.groups.push(range.clone());
-        }
-        self.run_groups(round, number);
-        for &t in round {
-            for (slot, key) in sched.checked_keys(t) {
-                self.tags[slot][key] = UNTOUCHED;
-            }
+        let ctx = self.lone.as_ref().expect("one worker");
+        let body = match ctx.bindings.iter().all(Binding::is_direct) {
+            true => self.l.direct,
+            false => self.l.run,
+        };
+        let t0 = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            body(task, ctx, Indices::list(start, &sched.round, ctx));
+        }));
+        self.busy.fetch_add(nanos(t0), Ordering::Relaxed);
+        if let Err(payload) = outcome {
+            self.errors.set(body_error(site, ctx.current(), payload));
         }
     }
 
-    /// Runs the round's groups on the workers.
-    fn run_groups(&self, round: &[u32], number: usize) {
+    /// Runs the call's rounds on its workers, which stay on the call from its first round
+    /// to its last: round by round, the workers run the round's groups, each adds its
+    /// relaxed replicas' changes to the tables, and after a barrier each refreshes its
+    /// replicas while the first worker also closes the round and chooses the next. Returns
+    /// the rounds run.
+    fn run_parallel(&self, step: &mut Step<'_>, state: &mut State) -> usize {
         let (site, start, task, run) = (
             self.l.call.site,
             self.l.start,
@@ -261,45 +317,100 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         );
         let registry = &self.l.call.registry;
         let (bases, modes, tags) = (self.bases, &self.modes[..], &self.tags);
-        let (groups, errors, merges, busy) = (&self.groups, &self.errors, &self.merges, &self.busy);
+        let (errors, merges, busy) = (&self.errors, &self.merges, &self.busy);
+        let threads = self.l.call.threads;
+        let published: [RwLock<Published>; 2] = Default::default();
+        if step.choose(state) {
+            let sched = state.sched.as_ref().expect("made");
+            publish(tags, modes, bases, sched, &mut published[0].write());
+        } else {
+            return 0;
+        }
+        // The scheduling worker's part: the step and the scheduler's state.
+        let coordinator = Mutex::new((step, state, 0usize));
+        let barrier = SpinBarrier::new(threads);
         let next = AtomicUsize::new(0);
+        let ids = AtomicUsize::new(0);
         let work = || {
+            let id = ids.fetch_add(1, Ordering::Relaxed);
             let (bindings, mut replicas) =
                 bind_worker(registry, bases, modes, merges, |slot, b| {
                     if modes[slot] == SlotMode::Checked {
-                        b.tags = tags[slot].as_ptr();
+                        b.tags = tags[slot].as_ptr() as *const u32;
                     }
                 });
             let mut ctx = ExecCtx::new(bindings);
-            loop {
-                let g = next.fetch_add(1, Ordering::Relaxed);
-                if g >= groups.len() || errors.failed() {
+            let mut mine: Vec<usize> = Vec::new();
+            for number in 0.. {
+                barrier.wait();
+                let p = published[number % 2].read();
+                if p.stop {
+                    // Changes at keys reconnaissance did not foresee (merged key by key,
+                    // none of them was) go in now.
+                    push_replicas(registry, bases, merges, &mut replicas);
                     break;
                 }
-                for (slot, b) in ctx.bindings.iter_mut().enumerate() {
-                    if modes[slot] == SlotMode::Checked {
-                        b.allowed = g as u32;
+                mine.clear();
+                loop {
+                    let g = next.fetch_add(1, Ordering::Relaxed);
+                    if g >= p.groups.len() || errors.failed() {
+                        break;
+                    }
+                    mine.push(g);
+                    for (slot, b) in ctx.bindings.iter_mut().enumerate() {
+                        if modes[slot] == SlotMode::Checked {
+                            b.allowed = g as u32;
+                        }
+                    }
+                    ctx.unit.set(1 + ((number as u64) << 20 | g as u64));
+                    let tasks = &p.round[p.groups[g].clone()];
+                    if tasks.is_empty() {
+                        continue;
+                    }
+                    let t0 = Instant::now();
+                    let outcome = catch_unwind(AssertUnwindSafe(|| {
+                        run(task, &ctx, Indices::list(start, tasks, &ctx));
+                    }));
+                    busy.fetch_add(nanos(t0), Ordering::Relaxed);
+                    if let Err(payload) = outcome {
+                        errors.set(body_error(site, ctx.current(), payload));
                     }
                 }
-                ctx.unit.set(1 + ((number as u64) << 20 | g as u64));
-                let tasks = &round[groups[g].clone()];
-                if tasks.is_empty() {
-                    continue;
+                // This worker's changes to relaxed tables go into the tables; after the
+                // barrier every worker's are in, and each refreshes its replicas.
+                push_mine(registry, bases, merges, &mut replicas, &p, &mine);
+                barrier.wait();
+                refresh(registry, bases, &mut replicas, &p);
+                if id == 0 {
+                    // Close this round and choose the next while the others refresh.
+                    let mut c = coordinator.lock();
+                    let (step, state, ran) = &mut *c;
+                    *ran += 1;
+                    let mut next_p = published[(number + 1) % 2].write();
+                    let outcome = catch_unwind(AssertUnwindSafe(|| {
+                        let sched = state.sched.as_ref().expect("made");
+                        untag(tags, sched, &p);
+                        step.finish_round(state);
+                        !errors.failed() && step.choose(state)
+                    }));
+                    match outcome {
+                        Ok(true) => {
+                            let sched = state.sched.as_ref().expect("made");
+                            publish(tags, modes, bases, sched, &mut next_p)
+                        }
+                        Ok(false) => next_p.stop = true,
+                        Err(payload) => {
+                            errors.set(body_error(site, start, payload));
+                            next_p.stop = true;
+                        }
+                    }
+                    next.store(0, Ordering::Relaxed);
                 }
-                let t0 = Instant::now();
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    run(task, &ctx, Indices::list(start, tasks, &ctx));
-                }));
-                busy.fetch_add(nanos(t0), Ordering::Relaxed);
-                if let Err(payload) = outcome {
-                    errors.set(body_error(site, ctx.current(), payload));
-                }
-                push_replicas(registry, bases, merges, &mut replicas);
             }
         };
-        let threads = self.l.call.threads;
         let pool = self.l.call.here.pool(threads);
-        pool.on_workers(threads.min(groups.len()), &work);
+        pool.on_workers(threads, &work);
+        coordinator.into_inner().2
     }
 
     fn finish(self) -> Result<()> {
@@ -308,6 +419,136 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
             f.busy += std::time::Duration::from_nanos(self.busy.load(Ordering::Relaxed));
         });
         self.errors.into_result()
+    }
+}
+
+/// Publishes the scheduler's current round into `p` and tags its written keys.
+fn publish(
+    tags: &[Vec<AtomicU32>],
+    modes: &[SlotMode],
+    bases: &[Base],
+    sched: &Scheduler,
+    p: &mut Published,
+) {
+    p.round.clear();
+    p.round.extend_from_slice(&sched.round);
+    p.groups.clear();
+    p.groups.extend(sched.groups.iter().cloned());
+    let relaxed_len: usize = (modes.iter().zip(bases))
+        .filter(|(m, _)| **m == SlotMode::Relaxed)
+        .map(|(_, b)| b.len)
+        .sum();
+    p.dense = sched.round_relaxed_keys() * 2 >= relaxed_len;
+    p.keys.resize_with(p.groups.len(), Vec::new);
+    for (g, range) in p.groups.iter().enumerate() {
+        p.keys[g].clear();
+        for &t in &p.round[range.clone()] {
+            for (slot, key) in sched.checked_keys(t) {
+                tags[slot][key].store(g as u32, Ordering::Relaxed);
+            }
+            if !p.dense {
+                p.keys[g].extend(sched.relaxed_keys(t));
+            }
+        }
+    }
+    p.stop = false;
+}
+
+/// Clears the tags of the round `p` holds.
+fn untag(tags: &[Vec<AtomicU32>], sched: &Scheduler, p: &Published) {
+    for &t in &p.round {
+        for (slot, key) in sched.checked_keys(t) {
+            tags[slot][key].store(UNTOUCHED, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Adds a worker's changes to relaxed tables in the groups `mine` of round `p` to the
+/// tables: whole replicas, or the keys the groups' tasks touch.
+fn push_mine(
+    registry: &Registry,
+    bases: &[Base],
+    merges: &Merges,
+    replicas: &mut [(usize, Replica)],
+    p: &Published,
+    mine: &[usize],
+) {
+    if replicas.is_empty() {
+        return;
+    }
+    if p.dense {
+        return push_replicas(registry, bases, merges, replicas);
+    }
+    merges.merge(|_| {
+        for (slot, r) in replicas {
+            let mut keys = mine
+                .iter()
+                .flat_map(|&g| p.keys[g].iter().filter(|k| k.0 == *slot).map(|k| k.1));
+            let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+            // SAFETY: the master is locked by this engine and only touched under `merges`'
+            // lock, which we hold; the keys come from reconnaissance and are below its
+            // length.
+            unsafe { merger.push_keys(bases[*slot].ptr, r, &mut keys) };
+        }
+    });
+}
+
+/// Refreshes a worker's replicas where round `p` changed the tables (all of them when its
+/// merges are dense), once every worker has pushed its changes.
+fn refresh(registry: &Registry, bases: &[Base], replicas: &mut [(usize, Replica)], p: &Published) {
+    for (slot, r) in replicas {
+        let merger = registry.entries[*slot].merger.as_ref().expect("merger");
+        let len = bases[*slot].len;
+        let mut keys: Box<dyn Iterator<Item = usize>> = match p.dense {
+            true => Box::new(0..len),
+            false => Box::new(
+                p.keys
+                    .iter()
+                    .flatten()
+                    .filter(|k| k.0 == *slot)
+                    .map(|k| k.1),
+            ),
+        };
+        // SAFETY: between the round's two barriers no worker writes a relaxed table's
+        // master (every push is done, and the next round starts after the next barrier);
+        // the keys are below its length.
+        unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut keys) };
+    }
+}
+
+/// A barrier for the workers of one call, which spins briefly and then yields: rounds
+/// are short, and a sleeping worker takes long to wake.
+struct SpinBarrier {
+    threads: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(threads: usize) -> Self {
+        SpinBarrier {
+            threads,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.store(generation + 1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            if spins < 2_000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 }
 
