@@ -583,8 +583,8 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
     let steps = m.steps as f64 / m.ordinary.max(1) as f64;
     let after_each = match m.dynamic {
         true => {
-            "choosing each round on the calling thread (while the workers wait) and \
-                 synchronising after each of"
+            "choosing rounds (on one worker, beside its share), merging relaxed tables \
+                 and synchronising after each of"
         }
         false => "handing out work and synchronising after each of",
     };

@@ -405,8 +405,6 @@ pub(crate) struct Scheduler {
     drew: Vec<u64>,
     draws: u64,
     drawn: Vec<u32>,
-    /// Before-values of the priority table for the round's tasks.
-    pub before: Vec<f64>,
 }
 
 /// With several workers, a draw by priority takes at least 1/`DRAW_SPAN` as many indices
@@ -507,7 +505,6 @@ impl Scheduler {
             cursor: 0,
             deferred: Default::default(),
             rng: ChaCha8Rng::seed_from_u64(config.seed),
-            before: Vec::new(),
             batch: Vec::new(),
             queue: Default::default(),
             drew: vec![u64::MAX; n],
@@ -818,12 +815,12 @@ impl Scheduler {
 
     /// After a round: task `round[i]` changed the priority table from `before[i]` to
     /// `after[i]`.
-    pub fn update(&mut self, after: &[f64], config: &Config) {
+    pub fn update(&mut self, round: &[u32], before: &[f64], after: &[f64], config: &Config) {
         let PriorityKind::Change { score, .. } = &config.priority.kind else {
             return;
         };
-        for (i, &t) in self.round.iter().enumerate() {
-            let (b, a) = (self.before[i], after[i]);
+        for (i, &t) in round.iter().enumerate() {
+            let (b, a) = (before[i], after[i]);
             let w = match score {
                 Some(f) => f(t as usize, b, a),
                 None => (a - b) * (a - b),

@@ -12,9 +12,10 @@
 //! hold), and after a barrier refreshes its replicas where the round changed the tables.
 //!
 //! The workers stay on the call from its first round to its last, meeting at two
-//! spinning barriers per round; the first worker closes each round (priorities) and
-//! chooses the next while the others refresh. One worker in a world of one runs the
-//! rounds in order on the tables directly.
+//! spinning barriers per round and pulling the round's groups (twice as many as workers)
+//! as they come free; the first worker chooses the next round from priorities one round
+//! old while the others start on this one. One worker in a world of one runs the rounds
+//! in order on the tables directly, each chosen from the priorities of all before it.
 //!
 //! [`Opts::dynamic`]: crate::Opts::dynamic
 
@@ -86,17 +87,24 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         priority,
         max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * threads),
         budget: config.updates.unwrap_or(l.n),
-        done: 0,
+        chosen: 0,
+        next_before: Vec::new(),
+        ran: Vec::new(),
+        before: Vec::new(),
         after: Vec::new(),
+        pending: false,
     };
     let rounds = Rounds::new(l, bases, state.sched.as_ref().expect("made").modes.clone());
     let ran_rounds = match threads {
         1 => {
             let mut ran = 0;
             while step.choose(&mut state) {
-                rounds.run_lone(state.sched.as_ref().expect("made"));
+                let sched = state.sched.as_ref().expect("made");
+                step.starting(&sched.round);
+                rounds.run_lone(sched);
+                step.ended(&sched.round);
+                step.apply(&mut state);
                 ran += 1;
-                step.finish_round(&mut state);
                 if rounds.errors.failed() {
                     break;
                 }
@@ -136,50 +144,77 @@ struct Step<'s> {
     max: usize,
     /// Indices this call runs.
     budget: usize,
-    done: usize,
+    /// Indices in the rounds chosen so far.
+    chosen: usize,
+    /// The priority table's values for the round about to run.
+    next_before: Vec<f64>,
+    /// A round that ran and whose priorities are not applied yet: its tasks and the
+    /// priority table's values before and after it.
+    ran: Vec<u32>,
+    before: Vec<f64>,
     after: Vec<f64>,
+    pending: bool,
 }
 
 impl Step<'_> {
-    /// Chooses the next round into the scheduler (and the priority's before-values);
-    /// false when the call's budget is spent or nothing is left to run.
+    /// Chooses the next round into the scheduler; false when the call's budget is spent
+    /// or nothing is left to run.
     fn choose(&mut self, state: &mut State) -> bool {
-        if self.done >= self.budget || self.n == 0 {
+        if self.chosen >= self.budget || self.n == 0 {
             return false;
         }
-        let (threads, want) = (self.threads, self.max);
+        // Several workers pull groups as they come free: more groups than workers keep
+        // them busy while the first one chooses the next round.
+        let groups = match self.threads {
+            1 => 1,
+            t => (2 * t).min(64),
+        };
+        let want = self.max.min(self.budget - self.chosen);
         let sched = state.sched.as_mut().expect("made");
-        let deferred = sched.choose(want.min(self.budget - self.done), threads, self.config);
-        state.stats.deferred += deferred;
-        if sched.round.is_empty() {
-            return false;
-        }
-        if let Some((slot, read)) = self.priority {
-            let base = self.bases[slot].ptr as *const u8;
-            let start = self.start;
-            let Scheduler { round, before, .. } = sched;
-            before.clear();
-            before.extend(round.iter().map(|&t| read(base, start + t as usize)));
-        }
-        true
+        state.stats.deferred += sched.choose(want, groups, self.config);
+        self.chosen += sched.round.len();
+        !sched.round.is_empty()
     }
 
-    /// After the round the scheduler holds has run: priorities, the pace, the counts.
-    fn finish_round(&mut self, state: &mut State) {
-        let sched = state.sched.as_mut().expect("made");
-        let tasks = sched.round.len();
-        self.done += tasks;
-        state.stats.rounds += 1;
-        state.stats.updates += tasks as u64;
-        let Some((slot, read)) = self.priority else {
+    /// Reads the priority table at `tasks` (no worker writes it meanwhile).
+    fn read(&self, tasks: &[u32], into: &mut Vec<f64>) {
+        into.clear();
+        if let Some((slot, read)) = self.priority {
+            let base = self.bases[slot].ptr as *const u8;
+            into.extend(tasks.iter().map(|&t| read(base, self.start + t as usize)));
+        }
+    }
+
+    /// Before round `tasks` runs: the priority table's values.
+    fn starting(&mut self, tasks: &[u32]) {
+        let mut before = std::mem::take(&mut self.next_before);
+        self.read(tasks, &mut before);
+        self.next_before = before;
+    }
+
+    /// After round `tasks` ran: keeps what its priorities need, applied by
+    /// [`Step::apply`].
+    fn ended(&mut self, tasks: &[u32]) {
+        self.ran.clear();
+        self.ran.extend_from_slice(tasks);
+        std::mem::swap(&mut self.before, &mut self.next_before);
+        let mut after = std::mem::take(&mut self.after);
+        self.read(tasks, &mut after);
+        self.after = after;
+        self.pending = true;
+    }
+
+    /// Applies the priorities of the round that ended last, and counts it.
+    fn apply(&mut self, state: &mut State) {
+        if !std::mem::take(&mut self.pending) {
             return;
-        };
-        let base = self.bases[slot].ptr as *const u8;
-        let start = self.start;
-        self.after.clear();
-        self.after
-            .extend(sched.round.iter().map(|&t| read(base, start + t as usize)));
-        sched.update(&self.after, self.config);
+        }
+        state.stats.rounds += 1;
+        state.stats.updates += self.ran.len() as u64;
+        if self.priority.is_some() {
+            let sched = state.sched.as_mut().expect("made");
+            sched.update(&self.ran, &self.before, &self.after, self.config);
+        }
     }
 }
 
@@ -304,10 +339,14 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
     }
 
     /// Runs the call's rounds on its workers, which stay on the call from its first round
-    /// to its last: round by round, the workers run the round's groups, each adds its
-    /// relaxed replicas' changes to the tables, and after a barrier each refreshes its
-    /// replicas while the first worker also closes the round and chooses the next. Returns
-    /// the rounds run.
+    /// to its last, meeting at two barriers per round. Round by round: the first worker
+    /// applies the priorities of the round before and chooses the next round while the
+    /// others start on this one's groups (so the next round is drawn from priorities one
+    /// round old, as STRADS's pipelined scheduler does); every worker pulls groups, runs
+    /// them, and adds its relaxed replicas' changes to the tables; after the barrier each
+    /// refreshes its replicas, and the first worker also reads the round's priority
+    /// values and moves the written tables' tags to the next round. Returns the rounds
+    /// run.
     fn run_parallel(&self, step: &mut Step<'_>, state: &mut State) -> usize {
         let (site, start, task, run) = (
             self.l.call.site,
@@ -320,14 +359,18 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         let (errors, merges, busy) = (&self.errors, &self.merges, &self.busy);
         let threads = self.l.call.threads;
         let published: [RwLock<Published>; 2] = Default::default();
-        if step.choose(state) {
-            let sched = state.sched.as_ref().expect("made");
-            publish(tags, modes, bases, sched, &mut published[0].write());
-        } else {
+        if !step.choose(state) {
             return 0;
         }
-        // The scheduling worker's part: the step and the scheduler's state.
-        let coordinator = Mutex::new((step, state, 0usize));
+        {
+            let sched = state.sched.as_ref().expect("made");
+            let mut first = published[0].write();
+            publish(modes, bases, sched, &mut first);
+            tag(tags, sched, &first);
+            step.starting(&first.round);
+        }
+        // The scheduling worker's part: the step, the scheduler's state, the rounds run.
+        let coordinator = Mutex::new((&mut *step, &mut *state, 0usize));
         let barrier = SpinBarrier::new(threads);
         let next = AtomicUsize::new(0);
         let ids = AtomicUsize::new(0);
@@ -349,6 +392,26 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                     // none of them was) go in now.
                     push_replicas(registry, bases, merges, &mut replicas);
                     break;
+                }
+                if id == 0 {
+                    let mut c = coordinator.lock();
+                    let (step, state, _) = &mut *c;
+                    let mut following = published[(number + 1) % 2].write();
+                    let outcome = catch_unwind(AssertUnwindSafe(|| {
+                        step.apply(state);
+                        !errors.failed() && step.choose(state)
+                    }));
+                    match outcome {
+                        Ok(true) => {
+                            let sched = state.sched.as_ref().expect("made");
+                            publish(modes, bases, sched, &mut following);
+                        }
+                        Ok(false) => following.stop = true,
+                        Err(payload) => {
+                            errors.set(body_error(site, start, payload));
+                            following.stop = true;
+                        }
+                    }
                 }
                 mine.clear();
                 loop {
@@ -382,27 +445,17 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                 barrier.wait();
                 refresh(registry, bases, &mut replicas, &p);
                 if id == 0 {
-                    // Close this round and choose the next while the others refresh.
+                    // No worker runs the body until the next barrier.
                     let mut c = coordinator.lock();
                     let (step, state, ran) = &mut *c;
                     *ran += 1;
-                    let mut next_p = published[(number + 1) % 2].write();
-                    let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        let sched = state.sched.as_ref().expect("made");
-                        untag(tags, sched, &p);
-                        step.finish_round(state);
-                        !errors.failed() && step.choose(state)
-                    }));
-                    match outcome {
-                        Ok(true) => {
-                            let sched = state.sched.as_ref().expect("made");
-                            publish(tags, modes, bases, sched, &mut next_p)
-                        }
-                        Ok(false) => next_p.stop = true,
-                        Err(payload) => {
-                            errors.set(body_error(site, start, payload));
-                            next_p.stop = true;
-                        }
+                    step.ended(&p.round);
+                    let sched = state.sched.as_ref().expect("made");
+                    untag(tags, sched, &p);
+                    let following = published[(number + 1) % 2].read();
+                    if !following.stop {
+                        tag(tags, sched, &following);
+                        step.starting(&following.round);
                     }
                     next.store(0, Ordering::Relaxed);
                 }
@@ -410,7 +463,10 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         };
         let pool = self.l.call.here.pool(threads);
         pool.on_workers(threads, &work);
-        coordinator.into_inner().2
+        let (step, state, ran) = coordinator.into_inner();
+        // The last round's priorities.
+        step.apply(state);
+        ran
     }
 
     fn finish(self) -> Result<()> {
@@ -422,14 +478,8 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
     }
 }
 
-/// Publishes the scheduler's current round into `p` and tags its written keys.
-fn publish(
-    tags: &[Vec<AtomicU32>],
-    modes: &[SlotMode],
-    bases: &[Base],
-    sched: &Scheduler,
-    p: &mut Published,
-) {
+/// Publishes the scheduler's current round into `p`.
+fn publish(modes: &[SlotMode], bases: &[Base], sched: &Scheduler, p: &mut Published) {
     p.round.clear();
     p.round.extend_from_slice(&sched.round);
     p.groups.clear();
@@ -442,11 +492,8 @@ fn publish(
     p.keys.resize_with(p.groups.len(), Vec::new);
     for (g, range) in p.groups.iter().enumerate() {
         p.keys[g].clear();
-        for &t in &p.round[range.clone()] {
-            for (slot, key) in sched.checked_keys(t) {
-                tags[slot][key].store(g as u32, Ordering::Relaxed);
-            }
-            if !p.dense {
+        if !p.dense {
+            for &t in &p.round[range.clone()] {
                 p.keys[g].extend(sched.relaxed_keys(t));
             }
         }
@@ -454,7 +501,18 @@ fn publish(
     p.stop = false;
 }
 
-/// Clears the tags of the round `p` holds.
+/// Tags the written keys of round `p` with their groups (between rounds).
+fn tag(tags: &[Vec<AtomicU32>], sched: &Scheduler, p: &Published) {
+    for (g, range) in p.groups.iter().enumerate() {
+        for &t in &p.round[range.clone()] {
+            for (slot, key) in sched.checked_keys(t) {
+                tags[slot][key].store(g as u32, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Clears the tags of round `p` (between rounds).
 fn untag(tags: &[Vec<AtomicU32>], sched: &Scheduler, p: &Published) {
     for &t in &p.round {
         for (slot, key) in sched.checked_keys(t) {
