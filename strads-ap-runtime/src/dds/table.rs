@@ -557,6 +557,11 @@ pub(crate) trait Merger: Send + Sync {
     /// `master` as for [`Merger::replica`], and no one else reads or writes it during the
     /// call.
     unsafe fn push(&self, master: *mut u8, replica: &mut Replica);
+    /// Copies the master's values into the replica (both its copies).
+    ///
+    /// # Safety
+    /// As for [`Merger::replica`], with the replica's length.
+    unsafe fn refresh(&self, master: *const u8, replica: &mut Replica);
     /// Copies the master's values at `keys` into the replica (both its copies). Keys are
     /// taken one at a time: the merger is done with a key's element when it asks `keys`
     /// for the next, and it touches no other element of the master (so a caller may lock
@@ -702,6 +707,15 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             w.clone_from(m);
             b.clone_from(m);
         }
+    }
+
+    unsafe fn refresh(&self, master: *const u8, replica: &mut Replica) {
+        let buf = replica.buf::<T>();
+        // SAFETY: the caller guarantees `master` points to as many initialised `T`s as the
+        // replica holds, which no one writes while we copy them.
+        let master = unsafe { std::slice::from_raw_parts(master as *const T, buf.work.len()) };
+        buf.work.clone_from_slice(master);
+        buf.base.clone_from_slice(master);
     }
 
     unsafe fn refresh_keys(

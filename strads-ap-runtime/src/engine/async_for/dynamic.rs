@@ -556,21 +556,22 @@ fn push_mine(
 fn refresh(registry: &Registry, bases: &[Base], replicas: &mut [(usize, Replica)], p: &Published) {
     for (slot, r) in replicas {
         let merger = registry.entries[*slot].merger.as_ref().expect("merger");
-        let len = bases[*slot].len;
-        let mut keys: Box<dyn Iterator<Item = usize>> = match p.dense {
-            true => Box::new(0..len),
-            false => Box::new(
-                p.keys
-                    .iter()
-                    .flatten()
-                    .filter(|k| k.0 == *slot)
-                    .map(|k| k.1),
-            ),
-        };
-        // SAFETY: between the round's two barriers no worker writes a relaxed table's
+        let master = bases[*slot].ptr;
+        let mut keys = p
+            .keys
+            .iter()
+            .flatten()
+            .filter(|k| k.0 == *slot)
+            .map(|k| k.1);
+        // SAFETY: after the round's second barrier no worker writes a relaxed table's
         // master (every push is done, and the next round starts after the next barrier);
-        // the keys are below its length.
-        unsafe { merger.refresh_keys(bases[*slot].ptr, r, &mut keys) };
+        // the replica has the master's length and the keys are below it.
+        unsafe {
+            match p.dense {
+                true => merger.refresh(master, r),
+                false => merger.refresh_keys(master, r, &mut keys),
+            }
+        }
     }
 }
 
