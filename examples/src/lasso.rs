@@ -421,37 +421,52 @@ pub fn synthetic(rows: usize, features: usize, density: f64, seed: u64) -> Probl
 
 /// STRADS's dependency structure: for each feature `j`, the features `k` with
 /// `|x_jᵀx_k| ≥ rho` (both ways), computed once by accumulating products row by row
-/// (cost: the sum over rows of the squared number of values in the row).
+/// (cost: half the sum over rows of the squared number of values in the row, spread over
+/// the machine's cores with rayon).
 pub fn correlation_graph(cols: &[Column], rows: usize, rho: f64) -> Vec<Vec<u32>> {
-    // The matrix by rows.
+    use rayon::prelude::*;
+    // The matrix by rows, each row's features in increasing order.
     let mut by_row: Vec<Vec<(u32, f64)>> = vec![Vec::new(); rows];
     for (j, c) in cols.iter().enumerate() {
         for (i, v) in c.entries() {
             by_row[i].push((j as u32, v));
         }
     }
-    let mut graph: Vec<Vec<u32>> = vec![Vec::new(); cols.len()];
-    let mut acc = vec![0.0f64; cols.len()];
-    let mut touched: Vec<u32> = Vec::new();
-    for (j, c) in cols.iter().enumerate() {
-        for (i, v) in c.entries() {
-            for &(k, w) in &by_row[i] {
-                if (k as usize) > j {
-                    if acc[k as usize] == 0.0 {
-                        touched.push(k);
+    // For each j, the k > j above the threshold (a scratch accumulator per thread).
+    let upper: Vec<Vec<u32>> = (0..cols.len())
+        .into_par_iter()
+        .map_init(
+            || (vec![0.0f64; cols.len()], Vec::<u32>::new()),
+            |(acc, touched), j| {
+                for (i, v) in cols[j].entries() {
+                    let row = &by_row[i];
+                    let after = row.partition_point(|&(k, _)| k as usize <= j);
+                    for &(k, w) in &row[after..] {
+                        if acc[k as usize] == 0.0 {
+                            touched.push(k);
+                        }
+                        acc[k as usize] += v * w;
                     }
-                    acc[k as usize] += v * w;
                 }
-            }
+                let mut above: Vec<u32> = Vec::new();
+                for &k in touched.iter() {
+                    if acc[k as usize].abs() >= rho {
+                        above.push(k);
+                    }
+                    acc[k as usize] = 0.0;
+                }
+                touched.clear();
+                above.sort_unstable();
+                above
+            },
+        )
+        .collect();
+    let mut graph: Vec<Vec<u32>> = vec![Vec::new(); cols.len()];
+    for (j, ks) in upper.iter().enumerate() {
+        for &k in ks {
+            graph[j].push(k);
+            graph[k as usize].push(j as u32);
         }
-        for &k in &touched {
-            if acc[k as usize].abs() >= rho {
-                graph[j].push(k);
-                graph[k as usize].push(j as u32);
-            }
-            acc[k as usize] = 0.0;
-        }
-        touched.clear();
     }
     graph
 }
