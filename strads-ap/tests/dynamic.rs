@@ -362,6 +362,43 @@ fn a_panicking_index_on_several_workers_is_an_error_and_the_loop_runs_again() {
     assert_eq!(after - before, n as u64);
 }
 
+#[test]
+fn a_panicking_priority_function_is_an_error_and_the_next_call_starts_afresh() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for threads in [1, 2] {
+        let n = 200;
+        let beta = DVector::from_vec(vec![0.0f64; n]).unwrap();
+        let armed = Arc::new(AtomicBool::new(true));
+        let trip = armed.clone();
+        let schedule = Dynamic::new(Priority::by(&beta, move |j, before, after| {
+            if j == 7 && trip.load(Ordering::Relaxed) {
+                panic!("no score for index {j}");
+            }
+            (after - before).abs()
+        }))
+        .round(16);
+        let call = || {
+            async_for!(
+                0..n,
+                |j| {
+                    beta[j] += 1.0;
+                },
+                Opts::new().threads(threads).dynamic(schedule.clone())
+            )
+        };
+        let err = call().unwrap_err().to_string();
+        assert!(
+            err.contains("no score for index 7") && err.contains("Opts::dynamic"),
+            "{threads} threads: {err}"
+        );
+        armed.store(false, Ordering::Relaxed);
+        call().unwrap();
+        // The scheduler the panic may have left half-updated was made again.
+        assert_eq!(schedule.stats().reconnaissance, 2, "{threads} threads");
+    }
+}
+
 /// Runs the relaxed Lasso loop until the objective stops moving, with the schedule
 /// `make` gives for the coefficients; returns the final objective, β and the figures.
 fn converge(

@@ -21,8 +21,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-
-use crate::sync::{Mutex, RwLock};
 use std::time::Instant;
 
 use super::execute::{bind_worker, push_replicas};
@@ -38,6 +36,8 @@ use crate::engine::registry::Registry;
 use crate::engine::{body_error, Base, CallSite, FirstError, Merges};
 use crate::error::{Error, Result};
 use crate::plan::{self, SlotMode};
+use crate::sync::{Mutex, RwLock};
+use crate::util::panic_message;
 
 /// Runs the call in rounds chosen by `dynamic`'s scheduler.
 pub(super) fn run<Task: Sync, I: LoopIndex>(
@@ -98,13 +98,25 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let ran_rounds = match threads {
         1 => {
             let mut ran = 0;
-            while step.choose(&mut state) {
+            loop {
+                let chosen = catch_unwind(AssertUnwindSafe(|| step.choose(&mut state)));
+                match chosen {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(payload) => {
+                        rounds.errors.set(scheduler_error(site, &*payload));
+                        break;
+                    }
+                }
                 let sched = state.sched.as_ref().expect("made");
                 step.starting(&sched.round);
                 rounds.run_lone(sched);
                 step.ended(&sched.round);
-                step.apply(&mut state);
                 ran += 1;
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| step.apply(&mut state))) {
+                    rounds.errors.set(scheduler_error(site, &*payload));
+                    break;
+                }
                 if rounds.errors.failed() {
                     break;
                 }
@@ -123,9 +135,15 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         f.workers = Some(threads);
         f.steps += ran_rounds;
     });
-    if matches!(outcome, Err(Error::AccessOutsidePlan { .. })) {
+    match &outcome {
         // Accesses changed since reconnaissance: the next call learns them again.
-        state.sched = None;
+        Err(Error::AccessOutsidePlan { .. }) => state.sched = None,
+        // A user function panicked inside the scheduler, which may be half-updated: the
+        // next call starts a new one.
+        Err(Error::InvalidArgument { message, .. }) if message.contains(SCHEDULER_PANIC) => {
+            state.sched = None;
+        }
+        _ => {}
     }
     drop(locked);
     Ok(Ran::new(outcome, written_slots(&modes)))
@@ -254,6 +272,24 @@ fn priority_slot<Task, I>(
         ));
     }
     Ok(Some((slot, *read)))
+}
+
+/// What a scheduler error says, and how the engine knows it.
+const SCHEDULER_PANIC: &str = "panicked while the dynamic scheduler ran it";
+
+/// The error for a panic in a user function the scheduler calls ([`Priority::by`]'s
+/// score, [`Depends::by`]'s test).
+///
+/// [`Priority::by`]: crate::Priority::by
+/// [`Depends::by`]: crate::Depends::by
+fn scheduler_error(site: &CallSite, payload: &(dyn std::any::Any + Send)) -> Error {
+    Error::invalid(
+        "async_for!",
+        format!(
+            "{site}: a priority or dependency function of Opts::dynamic {SCHEDULER_PANIC}: {}",
+            panic_message(payload)
+        ),
+    )
 }
 
 /// Reads element `i` of a table at element 0 `ptr` as an `f64`.
@@ -408,7 +444,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                         }
                         Ok(false) => following.stop = true,
                         Err(payload) => {
-                            errors.set(body_error(site, start, payload));
+                            errors.set(scheduler_error(site, &*payload));
                             following.stop = true;
                         }
                     }
@@ -465,7 +501,9 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         pool.on_workers(threads, &work);
         let (step, state, ran) = coordinator.into_inner();
         // The last round's priorities.
-        step.apply(state);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| step.apply(state))) {
+            errors.set(scheduler_error(site, &*payload));
+        }
         ran
     }
 
