@@ -328,7 +328,15 @@ fn a_panicking_index_on_several_workers_is_an_error_and_the_loop_runs_again() {
     let n = 300;
     let hits = DVector::from_vec(vec![0u32; n]).unwrap();
     let bad = DVector::from_vec(vec![false; n]).unwrap();
-    let schedule = Dynamic::new(Priority::uniform()).round(20);
+    // In order, so that every call reaches the bad index.
+    let schedule = Dynamic::new(Priority::cyclic()).round(20);
+    let total = || {
+        hits.to_vec()
+            .unwrap()
+            .iter()
+            .map(|&h| u64::from(h))
+            .sum::<u64>()
+    };
     let call = || {
         async_for!(
             0..n,
@@ -345,21 +353,10 @@ fn a_panicking_index_on_several_workers_is_an_error_and_the_loop_runs_again() {
     let err = call().unwrap_err().to_string();
     assert!(err.contains("index 123 is bad"), "{err}");
     bad.set(123, false).unwrap();
-    let before = hits
-        .to_vec()
-        .unwrap()
-        .iter()
-        .map(|&h| u64::from(h))
-        .sum::<u64>();
+    let before = total();
     call().unwrap();
     // The call after the failed one runs its whole budget, every update counted once.
-    let after = hits
-        .to_vec()
-        .unwrap()
-        .iter()
-        .map(|&h| u64::from(h))
-        .sum::<u64>();
-    assert_eq!(after - before, n as u64);
+    assert_eq!(total() - before, n as u64);
 }
 
 #[test]

@@ -561,15 +561,13 @@ impl Scheduler {
             batch.clear();
             let more = (want - taken).min(limit - considered);
             if first {
-                while batch.len() < more {
-                    let Some(t) = self.deferred.pop_front() else {
-                        break;
-                    };
-                    if self.seen[t as usize] != self.rounds {
-                        self.seen[t as usize] = self.rounds;
-                        batch.push(t);
-                    }
-                }
+                take_unseen(
+                    &mut self.deferred,
+                    &mut self.seen,
+                    self.rounds,
+                    &mut batch,
+                    more,
+                );
                 first = false;
             }
             let from = batch.len();
@@ -684,15 +682,7 @@ impl Scheduler {
             self.queue.extend(drawn.iter().copied());
             self.drawn = drawn;
         }
-        while batch.len() < more {
-            let Some(t) = self.queue.pop_front() else {
-                break;
-            };
-            if self.seen[t as usize] != self.rounds {
-                self.seen[t as usize] = self.rounds;
-                batch.push(t);
-            }
-        }
+        take_unseen(&mut self.queue, &mut self.seen, self.rounds, batch, more);
     }
 
     /// The group candidate `t` must join, or `None` when it depends on two groups or on a
@@ -830,6 +820,26 @@ impl Scheduler {
         }
         if !self.swept && self.cursor >= self.n && self.deferred.is_empty() {
             self.swept = true;
+        }
+    }
+}
+
+/// Moves tasks from the front of `from` into `batch` until it holds `more`, dropping those
+/// already `seen` in this `round` and marking the others.
+fn take_unseen(
+    from: &mut std::collections::VecDeque<u32>,
+    seen: &mut [u64],
+    round: u64,
+    batch: &mut Vec<u32>,
+    more: usize,
+) {
+    while batch.len() < more {
+        let Some(t) = from.pop_front() else {
+            break;
+        };
+        if seen[t as usize] != round {
+            seen[t as usize] = round;
+            batch.push(t);
         }
     }
 }

@@ -88,6 +88,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * threads),
         budget: config.updates.unwrap_or(l.n),
         chosen: 0,
+        site,
+        broken: false,
         next_before: Vec::new(),
         ran: Vec::new(),
         before: Vec::new(),
@@ -98,25 +100,13 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let ran_rounds = match threads {
         1 => {
             let mut ran = 0;
-            loop {
-                let chosen = catch_unwind(AssertUnwindSafe(|| step.choose(&mut state)));
-                match chosen {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(payload) => {
-                        rounds.errors.set(scheduler_error(site, &*payload));
-                        break;
-                    }
-                }
+            while step.guarded(&rounds.errors, |s| s.choose(&mut state)) == Some(true) {
                 let sched = state.sched.as_ref().expect("made");
                 step.starting(&sched.round);
                 rounds.run_lone(sched);
                 step.ended(&sched.round);
                 ran += 1;
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| step.apply(&mut state))) {
-                    rounds.errors.set(scheduler_error(site, &*payload));
-                    break;
-                }
+                step.guarded(&rounds.errors, |s| s.apply(&mut state));
                 if rounds.errors.failed() {
                     break;
                 }
@@ -135,15 +125,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         f.workers = Some(threads);
         f.steps += ran_rounds;
     });
-    match &outcome {
-        // Accesses changed since reconnaissance: the next call learns them again.
-        Err(Error::AccessOutsidePlan { .. }) => state.sched = None,
-        // A user function panicked inside the scheduler, which may be half-updated: the
-        // next call starts a new one.
-        Err(Error::InvalidArgument { message, .. }) if message.contains(SCHEDULER_PANIC) => {
-            state.sched = None;
-        }
-        _ => {}
+    // Accesses changed since reconnaissance, or a user function panicked inside the
+    // scheduler (which may be half-updated): the next call starts a new one.
+    if step.broken || matches!(outcome, Err(Error::AccessOutsidePlan { .. })) {
+        state.sched = None;
     }
     drop(locked);
     Ok(Ran::new(outcome, written_slots(&modes)))
@@ -164,6 +149,10 @@ struct Step<'s> {
     budget: usize,
     /// Indices in the rounds chosen so far.
     chosen: usize,
+    /// The site, for errors.
+    site: &'s CallSite,
+    /// Whether a user function panicked inside the scheduler.
+    broken: bool,
     /// The priority table's values for the round about to run.
     next_before: Vec<f64>,
     /// A round that ran and whose priorities are not applied yet: its tasks and the
@@ -194,7 +183,20 @@ impl Step<'_> {
         !sched.round.is_empty()
     }
 
-    /// Reads the priority table at `tasks` (no worker writes it meanwhile).
+    /// Runs `f`, a part of the scheduler that calls user functions: a panic becomes the
+    /// call's error (in `errors`) and the scheduler is made again by the next call.
+    fn guarded<R>(&mut self, errors: &FirstError, f: impl FnOnce(&mut Self) -> R) -> Option<R> {
+        match catch_unwind(AssertUnwindSafe(|| f(self))) {
+            Ok(r) => Some(r),
+            Err(payload) => {
+                errors.set(scheduler_error(self.site, &*payload));
+                self.broken = true;
+                None
+            }
+        }
+    }
+
+    /// The priority table at `tasks`, into `into` (no worker writes it meanwhile).
     fn read(&self, tasks: &[u32], into: &mut Vec<f64>) {
         into.clear();
         if let Some((slot, read)) = self.priority {
@@ -274,9 +276,6 @@ fn priority_slot<Task, I>(
     Ok(Some((slot, *read)))
 }
 
-/// What a scheduler error says, and how the engine knows it.
-const SCHEDULER_PANIC: &str = "panicked while the dynamic scheduler ran it";
-
 /// The error for a panic in a user function the scheduler calls ([`Priority::by`]'s
 /// score, [`Depends::by`]'s test).
 ///
@@ -286,7 +285,8 @@ fn scheduler_error(site: &CallSite, payload: &(dyn std::any::Any + Send)) -> Err
     Error::invalid(
         "async_for!",
         format!(
-            "{site}: a priority or dependency function of Opts::dynamic {SCHEDULER_PANIC}: {}",
+            "{site}: a priority or dependency function of Opts::dynamic panicked while the \
+             dynamic scheduler ran it: {}",
             panic_message(payload)
         ),
     )
@@ -433,20 +433,16 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                     let mut c = coordinator.lock();
                     let (step, state, _) = &mut *c;
                     let mut following = published[(number + 1) % 2].write();
-                    let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        step.apply(state);
-                        !errors.failed() && step.choose(state)
-                    }));
-                    match outcome {
-                        Ok(true) => {
+                    let chosen = step.guarded(errors, |s| {
+                        s.apply(state);
+                        !errors.failed() && s.choose(state)
+                    });
+                    match chosen {
+                        Some(true) => {
                             let sched = state.sched.as_ref().expect("made");
                             publish(modes, bases, sched, &mut following);
                         }
-                        Ok(false) => following.stop = true,
-                        Err(payload) => {
-                            errors.set(scheduler_error(site, &*payload));
-                            following.stop = true;
-                        }
+                        _ => following.stop = true,
                     }
                 }
                 mine.clear();
@@ -501,9 +497,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         pool.on_workers(threads, &work);
         let (step, state, ran) = coordinator.into_inner();
         // The last round's priorities.
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| step.apply(state))) {
-            errors.set(scheduler_error(site, &*payload));
-        }
+        step.guarded(errors, |s| s.apply(state));
         ran
     }
 
