@@ -12,11 +12,11 @@
 use strads_ap::{Diagnosis, Finding, LoopStats};
 use strads_ap_examples::zoo::{self, Run, PROGRAMS};
 
-/// What a program's diagnoses must say: a finding, tables it must name, and words its fix
-/// must contain.
+/// What a program's diagnoses must say: a finding (one of several, where timing decides
+/// which), tables it must name, and words its fix must contain.
 struct Expect {
     program: &'static str,
-    finding: Finding,
+    findings: &'static [Finding],
     tables: &'static [&'static str],
     fix: &'static str,
 }
@@ -27,7 +27,7 @@ const NEEDS_A_CHANGE: &[Expect] = &[
     // with element locks), and the diagnosis names the table.
     Expect {
         program: "bpr",
-        finding: Finding::AlwaysFirstCall,
+        findings: &[Finding::AlwaysFirstCall],
         tables: &["negs"],
         fix: "make `negs` once",
     },
@@ -35,21 +35,23 @@ const NEEDS_A_CHANGE: &[Expect] = &[
     // reduction, left out of the plan.)
     Expect {
         program: "fm",
-        finding: Finding::IdleWorkers,
+        findings: &[Finding::IdleWorkers],
         tables: &["w0"],
         fix: "relaxed",
     },
     // The same, plus hot tokens in a string-keyed map.
     Expect {
         program: "logreg",
-        finding: Finding::IdleWorkers,
+        findings: &[Finding::IdleWorkers],
         tables: &["bias", "weights"],
         fix: "declare `weights` relaxed (`DMap::relaxed(Relaxed::Sum)`",
     },
-    // Gauss-Seidel: tasks read the ranks others write, which chains them.
+    // Gauss-Seidel: tasks read the ranks others write, which chains them. Its workers
+    // are busy under half the time: by the timings, the loop keeps its workers (and the
+    // fixed costs are diagnosed) or runs on one worker (and that is).
     Expect {
         program: "pagerank",
-        finding: Finding::FixedCosts,
+        findings: &[Finding::FixedCosts, Finding::OneWorker],
         tables: &["rank"],
         fix: "Jacobi",
     },
@@ -105,12 +107,12 @@ fn every_zoo_program_that_needs_a_change_is_told_which() {
             Some(expect) => {
                 let d = diagnoses
                     .iter()
-                    .find(|d| d.finding == expect.finding)
+                    .find(|d| expect.findings.contains(&d.finding))
                     .unwrap_or_else(|| {
                         panic!(
                             "{}: no `{}` diagnosis; it got:{}",
                             p.name,
-                            expect.finding.name(),
+                            expect.findings[0].name(),
                             show(&diagnoses)
                         )
                     });

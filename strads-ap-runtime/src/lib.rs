@@ -42,8 +42,8 @@ pub use dds::{
     ReadReport, Relaxed,
 };
 pub use engine::{
-    loop_stats, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Finding, HotKey, LoopStats,
-    Opts, Priority, SyncMode,
+    loop_stats, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Fallback, Finding, HotKey,
+    LoopStats, Opts, Priority, SyncMode,
 };
 pub use error::{Error, Result};
 pub use job::{finish, init, init_with, MAX_THREADS};

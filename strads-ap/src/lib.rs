@@ -59,8 +59,8 @@ pub use strads_ap_macros::{async_for, sync_for};
 pub use strads_ap_runtime::{
     checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
     threads, world_size, Aggregate, Aggregation, CallCosts, Config, DMap, DMultiMap, DVector,
-    Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Finding, HotKey, LoopStats, Opts,
-    Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
+    Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
+    LoopStats, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
 };
 
 /// Views and planner internals, for the curious and for tools.
@@ -77,7 +77,7 @@ pub mod internals {
 pub mod prelude {
     pub use crate::{
         async_for, read_from_file, sync_for, Aggregate, Aggregation, DMap, DMultiMap, DVector,
-        Depends, Dynamic, Opts, Priority, ReadOptions, Relaxed, SyncMode,
+        Depends, Dynamic, Fallback, Opts, Priority, ReadOptions, Relaxed, SyncMode,
     };
 }
 

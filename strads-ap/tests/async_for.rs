@@ -19,7 +19,7 @@ fn a_relaxed_table_does_not_serialize_the_loop_and_sums_exactly() {
                 per_doc[d] += 1;
                 total[k % 4] += 1;
             },
-            Opts::new().threads(threads)
+            Opts::new().threads(threads).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -138,7 +138,7 @@ fn maps_are_writable_inside_bodies_under_the_plan() {
             |k| {
                 counts[&text[k]] += 1;
             },
-            Opts::new().threads(threads)
+            Opts::new().threads(threads).fallback(Fallback::Never)
         )
         .unwrap();
         let got: HashMap<String, u64> = counts.to_vec().unwrap().into_iter().collect();
@@ -158,7 +158,7 @@ fn a_map_key_added_between_calls_is_planned_for() {
                     *t += k as i64;
                 }
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
     };
     run().unwrap();
@@ -203,7 +203,7 @@ fn multimap_lists_can_grow_inside_bodies() {
                 list.push(v);
             }
         },
-        Opts::new().threads(3)
+        Opts::new().threads(3).fallback(Fallback::Never)
     )
     .unwrap();
     for g in 0..7u8 {
@@ -223,7 +223,12 @@ fn plans_kept_per_call_site_are_bounded_and_the_latest_are_reused() {
     let w = DVector::from_fn(1000, |_| 0u64).unwrap();
     let line = line!() + 2;
     let run = |end: usize| {
-        async_for!(0..end, |k| w[k] += 1, Opts::new().threads(3)).unwrap();
+        async_for!(
+            0..end,
+            |k| w[k] += 1,
+            Opts::new().threads(3).fallback(Fallback::Never)
+        )
+        .unwrap();
     };
     // A call site over ever-changing ranges: one plan per range, but only the most
     // recently used are kept.

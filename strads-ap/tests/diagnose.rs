@@ -70,8 +70,20 @@ fn a_key_every_task_writes_is_named_with_its_share_and_relaxing_it_is_the_fix() 
         d.fix
     );
     assert!(d.message.contains("`total`[0] (100%)"), "{}", d.message);
+    // A plan that runs one group after another runs on one worker from its second call
+    // on (in loop order), which the loop's figures and a second finding say.
+    assert_eq!(stats.strategy, "rotation on one worker");
+    let one = finding(&stats, Finding::OneWorker).expect("one worker diagnosed");
+    assert!(
+        one.message
+            .contains("its plan would keep 1.0 of 2 workers busy"),
+        "{}",
+        one.message
+    );
+    assert!(one.fix.contains("`total` relaxed"), "{}", one.fix);
+    assert!(one.fix.contains("Fallback::Never"), "{}", one.fix);
     // Once per finding, however many calls.
-    assert_eq!(stats.diagnoses.len(), 1, "{:?}", stats.diagnoses);
+    assert_eq!(stats.diagnoses.len(), 2, "{:?}", stats.diagnoses);
     assert_eq!(
         total.get(0).unwrap(),
         (1..=3).map(|e| e * n).sum::<usize>() as f64
@@ -93,7 +105,7 @@ fn a_total_kept_in_a_reduction_is_left_out_of_the_plan() {
                 own[k] += 1.0;
                 total += own[k];
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
         assert_eq!(total, (epoch * n) as f64);
@@ -131,7 +143,7 @@ fn hot_map_keys_are_shown_as_the_body_writes_them() {
                 weights[w] += 0.1;
             }
         },
-        Opts::new().threads(2)
+        Opts::new().threads(2).fallback(Fallback::Never)
     )
     .unwrap();
     let stats = stats_at(line);
@@ -159,7 +171,7 @@ fn a_relaxed_hot_map_is_planned_around_and_sums_exactly() {
                 }
                 per_doc[d] += 1;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -192,7 +204,7 @@ fn a_relaxed_hot_key_and_private_writes_give_no_diagnosis() {
                 own[k] += work(k as u64);
                 total[0] += 1.0;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -232,7 +244,7 @@ fn reading_what_other_tasks_write_is_named() {
                 }
                 value[i] = 0.5 * value[i] + sum / 16.0;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -275,7 +287,7 @@ fn tables_keyed_alike_rotate_without_advice() {
                 p[u][0] += 0.01 * err * q[i][0];
                 q[i][0] += 0.01 * err * p[u][0];
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -303,7 +315,7 @@ fn short_calls_of_tiny_bodies_are_diagnosed_as_fixed_costs() {
             |k| {
                 own[k] += 1;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -325,7 +337,10 @@ fn short_rounds_of_a_dynamic_loop_name_the_round_size() {
             |k| {
                 own[k] += 1;
             },
-            Opts::new().threads(2).dynamic(schedule.clone())
+            Opts::new()
+                .threads(2)
+                .fallback(Fallback::Never)
+                .dynamic(schedule.clone())
         )
         .unwrap();
     }
@@ -348,7 +363,7 @@ fn a_table_made_anew_for_every_call_is_named() {
             |k| {
                 acc[k] += fresh[k];
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -370,7 +385,7 @@ fn a_table_kept_between_calls_is_not_diagnosed_as_new() {
             |k| {
                 acc[k] += kept[k];
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -397,7 +412,7 @@ fn a_sync_for_that_mostly_merges_is_diagnosed() {
                     w[(*x as usize) % 256] += 1e-6;
                 }
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -422,7 +437,7 @@ fn a_sync_for_with_long_bodies_is_not_merge_bound() {
                     w[(*x as usize) % 4] += work(*x) * 1e-9;
                 }
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }

@@ -40,7 +40,7 @@ fn a_recorded_first_call_is_the_serial_loop_and_plans_the_next_calls() {
                     seen[b].push(k as u32);
                 }
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
     };
     run().unwrap();
@@ -89,7 +89,7 @@ fn three_workers_reconnoitre_rather_than_record() {
     async_for!(
         0..6400usize,
         |k| w[k % 64] += k as u64,
-        Opts::new().threads(3)
+        Opts::new().threads(3).fallback(Fallback::Never)
     )
     .unwrap();
     let s = stats_at(line);
@@ -114,7 +114,7 @@ fn a_body_failing_in_a_recorded_run_names_its_index_and_keeps_the_tasks_before_i
                 }
                 w[k] += 1;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
     };
     let err = run(true).unwrap_err();
@@ -140,7 +140,12 @@ fn a_body_failing_in_a_recorded_run_names_its_index_and_keeps_the_tasks_before_i
 #[test]
 fn an_index_out_of_bounds_in_a_recorded_run_names_the_table() {
     let w = DVector::from_fn(10, |_| 0u32).unwrap();
-    let err = async_for!(0..11usize, |k| w[k] += 1, Opts::new().threads(2)).unwrap_err();
+    let err = async_for!(
+        0..11usize,
+        |k| w[k] += 1,
+        Opts::new().threads(2).fallback(Fallback::Never)
+    )
+    .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("`w`") && msg.contains("10"), "{msg}");
     assert_eq!(w.to_vec().unwrap(), vec![1; 10]);
@@ -160,7 +165,10 @@ fn a_rechecked_loop_records_its_first_call_then_runs_with_locks() {
                 counts[a] += 1;
                 counts[b] += 1;
             },
-            Opts::new().threads(2).recheck(true)
+            Opts::new()
+                .threads(2)
+                .fallback(Fallback::Never)
+                .recheck(true)
         )
         .unwrap();
     }
@@ -196,7 +204,7 @@ fn recorded_first_calls_from_several_driver_threads_share_the_helper_pool() {
                                 let key = (k * 7919 + seed as usize) % keys;
                                 w[key] += k as u64;
                             },
-                            Opts::new().threads(2)
+                            Opts::new().threads(2).fallback(Fallback::Never)
                         )
                         .unwrap();
                     }
@@ -231,7 +239,7 @@ fn fixed_costs_per_call_are_reported() {
                 let (a, b) = pairs[k];
                 sums[a] += b as u64;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -280,7 +288,7 @@ fn a_table_made_afresh_every_call_runs_with_locks_not_recorded_runs() {
                 w[a] += 1;
                 w[negs[k]] -= 1;
             },
-            Opts::new().threads(2)
+            Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }

@@ -72,7 +72,7 @@ fn converted(
 ) -> Serial {
     let w = DVector::from_fn(rows, |_| 0u32).unwrap();
     let h = DVector::from_fn(cols, |_| 0u32).unwrap();
-    let got = converted_on(p, &w, &h, threads, loss0);
+    let got = converted_on(p, &w, &h, threads, loss0, Fallback::Measure);
     assert_eq!(w.to_vec().unwrap().iter().sum::<u32>() as usize, p.len());
     got
 }
@@ -84,6 +84,7 @@ fn converted_on(
     h: &DVector<u32>,
     threads: usize,
     loss0: f64,
+    fallback: Fallback,
 ) -> Serial {
     let mut loss = loss0;
     let mut count = 3i64;
@@ -103,7 +104,7 @@ fn converted_on(
             low = f64::min(low, v);
             best = better(best, (v * ((k % 13) as f64), k));
         },
-        Opts::new().threads(threads)
+        Opts::new().threads(threads).fallback(fallback)
     )
     .unwrap();
     Serial {
@@ -131,6 +132,30 @@ fn one_worker_gives_the_serial_value_to_the_last_bit() {
     }
 }
 
+/// A loop that runs on one worker instead of several (`Fallback`) runs in loop order, as
+/// one thread does: every call gives the serial value to the last bit (a call on both
+/// workers, in the plan's order, would not).
+#[test]
+fn calls_on_one_worker_give_the_serial_value_to_the_last_bit() {
+    let (n, rows, cols) = (20_000, 300, 200);
+    let raw = pairs(n, rows, cols);
+    let expected = serial(&raw, 0.25);
+    let p = DVector::from_vec(raw).unwrap();
+    let w = DVector::from_fn(rows, |_| 0u32).unwrap();
+    let h = DVector::from_fn(cols, |_| 0u32).unwrap();
+    for call in 1..=3u32 {
+        let got = converted_on(&p, &w, &h, 2, 0.25, Fallback::Always);
+        assert_eq!(got.loss.to_bits(), expected.loss.to_bits(), "call {call}");
+        assert_eq!(got.count, expected.count);
+        assert_eq!(
+            (got.top, got.low, got.best),
+            (expected.top, expected.low, expected.best)
+        );
+        assert_eq!(w.to_vec().unwrap().iter().sum::<u32>(), call * n as u32);
+        assert_eq!(h.to_vec().unwrap().iter().sum::<u32>(), call * n as u32);
+    }
+}
+
 /// Several workers: integer sums, max, min and best-of exact on every call; the float
 /// sum the serial one to the last bit on the first call (recorded, in loop order) and the
 /// same to the last bit on every call that runs the kept plan. Tables made afresh every
@@ -154,7 +179,8 @@ fn several_workers_combine_exactly_and_deterministically_per_plan() {
         let h = DVector::from_fn(cols, |_| 0u32).unwrap();
         let mut planned = Vec::new();
         for call in 0..4 {
-            let got = converted_on(&p, &w, &h, threads, 0.25);
+            // All workers on every call: this is about the plan's determinism.
+            let got = converted_on(&p, &w, &h, threads, 0.25, Fallback::Never);
             check(&got, &format!("{threads} threads, call {call}"));
             if call == 0 && threads == 2 {
                 assert_eq!(got.loss.to_bits(), expected.loss.to_bits());

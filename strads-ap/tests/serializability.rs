@@ -19,7 +19,7 @@ use strads_ap::prelude::*;
 /// Two calls on the same tables: the first (reconnaissance and a run, or on up to two
 /// workers a recorded run) and the second (the cached plan) must both be serializable.
 fn run_and_check(patterns: Vec<Pattern>, keys: usize, threads: usize) {
-    let opts = Opts::new().threads(threads);
+    let opts = Opts::new().threads(threads).fallback(Fallback::Never);
     for (log, seen, ran) in run_order_sensitive_calls(&patterns, keys, opts, 2).unwrap() {
         check_serializable(&patterns, &log, &seen, &ran);
     }
@@ -70,7 +70,10 @@ fn locking_runs_are_serializable_on_2_to_4_threads() {
         for threads in [2, 3, 4] {
             for hot in [false, true] {
                 let patterns = random_patterns(seed, 2000, 200, hot);
-                let opts = Opts::new().threads(threads).recheck(true);
+                let opts = Opts::new()
+                    .threads(threads)
+                    .fallback(Fallback::Never)
+                    .recheck(true);
                 for (log, seen, ran) in run_order_sensitive_calls(&patterns, 200, opts, 3).unwrap()
                 {
                     check_serializable(&patterns, &log, &seen, &ran);
@@ -91,7 +94,10 @@ fn locking_runs_are_serializable_on_2_to_4_threads() {
             |k| {
                 log[k % 7].push(k as u32);
             },
-            Opts::new().threads(2).recheck(true)
+            Opts::new()
+                .threads(2)
+                .recheck(true)
+                .fallback(Fallback::Never)
         )
         .unwrap();
         let strategy = if call == 0 { "recorded" } else { "locks" };
@@ -161,7 +167,10 @@ fn a_task_that_meets_a_held_element_is_undone_and_retried() {
                     log[8 + k % 8].push(k as u32);
                 }
             },
-            Opts::new().threads(2).recheck(true)
+            Opts::new()
+                .threads(2)
+                .recheck(true)
+                .fallback(Fallback::Never)
         )
         .unwrap();
     }
@@ -211,7 +220,7 @@ fn rotation_shaped_patterns_are_serializable() {
                     w[i as usize].push(k as u32);
                     h[j as usize].push(k as u32);
                 },
-                Opts::new().threads(threads)
+                Opts::new().threads(threads).fallback(Fallback::Never)
             )
             .unwrap();
             let stats = strads_ap::loop_stats();
@@ -266,7 +275,7 @@ fn tables_keyed_alike_rotate_serializably() {
                     bw[i].push(k as u32);
                     bh[(j * 7 + 3) % cols].push(k as u32);
                 },
-                Opts::new().threads(threads)
+                Opts::new().threads(threads).fallback(Fallback::Never)
             )
             .unwrap();
             let site = stats_at(line);

@@ -1,5 +1,6 @@
 //! What a rank keeps of its loop calls between calls: plans, locking runs' table modes,
-//! which tables serial runs write, and `sync_for!`'s reconnaissance logs.
+//! how fast calls ran on all workers and on one, which tables serial runs write, and
+//! `sync_for!`'s reconnaissance logs.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,6 +8,7 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 
+use super::choose::Pace;
 use super::{CallSite, Opts, Registry};
 use crate::plan::{DistPlan, Plan, SlotMode};
 use crate::recon::AccessLog;
@@ -114,6 +116,14 @@ impl<V> Cache<V> {
         self.entries.contains_key(key)
     }
 
+    /// A copy of the value kept for `key`, if any.
+    pub fn get(&self, key: &PlanKey) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.entries.get(key).map(|e| e.value().1.clone())
+    }
+
     pub fn take(&self, key: &PlanKey) -> Option<V> {
         self.entries.remove(key).map(|(_, (_, v))| v)
     }
@@ -152,6 +162,8 @@ pub(crate) struct Kept {
     pub plans: Cache<Cached>,
     /// Table modes of locking runs.
     pub modes: Cache<Vec<SlotMode>>,
+    /// How fast calls ran on all workers and on one ([`crate::Fallback::Measure`]).
+    pub pace: Cache<Pace>,
     /// Which tables a loop run serially writes, by [`TablesKey`].
     pub serial_written: DashMap<TablesKey, Vec<bool>>,
     /// `sync_for!`'s reconnaissance logs (with `Opts::re`), one task per mini-batch, by

@@ -4,7 +4,7 @@
 //! A new strategy is a new file under `async_for/` or `sync_for/` plus one line here (and
 //! its row in the tests below).
 
-use super::SyncMode;
+use super::{Fallback, SyncMode};
 
 /// What an `async_for!` call's strategy depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +86,69 @@ pub(crate) fn async_strategy(c: AsyncCall) -> AsyncStrategy {
     }
 }
 
+/// A call on all workers that kept them busy less than this many workers' worth (busy
+/// time over wall time) may run faster on one worker, whose views cost less.
+pub(crate) const TRY_ONE_BELOW: f64 = 1.5;
+/// Calls shorter than this are not timed for [`Fallback::Measure`]: the timer's noise
+/// and the first touch of memory are a large share of them.
+pub(crate) const MIN_TIMED_SECS: f64 = 1e-3;
+
+/// A plan whose tasks over its longest chain of groups run one after another is below
+/// this runs on one worker from its first planned call, unmeasured: its workers would
+/// mostly wait, and each access of theirs costs more than a plain one.
+pub(crate) const SERIAL_PARALLELISM: f64 = 1.2;
+
+/// What [`Fallback::Measure`] learnt of a loop's calls (per plan key, in a world of one).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Pace {
+    /// The plan's parallelism (see [`SERIAL_PARALLELISM`]), when it is that low.
+    pub serial_plan: Option<f64>,
+    /// The last call on all workers: seconds it ran, and whether one worker might beat it.
+    pub all: Option<(f64, bool)>,
+    /// Seconds the last call on one worker ran.
+    pub one: Option<f64>,
+}
+
+impl Pace {
+    /// Notes a call on all workers that ran `secs`, its workers busy `busy` seconds in
+    /// all; `locks`: an element-locking run (whose accesses cost far more than plain ones
+    /// whatever the workers' busy time).
+    pub fn all_workers(&mut self, secs: f64, busy: f64, locks: bool) {
+        let idle = locks || busy < TRY_ONE_BELOW * secs;
+        self.all = Some((secs, secs >= MIN_TIMED_SECS && idle));
+    }
+
+    /// Notes a call on one worker that ran `secs`.
+    pub fn one_worker(&mut self, secs: f64) {
+        self.one = Some(secs);
+    }
+}
+
+/// Whether a call with a kept plan (or locking modes) runs on one worker.
+pub(crate) fn run_on_one_worker(fallback: Fallback, pace: Option<Pace>) -> bool {
+    match fallback {
+        Fallback::Never => false,
+        Fallback::Always => true,
+        Fallback::Measure => match pace.unwrap_or_default() {
+            Pace {
+                serial_plan: Some(_),
+                ..
+            } => true,
+            Pace {
+                all: Some((all, _)),
+                one: Some(one),
+                ..
+            } => one < all,
+            Pace {
+                all: Some((_, worth_trying)),
+                one: None,
+                ..
+            } => worth_trying,
+            Pace { all: None, .. } => false,
+        },
+    }
+}
+
 /// What a `sync_for!` call's strategy depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SyncCall {
@@ -160,6 +223,66 @@ mod tests {
             };
             assert_eq!(async_strategy(call), want, "row {i}: {call:?}");
         }
+    }
+
+    #[test]
+    fn one_worker_when_measured_faster_or_worth_a_try() {
+        use Fallback::*;
+        let paced = |all: Option<(f64, f64, bool)>, one: Option<f64>| {
+            let mut p = Pace::default();
+            if let Some((secs, busy, locks)) = all {
+                p.all_workers(secs, busy, locks);
+            }
+            if let Some(secs) = one {
+                p.one_worker(secs);
+            }
+            Some(p)
+        };
+        // Nothing measured: all workers (a first call measures them).
+        assert!(!run_on_one_worker(Measure, None));
+        assert!(run_on_one_worker(Always, None));
+        // Busy as two workers: not worth a try; busy as one, or locking: try one.
+        assert!(!run_on_one_worker(
+            Measure,
+            paced(Some((0.1, 0.19, false)), None)
+        ));
+        assert!(run_on_one_worker(
+            Measure,
+            paced(Some((0.1, 0.12, false)), None)
+        ));
+        assert!(run_on_one_worker(
+            Measure,
+            paced(Some((0.1, 0.2, true)), None)
+        ));
+        // Too short to time.
+        assert!(!run_on_one_worker(
+            Measure,
+            paced(Some((1e-4, 1e-4, true)), None)
+        ));
+        // A plan that runs one group after another: one worker, unmeasured.
+        let serial = Pace {
+            serial_plan: Some(1.0),
+            ..Pace::default()
+        };
+        assert!(run_on_one_worker(Measure, Some(serial)));
+        assert!(!run_on_one_worker(Never, Some(serial)));
+        // Both measured: the faster way, whichever was tried last.
+        assert!(run_on_one_worker(
+            Measure,
+            paced(Some((0.1, 0.1, false)), Some(0.05))
+        ));
+        assert!(!run_on_one_worker(
+            Measure,
+            paced(Some((0.1, 0.1, false)), Some(0.2))
+        ));
+        assert!(!run_on_one_worker(
+            Never,
+            paced(Some((0.1, 0.1, false)), Some(0.05))
+        ));
+        assert!(run_on_one_worker(
+            Always,
+            paced(Some((0.1, 0.1, false)), Some(0.2))
+        ));
     }
 
     #[test]

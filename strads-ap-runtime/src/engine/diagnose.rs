@@ -1,7 +1,7 @@
 //! Diagnoses: when a loop does not scale, say why and what to change, once per call site
 //! and finding, on stderr and in [`LoopStats::diagnoses`](super::LoopStats::diagnoses).
 //!
-//! Four findings, each from figures the engine has anyway:
+//! Five findings, each from figures the engine has anyway:
 //!
 //! * [`Finding::IdleWorkers`]: the plan cannot keep the workers busy (its longest chain of
 //!   groups that must run one after another holds most of the tasks). The planner looks at
@@ -14,6 +14,9 @@
 //!   new each time, or its index range changes), so each pays reconnaissance and planning.
 //! * [`Finding::MergeBound`]: a `sync_for!` (or relaxed tables) spends over
 //!   [`MERGE_SHARE`] of the workers' time merging replicas.
+//! * [`Finding::OneWorker`]: the loop ran faster on one worker than on all of them, so
+//!   it runs on one (see [`Fallback`](crate::Fallback)); the message says why the
+//!   workers did not pay, from the plan's shape and the workers' busy time.
 //!
 //! `STRADS_DIAGNOSE=0` keeps them off stderr (they are still in the loop figures).
 //! `STRADS_DIAGNOSE_BUSY=SHARE` (read at the first diagnosis) replaces [`BUSY_SHARE`]: `1` reports the fixed costs of
@@ -24,7 +27,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::registry::Registry;
-use super::stats::{Figures, LoopStats};
+use super::stats::{Figures, LoopStats, OneWorker};
 use super::CallSite;
 use crate::plan::{Plan, Schedule, SlotMode, TableInfo};
 use crate::recon::AccessLog;
@@ -55,16 +58,21 @@ pub enum Finding {
     AlwaysFirstCall,
     /// Merging replicas takes a large share of the workers' time.
     MergeBound,
+    /// The loop runs on one worker, which was measured faster than all of them (see
+    /// [`Fallback`](crate::Fallback)).
+    OneWorker,
 }
 
 impl Finding {
-    /// A short name: `idle-workers`, `fixed-costs`, `always-first-call`, `merge-bound`.
+    /// A short name: `idle-workers`, `fixed-costs`, `always-first-call`, `merge-bound`,
+    /// `one-worker`.
     pub fn name(self) -> &'static str {
         match self {
             Finding::IdleWorkers => "idle-workers",
             Finding::FixedCosts => "fixed-costs",
             Finding::AlwaysFirstCall => "always-first-call",
             Finding::MergeBound => "merge-bound",
+            Finding::OneWorker => "one-worker",
         }
     }
 }
@@ -325,6 +333,9 @@ pub(crate) fn after_call(
             found.push(fixed_costs(site, registry, &m, busy));
         }
     }
+    if let Some(o) = figures.one_worker {
+        found.push(one_worker(site, registry, &m, figures, o));
+    }
     drop(m);
     if let Some(share) = stats.merge_share() {
         if share > MERGE_SHARE && stats.calls >= 2 {
@@ -340,6 +351,80 @@ pub(crate) fn after_call(
         }
         tracing::info!("{}", d.message);
         stats.diagnoses.push(d);
+    }
+}
+
+/// The loop runs on one worker: what each way took, and why the workers did not pay.
+fn one_worker(
+    site: &CallSite,
+    registry: &Registry,
+    m: &SiteMemory,
+    figures: &Figures,
+    o: OneWorker,
+) -> Diagnosis {
+    let (workers, one) = (o.workers, o.one * 1e3);
+    let mut what = match o.all {
+        Ok(all) => format!(
+            "it runs on one worker, in loop order as one thread runs it, which was faster: \
+             a call took {:.2} ms on {workers} workers and {one:.2} ms on one",
+            all * 1e3
+        ),
+        Err(parallelism) => format!(
+            "it runs on one worker, in loop order as one thread runs it ({one:.2} ms per \
+             call): its plan would keep {parallelism:.1} of {workers} workers busy"
+        ),
+    };
+    let locks = figures.strategy == Some("locks on one worker");
+    if m.worker_secs > 0.0 {
+        let _ = write!(
+            what,
+            "; on {workers} workers they spent {:.0}% of each call in loop bodies",
+            100.0 * m.busy / m.worker_secs
+        );
+    }
+    let (fix, tables, hot_keys) = match &m.shape {
+        _ if locks => {
+            what.push_str(
+                "; there every access to a written table took a lock and a copy, because \
+                 the loop is re-checked",
+            );
+            let renewed: Vec<String> = m.renewed.iter().map(|t| t.to_string()).collect();
+            let fix = match m.locked_instead {
+                true => format!(
+                    "make {} once, before the loop, and refill it in place each call \
+                     (`transform`, `set`), so that a plan made at the first call serves \
+                     the others",
+                    quoted(&renewed)
+                ),
+                false => "a plan serves a loop whose accesses repeat from call to call: \
+                          drop `Opts::recheck(true)` if they do"
+                    .to_string(),
+            };
+            (fix, renewed, Vec::new())
+        }
+        Some(shape) => {
+            let e = explain(registry, shape);
+            let _ = write!(
+                what,
+                "; its {} plan is what it is because {}",
+                shape.strategy, e.why
+            );
+            (e.fix, e.tables, e.hot_keys)
+        }
+        None => (
+            "give each call more work (more tasks per call, or more work per task)".to_string(),
+            Vec::new(),
+            Vec::new(),
+        ),
+    };
+    let fix =
+        format!("{fix}; `Opts::new().fallback(Fallback::Never)` keeps every call on all workers");
+    Diagnosis {
+        finding: Finding::OneWorker,
+        message: message(site, Finding::OneWorker, &what, &fix),
+        tables,
+        hot_keys,
+        fix,
     }
 }
 

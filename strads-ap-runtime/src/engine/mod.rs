@@ -26,7 +26,7 @@ pub use async_for::run_async_for;
 pub use cache::{cached_plans, KEPT_PER_SITE};
 pub use diagnose::{Diagnosis, Finding, HotKey};
 pub use dynamic::{Depends, Dynamic, DynamicStats, Priority};
-pub use opts::{Opts, SyncMode};
+pub use opts::{Fallback, Opts, SyncMode};
 pub(crate) use registry::Base;
 pub use registry::Registry;
 pub use site::{CallSite, LoopKind};

@@ -1,4 +1,4 @@
-//! Options of a loop call: [`Opts`] and [`SyncMode`].
+//! Options of a loop call: [`Opts`], [`Fallback`] and [`SyncMode`].
 
 /// Options of one loop operator call, passed as the macros' last argument.
 ///
@@ -16,6 +16,7 @@ pub struct Opts {
     pub(super) blocks: Option<usize>,
     pub(super) seed: Option<u64>,
     pub(super) dynamic: Option<super::Dynamic>,
+    pub(super) fallback: Fallback,
 }
 
 impl Opts {
@@ -80,11 +81,61 @@ impl Opts {
         self.dynamic.as_ref()
     }
 
+    /// `async_for!` in a world of one: whether a loop whose workers do not pay runs on one
+    /// worker instead (default [`Fallback::Measure`]). See [`Fallback`].
+    ///
+    /// ```
+    /// use strads_ap_runtime::{Fallback, Opts};
+    /// // A test that must exercise the parallel run whatever the timings say:
+    /// let opts = Opts::new().threads(2).fallback(Fallback::Never);
+    /// assert_eq!(opts.get_fallback(), Fallback::Never);
+    /// ```
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// The fallback set (default [`Fallback::Measure`]).
+    pub fn get_fallback(&self) -> Fallback {
+        self.fallback
+    }
+
     /// `async_for!`: seed of the planner's task shuffle (default: the job's seed).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
     }
+}
+
+/// When an `async_for!` loop on several workers in a world of one runs on one worker
+/// instead: the call's indices in loop order on the calling thread, over views that check
+/// only bounds (as a `Vec` does), as with `Opts::new().threads(1)`.
+///
+/// A plan whose groups must mostly run one after another (every task writes a bias, a
+/// few keys are in most tasks, most tasks read what others write) keeps the workers
+/// waiting on each other, and checked accesses (or element locks, in a re-checked loop)
+/// cost more than plain ones: such a loop can run several times slower on two workers
+/// than on one. On one worker a call runs exactly as the serial program's loop does
+/// (relaxed tables updated in place, reductions chained in loop order); a call on all
+/// workers runs in its plan's order. Each is serializable; their results differ as two
+/// serial orders do.
+///
+/// With [`Fallback::Measure`] the engine times the loop's calls: when a call on all
+/// workers kept them busy less than 1.5 workers' worth (or ran with element locks) and
+/// took at least a millisecond, the next call runs on one worker, and from then on each
+/// call runs the way that was faster the last time it was measured. The loop's
+/// [`LoopStats::strategy`](super::LoopStats::strategy) then ends in `" on one worker"`,
+/// and a diagnosis (`one-worker`) says what each way took and what would let the
+/// workers pay. Where results must not depend on timings, choose `Never` or `Always`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fallback {
+    /// Time the calls and run each the faster way (the default).
+    #[default]
+    Measure,
+    /// Always on all workers (tests of the parallel run; benchmarks of the plan).
+    Never,
+    /// On one worker once a first call made the plan (or a locking run's table modes).
+    Always,
 }
 
 /// Synchronisation of `sync_for!`.

@@ -179,8 +179,8 @@ impl<T> Call<'_, T> {
     }
 
     /// Adds to this call's figures.
-    pub fn note(&self, f: impl FnOnce(&mut Figures)) {
-        f(&mut self.figures.borrow_mut());
+    pub fn note<R>(&self, f: impl FnOnce(&mut Figures) -> R) -> R {
+        f(&mut self.figures.borrow_mut())
     }
 
     /// Locks every captured table for the rest of the call (a table in use by another

@@ -21,7 +21,9 @@ pub struct LoopStats {
     pub running: Duration,
     /// How the last call ran: the plan's strategy (`rotation`, `components`, `bsp`,
     /// `hybrid`), `serial` (one worker), `locks` (a locking run), or `recorded` (a
-    /// recorded run that did not yield a plan, as for a re-checked loop).
+    /// recorded run that did not yield a plan, as for a re-checked loop); `rotation on one
+    /// worker`, `components on one worker` or `locks on one worker` (loop order) when the
+    /// call ran on one worker because that was faster (see [`Fallback`](crate::Fallback)).
     pub strategy: &'static str,
     /// Task groups in the plan (chunks of tasks, for a locking run).
     pub groups: usize,
@@ -167,6 +169,17 @@ pub fn loop_stats() -> Vec<LoopStats> {
     all
 }
 
+/// Why a call ran on one worker: its figures, for the diagnosis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct OneWorker {
+    /// The loop's workers.
+    pub workers: usize,
+    /// Seconds a call took on all of them, or (unmeasured) the plan's parallelism.
+    pub all: Result<f64, f64>,
+    /// Seconds this call took on one worker.
+    pub one: f64,
+}
+
 /// What one loop call adds to its site's [`LoopStats`]: gathered by the strategy that ran
 /// it, recorded once when the call finishes.
 #[derive(Debug, Default, PartialEq)]
@@ -202,6 +215,8 @@ pub(crate) struct Figures {
     pub shape: Option<PlanShape>,
     /// Per captured table: whether the call may have written it.
     pub written: Vec<bool>,
+    /// The call ran on one worker because that was faster (see [`crate::Fallback`]).
+    pub one_worker: Option<OneWorker>,
 }
 
 impl Figures {

@@ -38,7 +38,7 @@ pub type Trace = (Vec<Vec<u32>>, Vec<Vec<(u32, u32)>>, Vec<u32>);
 /// workers (per rank): each task appends its index to every element it writes and notes,
 /// for every element it reads, how many appends it saw.
 pub fn run_order_sensitive(patterns: &[Pattern], keys: usize, threads: usize) -> Result<Trace> {
-    let opts = Opts::new().threads(threads);
+    let opts = Opts::new().threads(threads).fallback(Fallback::Never);
     let mut traces = run_order_sensitive_calls(patterns, keys, opts, 1)?;
     Ok(traces.pop().expect("one call"))
 }

@@ -34,7 +34,7 @@ use crate::sync::Mutex;
 use std::time::Instant;
 
 use super::execute::{bind_worker, push_replicas};
-use super::{table_infos, written_slots, Loop};
+use super::{lone, on_one_worker, table_infos, written_slots, Loop};
 use crate::access::{Conflict, ExecCtx, Indices, LockWord, LoopIndex, FREE};
 use crate::dds::table::Replica;
 use crate::engine::cache::{kept, Keep};
@@ -60,17 +60,31 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             modes
         }
     };
+    let one = l.on_one_worker();
     let t0 = Instant::now();
-    let outcome = run_locked(l, bases, &modes);
+    let outcome = match one {
+        true => lone::run_in_order(l, bases, &modes).map(|()| Outcome {
+            chunks: 1,
+            retried: 0,
+        }),
+        false => run_locked(l, bases, &modes),
+    };
+    let ran = t0.elapsed();
     l.call.note(|f| {
         f.ran = true;
-        f.running += t0.elapsed();
-        f.strategy = Some("locks");
+        f.running += ran;
+        f.strategy = Some(if one { on_one_worker("locks") } else { "locks" });
+        if one {
+            f.workers = Some(1);
+        }
         if let Ok(o) = &outcome {
             f.groups = Some(o.chunks);
             f.retried += o.retried as u64;
         }
     });
+    if outcome.is_ok() {
+        l.paced(one, ran, std::time::Duration::ZERO, true);
+    }
     drop(locked);
     let ran = Ran::new(outcome.map(|_| ()), written_slots(&modes));
     Ok(match ran.outcome {

@@ -14,9 +14,12 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::cache::{kept, PlanKey};
-use super::choose::{async_strategy, AsyncCall, AsyncStrategy};
+use super::choose::{
+    async_strategy, run_on_one_worker, AsyncCall, AsyncStrategy, SERIAL_PARALLELISM,
+};
 use super::pipeline::{self, Call};
-use super::{Base, CallSite, Opts, Registry};
+use super::stats::OneWorker;
+use super::{Base, CallSite, Fallback, Opts, Registry};
 use crate::access::{ExecCtx, Indices, LoopIndex};
 use crate::error::{Error, Result};
 use crate::plan::{SlotMode, TableInfo};
@@ -27,6 +30,7 @@ mod dynamic;
 mod exchange;
 mod execute;
 mod locking;
+mod lone;
 mod planned;
 mod reconnoitre;
 mod recorded;
@@ -64,6 +68,66 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
             self.call.threads,
         )?;
         Ok((log, t0.elapsed()))
+    }
+
+    /// Whether this call runs on one worker instead of all (see [`Fallback`]).
+    fn on_one_worker(&self) -> bool {
+        self.call.here.world_size() == 1
+            && run_on_one_worker(self.opts.fallback, kept().pace.get(&self.key))
+    }
+
+    /// Notes how long a call ran (`one`: on one worker; `busy`: the workers' time in
+    /// bodies; `locks`: with element locks), for the next call's choice, and the figures
+    /// of a call that ran on one worker because that was faster.
+    fn paced(&self, one: bool, ran: Duration, busy: Duration, locks: bool) {
+        let kept = kept();
+        let mut pace = kept.pace.get(&self.key).unwrap_or_default();
+        let secs = ran.as_secs_f64();
+        match one {
+            true => {
+                let all = match (pace.all, pace.serial_plan) {
+                    (Some((all, _)), _) => Some(Ok(all)),
+                    (None, Some(parallelism)) => Some(Err(parallelism)),
+                    (None, None) => None,
+                };
+                if let (Fallback::Measure, Some(all)) = (self.opts.fallback, all) {
+                    let workers = self.call.threads;
+                    let figures = OneWorker {
+                        workers,
+                        all,
+                        one: secs,
+                    };
+                    self.call.note(|f| f.one_worker = Some(figures));
+                }
+                pace.one_worker(secs);
+            }
+            false => pace.all_workers(secs, busy.as_secs_f64(), locks),
+        }
+        kept.pace.put(self.key.clone(), pace);
+    }
+}
+
+impl<Task, I> Loop<'_, '_, Task, I> {
+    /// Notes a plan just made whose parallelism (tasks over its longest chain of groups)
+    /// is too low for its workers to pay: later calls run on one worker unmeasured.
+    fn serial_plan(&self, parallelism: f64) {
+        if self.call.here.world_size() > 1 || parallelism >= SERIAL_PARALLELISM {
+            return;
+        }
+        let kept = kept();
+        let mut pace = kept.pace.get(&self.key).unwrap_or_default();
+        pace.serial_plan = Some(parallelism);
+        kept.pace.put(self.key.clone(), pace);
+    }
+}
+
+/// The name of a strategy run on one worker (see [`Fallback`]).
+fn on_one_worker(strategy: &str) -> &'static str {
+    match strategy {
+        "rotation" => "rotation on one worker",
+        "components" => "components on one worker",
+        "locks" => "locks on one worker",
+        _ => "on one worker",
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::execute::execute;
-use super::{table_infos, written_slots, Loop};
+use super::{lone, on_one_worker, table_infos, written_slots, Loop};
 use crate::access::LoopIndex;
 use crate::cluster::context;
 use crate::engine::cache::{kept, Cached, Keep};
@@ -30,16 +30,32 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             make_plan(l, log, recon, tables, l.call.threads)
         }
     };
+    let one = l.on_one_worker();
+    let busy_before = l.call.note(|f| f.busy);
     let t0 = Instant::now();
-    let steps = Work::all(&plan.schedule);
-    let outcome = execute(l, bases, &mut plan, &steps, &mut |_, errors| {
-        Ok(errors.failed())
-    });
-    l.call.note(|f| {
+    let outcome = match one {
+        true => lone::run_in_order(l, bases, &plan.modes),
+        false => {
+            let steps = Work::all(&plan.schedule);
+            execute(l, bases, &mut plan, &steps, &mut |_, errors| {
+                Ok(errors.failed())
+            })
+        }
+    };
+    let ran = t0.elapsed();
+    let busy = l.call.note(|f| {
         f.ran = true;
-        f.running += t0.elapsed();
+        f.running += ran;
         f.replans_by_design = l.opts.recheck;
+        if one {
+            f.strategy = Some(on_one_worker(plan.stats.strategy));
+            f.workers = Some(1);
+        }
+        f.busy - busy_before
     });
+    if outcome.is_ok() {
+        l.paced(one, ran, busy, false);
+    }
     drop(locked);
     let ran = Ran::new(outcome, written_slots(&plan.modes));
     Ok(match ran.outcome {
@@ -113,6 +129,9 @@ pub(super) fn make_plan<Task, I>(
     // How the plan uses the workers, and why (a pass over the log for components plans
     // and plans that leave workers idle; none for a rotation that keeps them busy).
     let shape = crate::engine::diagnose::plan_shape(&plan, &tables, threads);
+    if let Some(s) = &shape {
+        l.serial_plan(s.parallelism);
+    }
     l.call.note(|f| {
         f.first_call = true;
         f.shape = shape;
