@@ -162,6 +162,11 @@ fn fm_matches_serial() {
 }
 
 #[test]
+fn fm_relaxed_matches_serial() {
+    matches_serial("fm-relaxed", 0.02, 5);
+}
+
+#[test]
 fn logreg_matches_serial() {
     matches_serial("logreg", 0.02, 3);
 }

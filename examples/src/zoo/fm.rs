@@ -32,9 +32,9 @@ use crate::data::{self, gaussian, Zipf};
 use crate::report::{SERIAL, STRADS};
 
 const NAME: &str = "fm";
-const FACTORS: usize = 8;
-const LR: f32 = 0.1;
-const REG: f32 = 0.001;
+pub(super) const FACTORS: usize = 8;
+pub(super) const LR: f32 = 0.1;
+pub(super) const REG: f32 = 0.001;
 const HIDDEN_RANK: usize = 4;
 
 /// One sample: its active features `(index, value)` and its target.
@@ -47,7 +47,7 @@ pub struct FmSample {
 }
 
 /// The synthetic data set: samples and the number of features.
-fn samples(run: &Run) -> (Vec<FmSample>, usize) {
+pub(super) fn samples(run: &Run) -> (Vec<FmSample>, usize) {
     let features = run.scaled(1_000, 50);
     let n = run.scaled(100_000, 200);
     let mut rng = data::rng_for(run.seed, 11);
@@ -88,7 +88,7 @@ fn samples(run: &Run) -> (Vec<FmSample>, usize) {
 }
 
 /// A factor row's initial values: small, seeded per row.
-fn init_factors(seed: u64, row: usize) -> Vec<f32> {
+pub(super) fn init_factors(seed: u64, row: usize) -> Vec<f32> {
     let mut rng = data::rng_for(seed, 0x00f0_0000_0000 + row as u64);
     (0..FACTORS).map(|_| rng.gen_range(-0.1..0.1)).collect()
 }

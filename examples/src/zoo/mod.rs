@@ -29,6 +29,7 @@ pub mod adagrad_mf;
 pub mod biased_mf;
 pub mod bpr;
 pub mod fm;
+pub mod fm_relaxed;
 pub mod kmeans;
 pub mod lloyd;
 pub mod logreg;
@@ -184,6 +185,14 @@ pub const PROGRAMS: &[Program] = &[
         serial: fm::serial,
         strads: fm::strads,
         tolerance: 0.005,
+        reads: None,
+    },
+    Program {
+        name: "fm-relaxed",
+        shape: "fm with the declarations its diagnosis asks for: the bias, the weights and the factor rows relaxed (summed deltas)",
+        serial: fm_relaxed::serial,
+        strads: fm_relaxed::strads,
+        tolerance: 0.02,
         reads: None,
     },
     Program {

@@ -35,9 +35,13 @@ fn bind_group(
 }
 
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
-struct Worker {
+struct Worker<Task, I> {
     ctx: ExecCtx,
     replicas: Vec<(usize, Replica)>,
+    /// The body this worker runs: over direct views when no binding has tags to check
+    /// (every written table relaxed, or none written), which then cost what a `Vec`
+    /// costs; over checked views otherwise.
+    body: fn(&Task, &ExecCtx, Indices<'_, I>),
 }
 
 /// Runs `steps` of `plan` (all of it in a world of one; this rank's share across ranks)
@@ -50,7 +54,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     steps: &[Work],
     between: &mut dyn FnMut(usize, &FirstError) -> Result<bool>,
 ) -> Result<()> {
-    let (site, start, task, run) = (l.call.site, l.start, l.call.task(), l.run);
+    let (site, start, task, run, direct) = (l.call.site, l.start, l.call.task(), l.run, l.direct);
     let (registry, threads) = (&l.call.registry, l.call.threads);
     let merges = Merges::default();
     let errors = FirstError::new();
@@ -68,30 +72,30 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     } = plan;
     let modes: &[SlotMode] = modes;
     let alone = !l.call.here.is_distributed();
-    let new_worker = |tags: &[Vec<u32>]| -> Worker {
+    let new_worker = |tags: &[Vec<u32>]| -> Worker<Task, I> {
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
             if modes[slot] == SlotMode::Checked {
                 b.tags = tags[slot].as_ptr();
             }
         });
         let mut ctx = ExecCtx::new(bindings);
-        ctx.prefetch = indexed_by_task
-            .iter()
-            .map(|&slot| {
-                (
-                    bases[slot].ptr as usize,
-                    registry.entries[slot].table.elem_size(),
-                )
-            })
-            .collect();
-        Worker { ctx, replicas }
+        ctx.prefetch = prefetched(registry, bases, indexed_by_task);
+        let body = match ctx.bindings.iter().all(Binding::is_direct) {
+            true => direct,
+            false => run,
+        };
+        Worker {
+            ctx,
+            replicas,
+            body,
+        }
     };
-    let run_group = |w: &mut Worker, group: GroupRef, unit: u64, tasks: &[u32]| {
+    let run_group = |w: &mut Worker<Task, I>, group: GroupRef, unit: u64, tasks: &[u32]| {
         let t0 = std::time::Instant::now();
         bind_group(&mut w.ctx.bindings, modes, schedule, group, alone);
         w.ctx.unit.set(unit);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            run(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
+            (w.body)(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
         }));
         if let Err(payload) = outcome {
             let error = body_error(site, w.ctx.current(), payload);
@@ -171,6 +175,24 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         between(steps.len(), &errors)?;
     }
     errors.into_result()
+}
+
+/// Where the tables every task reads at its own loop index start, with their element
+/// sizes: what a worker's index iterator prefetches ahead.
+fn prefetched(
+    registry: &Registry,
+    bases: &[Base],
+    indexed_by_task: &[usize],
+) -> Vec<(usize, usize)> {
+    indexed_by_task
+        .iter()
+        .map(|&slot| {
+            (
+                bases[slot].ptr as usize,
+                registry.entries[slot].table.elem_size(),
+            )
+        })
+        .collect()
 }
 
 /// A worker's bindings of the captured tables by their modes: read-only tables refuse
