@@ -1023,6 +1023,17 @@ struct Scratch {
     first: Vec<Vec<u32>>,
 }
 
+/// The tasks of a batch in which no two conflict, as `bins` runs of consecutive tasks:
+/// they read their loop-indexed elements in memory order.
+fn consecutive_runs(chunk: &[u32], bins: usize) -> Vec<Vec<u32>> {
+    let mut tasks: Vec<u32> = chunk.to_vec();
+    tasks.sort_unstable();
+    (0..bins)
+        .map(|b| tasks[b * tasks.len() / bins..(b + 1) * tasks.len() / bins].to_vec())
+        .filter(|g| !g.is_empty())
+        .collect()
+}
+
 fn components(
     log: &AccessLog,
     modes: &[SlotMode],
@@ -1050,7 +1061,9 @@ fn components(
     // about twice the chosen batch, not the whole log several times over.
     let min_batch = (64 * threads).min(n.max(1));
     let mut candidates = vec![n.max(1)];
-    while threads > 1 && *candidates.last().expect("one") > min_batch {
+    // No checked table, no conflict: one batch of all tasks (what the search would find).
+    let conflicts = modes.contains(&SlotMode::Checked);
+    while conflicts && threads > 1 && *candidates.last().expect("one") > min_batch {
         let next = (candidates.last().expect("one") / 2).max(min_batch);
         candidates.push(next);
     }
@@ -1085,6 +1098,12 @@ fn components(
     let cut: Vec<(Vec<Vec<u32>>, usize)> = order
         .par_chunks(size)
         .map_init(&new_scratch, |scratch, chunk| {
+            if !conflicts {
+                return (
+                    consecutive_runs(chunk, bins_per_batch.min(chunk.len()).max(1)),
+                    1,
+                );
+            }
             let mut uf = connected(log, modes, chunk, scratch);
             // Components as lists of local positions, in position order.
             let mut members: Vec<Vec<u32>> = Vec::new();
@@ -1100,15 +1119,7 @@ fn components(
             let largest = members.iter().map(Vec::len).max().unwrap_or(0);
             let bins = bins_per_batch.min(members.len()).max(1);
             if largest <= 1 {
-                // No two tasks conflict: runs of consecutive tasks, which read their
-                // loop-indexed elements in memory order.
-                let mut tasks: Vec<u32> = chunk.to_vec();
-                tasks.sort_unstable();
-                let groups = (0..bins)
-                    .map(|b| tasks[b * tasks.len() / bins..(b + 1) * tasks.len() / bins].to_vec())
-                    .filter(|g| !g.is_empty())
-                    .collect();
-                return (groups, largest);
+                return (consecutive_runs(chunk, bins), largest);
             }
             // Largest-first onto the least-loaded bin (LPT).
             let mut load = vec![0usize; bins];

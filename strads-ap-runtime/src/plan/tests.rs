@@ -227,6 +227,28 @@ proptest! {
     }
 
     #[test]
+    fn every_written_table_relaxed_is_one_batch_of_consecutive_runs(
+        log in arb_log(3, 8),
+        threads in 1usize..5,
+    ) {
+        let tables = vec![TableInfo { key_space: 8, relaxed: true }; 3];
+        check_plan(&log, &tables, threads);
+        let p = plan(log.clone(), &tables, &PlanConfig {
+            threads,
+            blocks: None,
+            seed: 3,
+            first_index: 0,
+        });
+        if log.tasks() > 0 {
+            prop_assert_eq!(p.stats.batches, 1);
+            prop_assert!(p.stats.largest_component <= 1);
+            for (_, tasks) in groups_of(&p) {
+                prop_assert!(tasks.windows(2).all(|w| w[0] + 1 == w[1]), "{:?}", tasks);
+            }
+        }
+    }
+
+    #[test]
     fn random_patterns_with_a_relaxed_table(log in arb_log(3, 8), threads in 1usize..5) {
         let mut tables = vec![TableInfo { key_space: 8, relaxed: false }; 3];
         tables[2].relaxed = true;
