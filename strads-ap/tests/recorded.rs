@@ -307,3 +307,63 @@ fn a_table_made_afresh_every_call_runs_with_locks_not_recorded_runs() {
         s.diagnoses
     );
 }
+
+#[test]
+fn a_rechecked_loop_on_one_worker_runs_in_loop_order_and_still_refuses_unlearned_writes() {
+    // `Fallback::Always`: after the recorded first call, calls run on one worker in loop
+    // order (no locks), so an order-sensitive update ends exactly as the serial loop's.
+    let (n, keys) = (4000, 50);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    let acc = DVector::from_fn(keys, |_| 1u64).unwrap();
+    let flag = DVector::from_fn(1, |_| false).unwrap();
+    let side = DVector::from_fn(n, |_| 0u32).unwrap();
+    let mut want = vec![1u64; keys];
+    let line = line!() + 2;
+    let run = || {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                acc[a] = acc[a].wrapping_mul(31).wrapping_add(acc[b] ^ k as u64);
+                if flag[0] {
+                    side[k] += 1;
+                }
+            },
+            Opts::new()
+                .threads(2)
+                .recheck(true)
+                .fallback(Fallback::Always)
+        )
+    };
+    for call in 1..=3 {
+        run().unwrap();
+        for (k, (a, b)) in pattern(n, keys).into_iter().enumerate() {
+            want[a] = want[a].wrapping_mul(31).wrapping_add(want[b] ^ k as u64);
+        }
+        assert_eq!(acc.to_vec().unwrap(), want, "call {call}");
+    }
+    let s = stats_at(line);
+    assert_eq!(
+        (s.calls, s.recorded_calls, s.strategy, s.workers),
+        (3, 1, "locks on one worker", 1),
+        "{s:?}"
+    );
+    // A table the first call only read stays read-only on one worker too: the write is
+    // refused with the same error as under locks, and the next call learns again.
+    flag.set(0, true).unwrap();
+    let err = run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::AccessOutsidePlan {
+                table: "side",
+                access: "wrote",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(side.to_vec().unwrap(), vec![0; n]);
+    run().unwrap();
+    assert_eq!(side.to_vec().unwrap(), vec![1; n]);
+}
