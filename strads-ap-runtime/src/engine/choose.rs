@@ -98,6 +98,10 @@ pub(crate) const MIN_TIMED_SECS: f64 = 1e-3;
 /// mostly wait, and each access of theirs costs more than a plain one.
 pub(crate) const SERIAL_PARALLELISM: f64 = 1.2;
 
+/// Calls run the faster way before the slower way is timed again (then twice as many,
+/// and so on): one call timed on a busy machine must not decide for good.
+pub(crate) const RETIME_AFTER: u32 = 8;
+
 /// What [`Fallback::Measure`] learnt of a loop's calls (per plan key, in a world of one).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Pace {
@@ -107,6 +111,10 @@ pub(crate) struct Pace {
     pub all: Option<(f64, bool)>,
     /// Seconds the last call on one worker ran.
     pub one: Option<f64>,
+    /// Calls since the slower way was last timed, and how many to run before timing it
+    /// again (0: [`RETIME_AFTER`]).
+    since: u32,
+    again_after: u32,
 }
 
 impl Pace {
@@ -114,13 +122,35 @@ impl Pace {
     /// all; `locks`: an element-locking run (whose accesses cost far more than plain ones
     /// whatever the workers' busy time).
     pub fn all_workers(&mut self, secs: f64, busy: f64, locks: bool) {
+        self.count(false);
         let idle = locks || busy < TRY_ONE_BELOW * secs;
         self.all = Some((secs, secs >= MIN_TIMED_SECS && idle));
     }
 
     /// Notes a call on one worker that ran `secs`.
     pub fn one_worker(&mut self, secs: f64) {
+        self.count(true);
         self.one = Some(secs);
+    }
+
+    /// Which way was faster when both were last timed (`Some(true)`: one worker).
+    fn faster(&self) -> Option<bool> {
+        match (self.all, self.one) {
+            (Some((all, _)), Some(one)) => Some(one < all),
+            _ => None,
+        }
+    }
+
+    /// Counts a call (`one`: on one worker): timing the slower way starts the count again
+    /// and doubles the wait before the next time.
+    fn count(&mut self, one: bool) {
+        match self.faster() {
+            Some(faster) if faster != one => {
+                self.since = 0;
+                self.again_after = self.again_after.max(RETIME_AFTER).saturating_mul(2);
+            }
+            _ => self.since = self.since.saturating_add(1),
+        }
     }
 }
 
@@ -129,23 +159,25 @@ pub(crate) fn run_on_one_worker(fallback: Fallback, pace: Option<Pace>) -> bool 
     match fallback {
         Fallback::Never => false,
         Fallback::Always => true,
-        Fallback::Measure => match pace.unwrap_or_default() {
-            Pace {
-                serial_plan: Some(_),
-                ..
-            } => true,
-            Pace {
-                all: Some((all, _)),
-                one: Some(one),
-                ..
-            } => one < all,
-            Pace {
-                all: Some((_, worth_trying)),
-                one: None,
-                ..
-            } => worth_trying,
-            Pace { all: None, .. } => false,
-        },
+        Fallback::Measure => {
+            let p = pace.unwrap_or_default();
+            if p.serial_plan.is_some() {
+                return true;
+            }
+            match (p.faster(), p.all) {
+                (Some(one_faster), Some((_, worth_trying))) => {
+                    let retime = p.since >= p.again_after.max(RETIME_AFTER);
+                    // Time the slower way again now and then; one worker only while the
+                    // last call on all workers left them idle enough to make it a candidate.
+                    match retime && (one_faster || worth_trying) {
+                        true => !one_faster,
+                        false => one_faster,
+                    }
+                }
+                (None, Some((_, worth_trying))) => worth_trying,
+                (_, None) => false,
+            }
+        }
     }
 }
 
@@ -283,6 +315,48 @@ mod tests {
             Always,
             paced(Some((0.1, 0.1, false)), Some(0.2))
         ));
+    }
+
+    #[test]
+    fn the_slower_way_is_timed_again_after_8_then_16_then_32_calls() {
+        use Fallback::Measure;
+        let timed = |all: (f64, f64), one: f64| {
+            let mut p = Pace::default();
+            p.all_workers(all.0, all.1, false);
+            p.one_worker(one);
+            p
+        };
+        // One worker faster: all workers are timed again 8 calls after the first timing of
+        // both (which counts its two calls), then after 16 more, then 32.
+        let mut p = timed((0.1, 0.1), 0.05);
+        let mut all_at = Vec::new();
+        for i in 0..60 {
+            match run_on_one_worker(Measure, Some(p)) {
+                true => p.one_worker(0.05),
+                false => {
+                    all_at.push(i);
+                    p.all_workers(0.1, 0.1, false);
+                }
+            }
+        }
+        assert_eq!(all_at, vec![6, 23, 56]);
+        // A slower way found faster when timed again is the way from then on.
+        let mut p = timed((0.1, 0.1), 0.05);
+        for _ in 0..7 {
+            p.one_worker(0.05);
+        }
+        assert!(!run_on_one_worker(Measure, Some(p)));
+        p.all_workers(0.01, 0.02, false);
+        for _ in 0..20 {
+            assert!(!run_on_one_worker(Measure, Some(p)));
+            p.all_workers(0.01, 0.02, false);
+        }
+        // All workers faster and busy on their last call: one worker is not timed again.
+        let mut p = timed((0.05, 0.1), 0.1);
+        for _ in 0..20 {
+            assert!(!run_on_one_worker(Measure, Some(p)));
+            p.all_workers(0.05, 0.1, false);
+        }
     }
 
     #[test]
