@@ -195,6 +195,12 @@ fn prefetched(
         .collect()
 }
 
+/// Makes `b` refuse writes: the table of a slot reconnaissance saw no task write.
+pub(super) fn refuse_writes(b: &mut Binding) {
+    b.writable = false;
+    b.read_only_reason = "reconnaissance saw no task write this table";
+}
+
 /// A worker's bindings of the captured tables by their modes: read-only tables refuse
 /// writes, relaxed tables get a replica of the table (returned with its slot); then
 /// `adjust` completes each binding (a checked table's tags or locks).
@@ -212,10 +218,7 @@ pub(in crate::engine) fn bind_worker(
         .map(|(slot, base)| {
             let mut b = base.binding();
             match modes[slot] {
-                SlotMode::ReadOnly => {
-                    b.writable = false;
-                    b.read_only_reason = "reconnaissance saw no task write this table";
-                }
+                SlotMode::ReadOnly => refuse_writes(&mut b),
                 SlotMode::Checked => {}
                 SlotMode::Relaxed => {
                     let merger = registry.entries[slot]

@@ -10,11 +10,10 @@
 //! Writes to tables reconnaissance saw only read are still refused, so the kept plan (or
 //! table modes) stays right for calls on all workers.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
+use super::serial::run_serially;
 use super::Loop;
-use crate::access::{ExecCtx, Indices, LoopIndex};
-use crate::engine::{body_error, Base};
+use crate::access::LoopIndex;
+use crate::engine::Base;
 use crate::error::Result;
 use crate::plan::SlotMode;
 
@@ -25,28 +24,15 @@ pub(super) fn run_in_order<Task: Sync, I: LoopIndex>(
     bases: &[Base],
     modes: &[SlotMode],
 ) -> Result<()> {
-    let ctx = plain_ctx(bases, modes);
     let range = l.start..l.start + l.n;
-    catch_unwind(AssertUnwindSafe(|| {
-        (l.direct)(l.call.task(), &ctx, Indices::range(range, &ctx));
-    }))
-    .map_err(|payload| body_error(l.call.site, ctx.current(), payload))
-}
-
-/// A context over the tables themselves (no tags, locks or replicas), refusing writes
-/// to tables no task writes.
-fn plain_ctx(bases: &[Base], modes: &[SlotMode]) -> ExecCtx {
-    let bindings = bases
-        .iter()
-        .zip(modes)
-        .map(|(base, mode)| {
-            let mut b = base.binding();
-            if *mode == SlotMode::ReadOnly {
-                b.writable = false;
-                b.read_only_reason = "reconnaissance saw no task write this table";
-            }
-            b
-        })
-        .collect();
-    ExecCtx::new(bindings)
+    let task = l.call.task();
+    run_serially(
+        l.call.site,
+        range,
+        task,
+        l.run,
+        l.direct,
+        bases,
+        Some(modes),
+    )
 }

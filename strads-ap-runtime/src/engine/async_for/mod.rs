@@ -108,15 +108,16 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
 }
 
 impl<Task, I> Loop<'_, '_, Task, I> {
-    /// Notes a plan just made whose parallelism (tasks over its longest chain of groups)
-    /// is too low for its workers to pay: later calls run on one worker unmeasured.
-    fn serial_plan(&self, parallelism: f64) {
-        if self.call.here.world_size() > 1 || parallelism >= SERIAL_PARALLELISM {
+    /// Notes a plan just made, with its parallelism (tasks over its longest chain of
+    /// groups) when it was looked at: too low for its workers to pay, later calls run on
+    /// one worker unmeasured; a new plan that is not (a loop planned again) is timed.
+    fn plan_made(&self, parallelism: Option<f64>) {
+        if self.call.here.world_size() > 1 {
             return;
         }
         let kept = kept();
         let mut pace = kept.pace.get(&self.key).unwrap_or_default();
-        pace.serial_plan = Some(parallelism);
+        pace.serial_plan = parallelism.filter(|&p| p < SERIAL_PARALLELISM);
         kept.pace.put(self.key.clone(), pace);
     }
 }

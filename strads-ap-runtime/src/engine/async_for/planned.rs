@@ -31,7 +31,6 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         }
     };
     let one = l.on_one_worker();
-    let busy_before = l.call.note(|f| f.busy);
     let t0 = Instant::now();
     let outcome = match one {
         true => lone::run_in_order(l, bases, &plan.modes),
@@ -51,7 +50,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             f.strategy = Some(on_one_worker(plan.stats.strategy));
             f.workers = Some(1);
         }
-        f.busy - busy_before
+        f.busy
     });
     if outcome.is_ok() {
         l.paced(one, ran, busy, false);
@@ -129,9 +128,7 @@ pub(super) fn make_plan<Task, I>(
     // How the plan uses the workers, and why (a pass over the log for components plans
     // and plans that leave workers idle; none for a rotation that keeps them busy).
     let shape = crate::engine::diagnose::plan_shape(&plan, &tables, threads);
-    if let Some(s) = &shape {
-        l.serial_plan(s.parallelism);
-    }
+    l.plan_made(shape.as_ref().map(|s| s.parallelism));
     l.call.note(|f| {
         f.first_call = true;
         f.shape = shape;

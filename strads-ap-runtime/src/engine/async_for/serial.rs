@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
+use super::execute::refuse_writes;
 use super::reconnoitre::reconnoitre;
 use super::Loop;
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex};
@@ -12,6 +13,7 @@ use crate::engine::cache::kept;
 use crate::engine::pipeline::Ran;
 use crate::engine::{body_error, Base, CallSite};
 use crate::error::Result;
+use crate::plan::SlotMode;
 
 /// Runs the call serially; with checkpoints on, learns once which tables it writes.
 pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
@@ -24,6 +26,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         l.run,
         l.direct,
         &locked.bases,
+        None,
     );
     l.call.note(|f| {
         f.ran = true;
@@ -40,16 +43,25 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
 }
 
 /// Runs every index in order on this thread (one worker, one process), over direct views
-/// (bounds checks only) when every table is bound plainly, as it is in a world of one.
-fn run_serially<Task, I: LoopIndex>(
+/// (bounds checks only) when every table is bound plainly, as it is in a world of one;
+/// slots that `modes` (if given, one per slot) says are read-only refuse writes.
+pub(super) fn run_serially<Task, I: LoopIndex>(
     site: &CallSite,
     range: Range<usize>,
     task: &Task,
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
     direct: fn(&Task, &ExecCtx, Indices<'_, I>),
     bases: &[Base],
+    modes: Option<&[SlotMode]>,
 ) -> Result<()> {
-    let ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
+    let bindings = bases.iter().enumerate().map(|(slot, base)| {
+        let mut b = base.binding();
+        if modes.is_some_and(|m| m[slot] == SlotMode::ReadOnly) {
+            refuse_writes(&mut b);
+        }
+        b
+    });
+    let ctx = ExecCtx::new(bindings.collect());
     let run = match ctx.bindings.iter().all(Binding::is_direct) {
         true => direct,
         false => run,
