@@ -126,7 +126,7 @@ fn generate(
                 quote!(Sync),
                 quote!(run_sync_for),
                 quote!(#data, #minibatch, #mode),
-                gen.body_fn(Pass::Run, &batch, once.clone()),
+                gen.body_fn(Pass::Note, &batch, once.clone()),
                 gen.body_fn(Pass::Record, &batch, once.clone()),
                 gen.body_fn(Pass::Direct, &batch, once),
                 TokenStream::new(),
@@ -210,13 +210,15 @@ fn combine_fn(r: &ReductionVar) -> TokenStream {
     }
 }
 
-/// The versions of the body: `Run` over checked views (a plan's tags, a replica's dirty
-/// note), `Record` over recording views for reconnaissance execution, `Direct` over views
+/// The versions of the body: `Run` over checked views (a plan's tags; `async_for!`),
+/// `Note` over checked views that also note the keys a worker writes in its replica
+/// (`sync_for!`'s Hybrid workers), `Record` over recording views for reconnaissance execution, `Direct` over views
 /// that check only bounds, for a worker that runs a call alone, and (`async_for!` only)
 /// `Lock` over views that lock elements, for loops whose accesses change every call.
 #[derive(Clone, Copy)]
 enum Pass {
     Run,
+    Note,
     Record,
     Direct,
     Lock,
@@ -299,6 +301,7 @@ impl<'a> Generator<'a> {
         let (private, t) = (&self.private, &self.t);
         let (ctx, method, fallback) = match pass {
             Pass::Run => (local("__strads_ctx"), "__strads_enter", "EnterFallback"),
+            Pass::Note => (local("__strads_ctx"), "__strads_note", "NoteFallback"),
             Pass::Record => (local("__strads_rec"), "__strads_record", "RecordFallback"),
             Pass::Direct => (local("__strads_ctx"), "__strads_direct", "DirectFallback"),
             Pass::Lock => (local("__strads_ctx"), "__strads_lock", "LockFallback"),

@@ -2,7 +2,9 @@
 
 pub use serde;
 
-pub use crate::dds::{DirectFallback, EnterFallback, LockFallback, Plain, RecordFallback};
+pub use crate::dds::{
+    DirectFallback, EnterFallback, LockFallback, NoteFallback, Plain, RecordFallback,
+};
 pub use crate::engine::reduce::{
     reduction, CaptureDds, CaptureSummed, CommitFallback, Reduction, Summed, TakeDds, TakeSummed,
     UnitOf, Written,

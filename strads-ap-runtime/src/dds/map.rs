@@ -708,6 +708,16 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
     }
 
     #[doc(hidden)]
+    pub fn __strads_note<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MapView<'a, K, VectorView<'a, V, true>> {
+        let b = ctx.binding(self.table.id);
+        self.view(b.index, VectorView::bind(b, name), name)
+    }
+
+    #[doc(hidden)]
     pub fn __strads_lock<'a>(
         &'a self,
         ctx: &'a ExecCtx,
@@ -961,6 +971,15 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         name: &'static str,
     ) -> MultiMapView<'a, K, VectorView<'a, Vec<V>>> {
         MultiMapView(self.0.__strads_enter(ctx, name))
+    }
+
+    #[doc(hidden)]
+    pub fn __strads_note<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MultiMapView<'a, K, VectorView<'a, Vec<V>, true>> {
+        MultiMapView(self.0.__strads_note(ctx, name))
     }
 
     #[doc(hidden)]

@@ -22,4 +22,4 @@ pub use lock_view::{LockFallback, LockView};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};
-pub use view::{EnterFallback, Plain, RecordFallback, RecordVectorView, VectorView};
+pub use view::{EnterFallback, NoteFallback, Plain, RecordFallback, RecordVectorView, VectorView};

@@ -22,7 +22,11 @@ use crate::recon::Recorder;
 /// reference), so the compiler keeps them in registers across a body's inner loops.
 /// Locking runs bind a [`LockView`](super::LockView) instead, and a lone worker a
 /// [`DirectView`](super::DirectView).
-pub struct VectorView<'a, T> {
+///
+/// `NOTE` views (bound by `sync_for!`) also note the keys a Hybrid worker writes in its
+/// replica; `async_for!`'s views never do, so their writes test nothing more than the
+/// check.
+pub struct VectorView<'a, T, const NOTE: bool = false> {
     ptr: *mut T,
     len: usize,
     tags: *const u32,
@@ -46,6 +50,17 @@ impl<T: Clone> VectorRef<T> {
         VectorView::bind(ctx.binding(self.table.id), name)
     }
 
+    /// Binds the captured DVector for a `sync_for!` worker, noting written keys.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_note<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> VectorView<'a, T, true> {
+        VectorView::bind(ctx.binding(self.table.id), name)
+    }
+
     /// Binds the captured DVector for reconnaissance.
     #[doc(hidden)]
     pub fn __strads_record<'a>(
@@ -57,12 +72,18 @@ impl<T: Clone> VectorRef<T> {
     }
 }
 
-impl<'a, T> VectorView<'a, T> {
+impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
     /// A view of the elements a binding points to (a vector's, or a map's values). A
     /// binding of a locking run (stamps, locks) needs a [`LockView`](super::LockView).
     #[inline(always)]
     pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
         debug_assert!(b.stamps.is_null(), "a checked view of a locking binding");
+        // A write through a view that does not note would be lost to the replica's push.
+        assert!(
+            NOTE || b.dirty.is_null(),
+            "strads-ap internal error: a binding that notes written keys bound to a view \
+             that does not"
+        );
         VectorView {
             ptr: b.ptr as *mut T,
             len: b.len,
@@ -162,7 +183,7 @@ pub(crate) fn outside_reason(tag: u32) -> &'static str {
     }
 }
 
-impl<T> Index<usize> for VectorView<'_, T> {
+impl<T, const NOTE: bool> Index<usize> for VectorView<'_, T, NOTE> {
     type Output = T;
 
     #[inline(always)]
@@ -180,11 +201,11 @@ impl<T> Index<usize> for VectorView<'_, T> {
     }
 }
 
-impl<T> IndexMut<usize> for VectorView<'_, T> {
+impl<T, const NOTE: bool> IndexMut<usize> for VectorView<'_, T, NOTE> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.check(i, true);
-        if !self.dirty.is_null() {
+        if NOTE && !self.dirty.is_null() {
             // SAFETY: a non-null `dirty` is the running worker's own note for this
             // replica, sized to the table (`i < len` was checked); only this thread uses
             // it while the body runs, and no reference to it outlives this call.
@@ -454,6 +475,17 @@ pub trait EnterFallback: Clone {
 }
 
 impl<T: Clone> EnterFallback for T {}
+
+/// Fallback of `__strads_note` for captured plain values: an owned copy.
+#[doc(hidden)]
+pub trait NoteFallback: Clone {
+    #[inline(always)]
+    fn __strads_note(&self, _ctx: &ExecCtx, _name: &'static str) -> Plain<Self> {
+        Plain(Some(self.clone()))
+    }
+}
+
+impl<T: Clone> NoteFallback for T {}
 
 /// Fallback of `__strads_record` for captured plain values: an owned copy.
 #[doc(hidden)]

@@ -227,6 +227,16 @@ impl<X: Aggregate> Reduction<X> {
         self.summed(ctx)
     }
 
+    /// The binding of a checked run that notes written keys (`sync_for!`).
+    #[doc(hidden)]
+    pub fn __strads_note<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        _: &'static str,
+    ) -> Summed<'a, X, ExecCtx> {
+        self.summed(ctx)
+    }
+
     /// The binding of a recording run.
     #[doc(hidden)]
     pub fn __strads_record<'a>(
