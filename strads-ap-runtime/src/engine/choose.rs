@@ -102,27 +102,40 @@ pub(crate) const SERIAL_PARALLELISM: f64 = 1.2;
 /// and so on): one call timed on a busy machine must not decide for good.
 pub(crate) const RETIME_AFTER: u32 = 8;
 
+/// Two ways whose figures differ by less than this factor are a close call: each is
+/// timed twice before the faster runs on (one call slowed by the machine, or finding its
+/// data in the other core's cache, must not decide). A clear difference decides at once,
+/// so a loop that is several times slower on all workers pays for one such call only.
+pub(crate) const CLOSE_CALL: f64 = 1.5;
+
 /// What [`Fallback::Measure`] learnt of a loop's calls (per plan key, in a world of one).
 ///
-/// Each way runs at least two calls in a row and counts as the faster of its last two:
-/// the first call of a way finds the other way's data in the other core's cache (and its
-/// threads asleep), and one call slowed by the machine must not decide.
+/// Each way keeps its last two calls' times and counts as the faster of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Pace {
     /// The plan's parallelism (see [`SERIAL_PARALLELISM`]), when it is that low.
     pub serial_plan: Option<f64>,
-    /// All workers: seconds (the faster of the last two calls in a row), and whether one
-    /// worker might beat them (the last call's busy time).
-    pub all: Option<(f64, bool)>,
-    /// One worker: seconds, the faster of the last two calls in a row.
-    pub one: Option<f64>,
-    /// The way of the last call (`true`: one worker), its seconds, and how many calls in a
-    /// row ran that way.
-    last: Option<(bool, f64, u32)>,
+    /// Seconds of the last two calls on all workers, newest first.
+    all: [Option<f64>; 2],
+    /// Whether one worker might beat all workers (the last call on all workers kept them
+    /// idle enough, or locked elements).
+    worth_trying: bool,
+    /// Seconds of the last two calls on one worker, newest first.
+    one: [Option<f64>; 2],
+    /// The way of the last call (`true`: one worker).
+    last: Option<bool>,
     /// Calls since the slower way was last timed, and how many to run before timing it
     /// again (0: [`RETIME_AFTER`]).
     since: u32,
     again_after: u32,
+}
+
+/// The faster of a way's last two calls.
+fn figure(times: [Option<f64>; 2]) -> Option<f64> {
+    match times {
+        [Some(a), Some(b)] => Some(a.min(b)),
+        [a, _] => a,
+    }
 }
 
 impl Pace {
@@ -130,53 +143,44 @@ impl Pace {
     /// all; `locks`: an element-locking run (whose accesses cost far more than plain ones
     /// whatever the workers' busy time).
     pub fn all_workers(&mut self, secs: f64, busy: f64, locks: bool) {
-        let figure = self.count(false, secs);
+        self.count(false);
+        self.all = [Some(secs), self.all[0]];
         let idle = locks || busy < TRY_ONE_BELOW * secs;
-        self.all = Some((figure, secs >= MIN_TIMED_SECS && idle));
+        self.worth_trying = secs >= MIN_TIMED_SECS && idle;
     }
 
     /// Notes a call on one worker that ran `secs`.
     pub fn one_worker(&mut self, secs: f64) {
-        self.one = Some(self.count(true, secs));
+        self.count(true);
+        self.one = [Some(secs), self.one[0]];
+    }
+
+    /// Seconds of a call on all workers: the faster of the last two.
+    pub fn all(&self) -> Option<f64> {
+        figure(self.all)
     }
 
     /// Which way was faster when both were last timed (`Some(true)`: one worker).
     fn faster(&self) -> Option<bool> {
-        match (self.all, self.one) {
-            (Some((all, _)), Some(one)) => Some(one < all),
+        match (figure(self.all), figure(self.one)) {
+            (Some(all), Some(one)) => Some(one < all),
             _ => None,
         }
     }
 
-    /// Counts a call (`one`: on one worker) that ran `secs`, and returns the way's figure
-    /// (the faster of this call and the one before, if that ran the same way). Starting
-    /// to time the slower way starts the count again and doubles the wait before the
-    /// next time.
-    fn count(&mut self, one: bool, secs: f64) -> f64 {
-        let (figure, streak) = match self.last {
-            Some((way, before, streak)) if way == one => (secs.min(before), streak + 1),
-            _ => (secs, 1),
-        };
+    /// Counts a call (`one`: on one worker): starting to time the slower way starts the
+    /// count again and doubles the wait before the next time.
+    fn count(&mut self, one: bool) {
         match self.faster() {
             Some(faster) if faster != one => {
-                if streak == 1 {
+                if self.last != Some(one) {
                     self.again_after = self.again_after.max(RETIME_AFTER).saturating_mul(2);
                 }
                 self.since = 0;
             }
             _ => self.since = self.since.saturating_add(1),
         }
-        self.last = Some((one, secs, streak));
-        figure
-    }
-
-    /// The way of the last call, if it was the first of its way in a row (which then
-    /// runs once more before the ways are compared).
-    fn first_in_a_row(&self) -> Option<bool> {
-        match self.last {
-            Some((one, _, 1)) => Some(one),
-            _ => None,
-        }
+        self.last = Some(one);
     }
 }
 
@@ -190,21 +194,28 @@ pub(crate) fn run_on_one_worker(fallback: Fallback, pace: Option<Pace>) -> bool 
             if p.serial_plan.is_some() {
                 return true;
             }
-            if let Some(one) = p.first_in_a_row() {
-                return one;
-            }
-            match (p.faster(), p.all) {
-                (Some(one_faster), Some((_, worth_trying))) => {
-                    let retime = p.since >= p.again_after.max(RETIME_AFTER);
-                    // Time the slower way again now and then; one worker only while the
-                    // last call on all workers left them idle enough to make it a candidate.
-                    match retime && (one_faster || worth_trying) {
-                        true => !one_faster,
-                        false => one_faster,
-                    }
+            let Some(all) = figure(p.all) else {
+                return false;
+            };
+            let Some(one) = figure(p.one) else {
+                return p.worth_trying;
+            };
+            if all.max(one) < CLOSE_CALL * all.min(one) {
+                // A close call: each way timed twice first.
+                if p.one[1].is_none() {
+                    return true;
                 }
-                (None, Some((_, worth_trying))) => worth_trying,
-                (_, None) => false,
+                if p.all[1].is_none() {
+                    return false;
+                }
+            }
+            let one_faster = one < all;
+            let retime = p.since >= p.again_after.max(RETIME_AFTER);
+            // Time the slower way again now and then; one worker only while the last call
+            // on all workers left them idle enough to make it a candidate.
+            match retime && (one_faster || p.worth_trying) {
+                true => !one_faster,
+                false => one_faster,
             }
         }
     }
@@ -364,9 +375,8 @@ mod tests {
             }
             p
         };
-        // One worker faster: all workers are timed again (for two calls in a row) 8 calls
-        // after the first timing of both began (its four calls count), then after 16
-        // more, then 32.
+        // One worker faster: all workers are timed again 8 calls after the first timing of
+        // both began (its four calls count), then after 16 more, then 32.
         let mut p = timed((0.1, 0.1), 0.05);
         let mut all_at = Vec::new();
         for i in 0..60 {
@@ -378,7 +388,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(all_at, vec![4, 5, 22, 23, 56, 57]);
+        assert_eq!(all_at, vec![4, 21, 54]);
         // A slower way found faster when timed again is the way from then on.
         let mut p = timed((0.1, 0.1), 0.05);
         for _ in 0..7 {
@@ -395,16 +405,13 @@ mod tests {
         for _ in 0..20 {
             assert!(!run_on_one_worker(Measure, Some(p)));
             p.all_workers(0.05, 0.1, false);
-        } // One slow call does not decide: a way counts as the faster of its last two calls
-          // in a row (biased MF: one call on two workers took 13.3 ms where the others took
-          // 9.3, and one worker's 11.1 ms won for hundreds of calls).
+        }
+        // One slow call does not decide a close call: each way is timed twice and counts
+        // as the faster of its last two calls (biased MF: one call on two workers took
+        // 13.3 ms where the others took 9.3, and one worker's 11.1 ms won for hundreds of
+        // calls).
         let mut p = Pace::default();
         p.all_workers(0.0133, 0.013, false);
-        assert!(
-            !run_on_one_worker(Measure, Some(p)),
-            "a way runs twice in a row"
-        );
-        p.all_workers(0.0093, 0.0125, false);
         assert!(
             run_on_one_worker(Measure, Some(p)),
             "idle enough to try one worker"
@@ -412,10 +419,25 @@ mod tests {
         p.one_worker(0.0111);
         assert!(
             run_on_one_worker(Measure, Some(p)),
-            "a way runs twice in a row"
+            "close: one worker again"
         );
         p.one_worker(0.0112);
-        assert!(!run_on_one_worker(Measure, Some(p)));
+        assert!(
+            !run_on_one_worker(Measure, Some(p)),
+            "close: all workers again"
+        );
+        p.all_workers(0.0093, 0.018, false);
+        for _ in 0..40 {
+            assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
+            p.all_workers(0.0093, 0.018, false);
+        }
+        // A clear difference decides at once: one call each way.
+        let mut p = Pace::default();
+        p.all_workers(0.03, 0.03, false);
+        p.one_worker(0.01);
+        assert!(run_on_one_worker(Measure, Some(p)));
+        p.one_worker(0.01);
+        assert!(run_on_one_worker(Measure, Some(p)));
     }
 
     #[test]

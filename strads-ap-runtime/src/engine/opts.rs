@@ -123,10 +123,11 @@ impl Opts {
 /// With [`Fallback::Measure`] the engine times the loop's calls: when a call on all
 /// workers kept them busy less than 1.5 workers' worth (or ran with element locks) and
 /// took at least a millisecond, the next calls run on one worker, and from then on each
-/// call runs the way that was faster the last time both were measured. Each way runs at
-/// least two calls in a row and counts as the faster of its last two, and the slower way
-/// is timed again after 8 calls, then after 16, 32, and so on, so that one call slowed by
-/// a busy machine does not decide for good. The loop's
+/// call runs the way that was faster the last time both were measured. Each way counts
+/// as the faster of its last two calls, and when the two ways are within 1.5× of each
+/// other each is timed twice before one is chosen. The slower way is timed again after 8
+/// calls, then after 16, 32, and so on, so that one call slowed by a busy machine does
+/// not decide for good. The loop's
 /// [`LoopStats::strategy`](super::LoopStats::strategy) then ends in `" on one worker"`,
 /// and a diagnosis (`one-worker`) says what each way took and what would let the
 /// workers pay. Where results must not depend on timings, choose `Never` or `Always`.

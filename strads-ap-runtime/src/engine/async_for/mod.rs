@@ -85,8 +85,8 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
         let secs = ran.as_secs_f64();
         match one {
             true => {
-                let all = match (pace.all, pace.serial_plan) {
-                    (Some((all, _)), _) => Some(Ok(all)),
+                let all = match (pace.all(), pace.serial_plan) {
+                    (Some(all), _) => Some(Ok(all)),
                     (None, Some(parallelism)) => Some(Err(parallelism)),
                     (None, None) => None,
                 };
