@@ -242,3 +242,97 @@ fn a_bad_line_is_reported_with_its_global_line_number_on_every_rank() {
         assert_eq!(r.unwrap(), (29_999, 1, Some(25_001)));
     }
 }
+
+/// Writes `files` (name, text, gzip?) into a fresh directory of this test's own.
+fn write_files(test: &str, files: &[(&str, String, bool)]) -> std::path::PathBuf {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("strads-dist-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, gz) in files {
+        let bytes = match gz {
+            false => text.clone().into_bytes(),
+            true => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                e.write_all(text.as_bytes()).unwrap();
+                e.finish().unwrap()
+            }
+        };
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    dir
+}
+
+/// `n` lines `i value` from `from`, after a header line.
+fn pairs(from: u32, n: u32) -> String {
+    let mut text = String::from("id value\n");
+    for i in from..from + n {
+        text.push_str(&format!("{i} {}.5\n", i % 5));
+    }
+    text
+}
+
+#[test]
+fn several_files_by_pattern_and_gzip_on_a_cluster_match_a_world_of_one() {
+    // Three files read as one in name order: plain, compressed (read whole by one rank),
+    // and plain with comments and no last newline; each starts with a header line.
+    let mut third = pairs(30_000, 10_000);
+    third.insert_str(9, "# a comment\n\n");
+    third.pop();
+    let dir = write_files(
+        "pattern",
+        &[
+            ("part-1.txt", pairs(0, 20_000), false),
+            ("part-2.txt.gz", pairs(20_000, 10_000), true),
+            ("part-3.txt", third, false),
+            ("other.txt", "not read\n".into(), false),
+        ],
+    );
+    let pattern = dir.join("part-*");
+    same_everywhere(move || {
+        let (v, report) = strads_ap_runtime::ReadOptions::new()
+            .header_lines(1)
+            .comment_prefix("#")
+            .read(&pattern, parse_pair)?;
+        let all = v.to_vec()?;
+        let in_order = all.iter().enumerate().all(|(i, &(id, _))| id as usize == i);
+        Ok((v.len(), in_order, report))
+    });
+    // The same files given as a list, in another order, come in that order.
+    let files = [dir.join("part-3.txt"), dir.join("part-1.txt")];
+    same_everywhere(move || {
+        let (v, _) = strads_ap_runtime::ReadOptions::new()
+            .header_lines(1)
+            .comment_prefix("#")
+            .read_files(&files, parse_pair)?;
+        Ok((v.len(), v.get(0)?.0, v.get(10_000)?.0))
+    });
+}
+
+#[test]
+fn a_bad_line_in_a_later_file_names_that_file_and_its_own_line_on_every_rank() {
+    let mut second = pairs(0, 8_000);
+    second.push_str("8000 oops\n");
+    let dir = write_files(
+        "bad-later",
+        &[("a.txt", pairs(0, 30_000), false), ("b.txt", second, false)],
+    );
+    let pattern = dir.join("*.txt");
+    for world in [1, 3] {
+        let p = pattern.clone();
+        for r in on_ranks(world, move || {
+            strads_ap_runtime::ReadOptions::new()
+                .header_lines(1)
+                .read(&p, parse_pair)
+                .map(|(v, _)| v.len())
+        }) {
+            match r {
+                Err(Error::Parse { path, line, .. }) => {
+                    assert!(path.ends_with("b.txt"), "{}", path.display());
+                    // The header is line 1 of b.txt, so its 8,001st pair is line 8,002.
+                    assert_eq!(line, 8_002);
+                }
+                other => panic!("expected a parse error in b.txt, got {other:?}"),
+            }
+        }
+    }
+}

@@ -1,10 +1,11 @@
 //! Reading DVectors from text files: [`read_from_file`], in parallel, line-aligned.
 
 use std::fmt::Display;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use super::shards;
 use super::vector::DVector;
 use super::Element;
 use crate::cluster::context;
@@ -15,8 +16,10 @@ use crate::util::excerpt;
 ///
 /// Empty lines are skipped, and so is a UTF-8 byte-order mark at the start of the file. A
 /// directory, or bytes that are not UTF-8, are errors naming the file (and the line). The
-/// file is split into byte ranges aligned to line boundaries
-/// and parsed in parallel; element order is line order. A line the parser rejects fails
+/// file is split into byte ranges aligned to line boundaries and parsed in parallel;
+/// element order is line order. Across ranks each rank reads only its own byte range. A
+/// gzip-compressed file is decompressed, and a path with `*`, `?` or `[` that names no
+/// file is a glob pattern (see [`ReadOptions::read_files`]). A line the parser rejects fails
 /// the whole read with an error naming the file and line; see [`ReadOptions`] to skip
 /// bad lines, skip a header or comments instead.
 ///
@@ -86,6 +89,8 @@ pub struct ReadReport {
     pub skipped: usize,
     /// The first skipped line: its number and the parser's message.
     pub first_skipped: Option<(usize, String)>,
+    /// The file of the first skipped line.
+    pub first_skipped_file: Option<PathBuf>,
 }
 
 struct Chunk<T> {
@@ -125,7 +130,8 @@ impl ReadOptions {
         self
     }
 
-    /// Reads `path` with these options.
+    /// Reads `path` with these options: a file, or a glob pattern (see
+    /// [`read_files`](Self::read_files)).
     #[track_caller]
     pub fn read<T, E, F>(
         &self,
@@ -137,11 +143,55 @@ impl ReadOptions {
         E: Display,
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
-        let path = path.as_ref();
-        DVector::made_by_operator("read_from_file", || self.read_all(path, parser))
+        self.read_files([path], parser)
     }
 
-    fn read_all<T, E, F>(&self, path: &Path, parser: F) -> Result<(DVector<T>, ReadReport)>
+    /// Reads several files with these options, as one file made of them in order.
+    ///
+    /// A path that names no file but holds `*`, `?` or `[` is a glob pattern, whose
+    /// matches are read in sorted order; a pattern that matches nothing is an error
+    /// naming it. A gzip-compressed file (known by its first bytes, whatever its name) is
+    /// decompressed. Header lines are skipped at the start of every file, and errors name
+    /// the file and its line.
+    ///
+    /// Across ranks each rank reads only its share of the bytes: the files, laid end to
+    /// end, are cut into one byte range per rank, each moved to a line start. A compressed
+    /// file cannot be entered in the middle, so it is read whole by the rank whose range
+    /// holds its first byte: to spread a compressed input over the ranks, give it as
+    /// several files.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("strads-doc3-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// std::fs::write(dir.join("part-1.csv"), "x\n1\n2\n")?;
+    /// std::fs::write(dir.join("part-2.csv"), "x\n3\n")?;
+    /// let (v, _) = strads_ap_runtime::ReadOptions::new()
+    ///     .header_lines(1)
+    ///     .read(dir.join("part-*.csv"), |l: &str| l.parse::<u32>())?;
+    /// assert_eq!(v.to_vec()?, vec![1, 2, 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[track_caller]
+    pub fn read_files<T, E, F, P>(
+        &self,
+        paths: impl IntoIterator<Item = P>,
+        parser: F,
+    ) -> Result<(DVector<T>, ReadReport)>
+    where
+        T: Element,
+        E: Display,
+        F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
+        P: AsRef<Path>,
+    {
+        let paths: Vec<PathBuf> = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        DVector::made_by_operator("read_from_file", || self.read_all(&paths, parser))
+    }
+
+    fn read_all<T, E, F>(&self, paths: &[PathBuf], parser: F) -> Result<(DVector<T>, ReadReport)>
     where
         T: Element,
         E: Display,
@@ -153,9 +203,63 @@ impl ReadOptions {
         } else {
             None
         };
-        // In a job of several ranks every rank reads the file (it must be visible to all)
-        // and parses its share of the line-aligned byte ranges; the outcome is agreed on.
-        let local = self.read_share(path, &parser, ctx.rank(), ctx.world_size());
+        let gather = |mine| -> Result<Vec<std::result::Result<_, SharedError>>> {
+            match comm {
+                Some(comm) => comm.allgather(mine),
+                None => Ok(vec![mine]),
+            }
+        };
+        let named = || match paths {
+            [one] => one.clone(),
+            _ => PathBuf::from(format!("{} files", paths.len())),
+        };
+        // Every rank lists the files (they must be visible to all) and reads only its
+        // pieces; the ranks then agree on where each piece's lines are numbered from.
+        let read = shards::sources(paths).and_then(|sources| {
+            let mine = shards::pieces(&sources, ctx.rank(), ctx.world_size());
+            let read = mine
+                .into_iter()
+                .map(|p| shards::read_piece(&sources[p.file], &p).map(|(b, at)| (p.file, b, at)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((sources, read))
+        });
+        let counts = match &read {
+            Ok((sources, read)) => Ok(Listing {
+                files: sources.len(),
+                bytes: sources.iter().map(|s| s.size).sum(),
+                lines: read
+                    .iter()
+                    .map(|(f, b, _)| (*f, shards::count_lines(b)))
+                    .collect(),
+            }),
+            Err(e) => Err(SharedError::from(e)),
+        };
+        let all = gather(counts)?;
+        let mut listings = Vec::with_capacity(all.len());
+        for part in all {
+            listings.push(part.map_err(|e| e.into_error(&named()))?);
+        }
+        let (sources, read) = read?;
+        if let Some((rank, l)) = listings
+            .iter()
+            .enumerate()
+            .find(|(_, l)| (l.files, l.bytes) != (listings[0].files, listings[0].bytes))
+        {
+            return Err(Error::Config(format!(
+                "read_from_file: the ranks see different input: rank 0 found {} files of {} \
+                 bytes, rank {rank} found {} files of {} bytes",
+                listings[0].files, listings[0].bytes, l.files, l.bytes
+            )));
+        }
+        // Line numbers: each piece's first line is one past the lines of the pieces of
+        // its file read before it (by earlier ranks, or earlier on this rank).
+        let mut before = vec![0usize; sources.len()];
+        for l in &listings[..ctx.rank()] {
+            for &(f, n) in &l.lines {
+                before[f] += n;
+            }
+        }
+        let local = self.parse_pieces(&sources, read, &mut before, &parser);
         let (v, report) = match comm {
             None => {
                 let (items, report) = local?;
@@ -170,115 +274,138 @@ impl ReadOptions {
                 };
                 let mut report = ReadReport::default();
                 for part in comm.allgather(mine)? {
-                    let part_report = part.map_err(|e| e.into_error(path))?;
+                    let part_report = part.map_err(|e| e.into_error(&named()))?;
                     report.skipped = report.skipped.saturating_add(part_report.skipped);
                     report.parsed = report.parsed.saturating_add(part_report.parsed);
                     if report.first_skipped.is_none() {
                         report.first_skipped = part_report.first_skipped;
+                        report.first_skipped_file = part_report.first_skipped_file;
                     }
                 }
                 (DVector::from_rank_parts(comm, items)?, report)
             }
         };
-        if let Some((line, message)) = &report.first_skipped {
+        if let (Some((line, message)), Some(file)) =
+            (&report.first_skipped, &report.first_skipped_file)
+        {
             if ctx.rank() == 0 {
                 tracing::warn!(
-                    "{}: skipped {} bad lines; the first, line {line}: {message}",
-                    path.display(),
-                    report.skipped
+                    "{}: skipped {} bad lines; the first, {}:{line}: {message}",
+                    named().display(),
+                    report.skipped,
+                    file.display()
                 );
             }
         }
         if v.is_empty() && !self.allow_empty {
-            return Err(Error::EmptyFile {
-                path: path.to_path_buf(),
-            });
+            return Err(Error::EmptyFile { path: named() });
         }
         Ok((v, report))
     }
 
-    /// Parses rank `rank`'s share (of `world`) of the file's line-aligned byte ranges.
-    fn read_share<T, E, F>(
+    /// Parses this rank's pieces (file, bytes, byte offset in the file), given the lines
+    /// of each file read before them (`before`, advanced past each piece).
+    fn parse_pieces<T, E, F>(
         &self,
-        path: &Path,
+        sources: &[shards::Source],
+        read: Vec<(usize, Vec<u8>, u64)>,
+        before: &mut [usize],
         parser: &F,
-        rank: usize,
-        world: usize,
     ) -> Result<(Vec<T>, ReadReport)>
     where
         T: Element,
         E: Display,
         F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
     {
-        if path.is_dir() {
-            let e = std::io::Error::other("is a directory, not a file");
-            return Err(Error::io(path, e));
-        }
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            let line = bytes[..e.valid_up_to()]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count()
-                + 1;
-            Error::Parse {
-                path: path.to_path_buf(),
-                line,
-                message: "the line is not valid UTF-8".into(),
-                text: String::new(),
+        let mut report = ReadReport::default();
+        let mut items = Vec::new();
+        for (file, bytes, at) in read {
+            let lines = shards::count_lines(&bytes);
+            let first_line = before[file] + 1;
+            before[file] += lines;
+            let path = &sources[file].path;
+            let piece = self.parse_piece(path, &bytes, at == 0, first_line, parser)?;
+            let (piece_items, piece_report) = piece;
+            if report.first_skipped.is_none() && piece_report.first_skipped.is_some() {
+                report.first_skipped = piece_report.first_skipped;
+                report.first_skipped_file = Some(path.clone());
             }
+            report.skipped += piece_report.skipped;
+            items.extend(piece_items);
+        }
+        report.parsed = items.len();
+        Ok((items, report))
+    }
+
+    /// Parses one piece of `path` whose first line is number `first_line` (`start`: the
+    /// piece starts the file, which may begin with a byte-order mark).
+    fn parse_piece<T, E, F>(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        start: bool,
+        first_line: usize,
+        parser: &F,
+    ) -> Result<(Vec<T>, ReadReport)>
+    where
+        T: Element,
+        E: Display,
+        F: Fn(&str) -> std::result::Result<T, E> + Send + Sync,
+    {
+        let text = std::str::from_utf8(bytes).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            line: first_line
+                + bytes[..e.valid_up_to()]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count(),
+            message: "the line is not valid UTF-8".into(),
+            text: String::new(),
         })?;
         // A UTF-8 byte-order mark is not part of the first line (nor a header).
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let text = match start {
+            true => text.strip_prefix('\u{feff}').unwrap_or(text),
+            false => text,
+        };
+        // Header lines are the first lines of each file.
         let mut body_start = 0;
-        for _ in 0..self.header_lines {
+        let mut line = first_line;
+        while line <= self.header_lines && body_start < text.len() {
             match text[body_start..].find('\n') {
                 Some(at) => body_start += at + 1,
                 None => body_start = text.len(),
             }
+            line += 1;
         }
         let text = &text[body_start..];
         let threads = context().config().threads;
-        let ranges = split_lines(text, threads * 4 * world);
-        // Rank r takes a contiguous run of the ranges, about 1/world of them.
-        let (lo, hi) = (
-            ranges.len() * rank / world,
-            ranges.len() * (rank + 1) / world,
-        );
-        let mine = &ranges[lo..hi];
+        let ranges = split_lines(text, threads * 4);
         let pool = crate::cluster::here().pool(threads);
         let chunks: Vec<Chunk<T>> = pool.install(|| {
-            mine.par_iter()
+            ranges
+                .par_iter()
                 .map(|r| self.parse_chunk(&text[r.clone()], parser))
                 .collect()
         });
         let mut report = ReadReport::default();
         let mut items = Vec::with_capacity(chunks.iter().map(|c| c.items.len()).sum());
-        let before = mine.first().map_or(0, |r| {
-            text.as_bytes()[..r.start]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count()
-        });
-        let mut first_line = self.header_lines + 1 + before;
         for chunk in chunks {
-            for (line, message, text) in chunk.bad {
-                let line = first_line + line;
+            for (number, message, text) in chunk.bad {
+                let number = line + number;
                 if !self.skip_bad_lines {
                     return Err(Error::Parse {
                         path: path.to_path_buf(),
-                        line,
+                        line: number,
                         message,
                         text,
                     });
                 }
                 report.skipped += 1;
-                report.first_skipped.get_or_insert((line, message));
+                report.first_skipped.get_or_insert((number, message));
             }
-            first_line += chunk.lines;
+            line += chunk.lines;
             items.extend(chunk.items);
         }
-        report.parsed = items.len();
         Ok((items, report))
     }
 
@@ -314,13 +441,27 @@ impl ReadOptions {
     }
 }
 
+/// What a rank found of the input: files and bytes (which must agree on every rank),
+/// and the lines of each piece it read, by file.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Listing {
+    files: usize,
+    bytes: u64,
+    lines: Vec<(usize, usize)>,
+}
+
 /// A reading error as it travels between ranks.
 #[derive(serde::Serialize, serde::Deserialize)]
 enum SharedError {
     Parse {
+        path: PathBuf,
         line: usize,
         message: String,
         text: String,
+    },
+    Io {
+        path: PathBuf,
+        message: String,
     },
     Other(String),
 }
@@ -329,32 +470,42 @@ impl SharedError {
     fn from(e: &Error) -> Self {
         match e {
             Error::Parse {
+                path,
                 line,
                 message,
                 text,
-                ..
             } => SharedError::Parse {
+                path: path.clone(),
                 line: *line,
                 message: message.clone(),
                 text: text.clone(),
+            },
+            Error::Io { path, source } => SharedError::Io {
+                path: path.clone(),
+                message: source.to_string(),
             },
             other => SharedError::Other(other.to_string()),
         }
     }
 
-    fn into_error(self, path: &Path) -> Error {
+    /// The error, on any rank (`named`: what was read, for errors that name no file).
+    fn into_error(self, named: &Path) -> Error {
         match self {
             SharedError::Parse {
+                path,
                 line,
                 message,
                 text,
             } => Error::Parse {
-                path: path.to_path_buf(),
+                path,
                 line,
                 message,
                 text,
             },
-            SharedError::Other(message) => Error::Config(format!("read_from_file: {message}")),
+            SharedError::Io { path, message } => Error::io(path, std::io::Error::other(message)),
+            SharedError::Other(message) => {
+                Error::Config(format!("read_from_file {}: {message}", named.display()))
+            }
         }
     }
 }
