@@ -214,6 +214,15 @@ fn three_ranks_succeed() {
     assert_eq!(summary["status"], "ok");
     assert_eq!(summary["ranks"], 3);
     assert!(summary["failed_rank"].is_null());
+    // Each rank's peak resident memory, from the kernel when the launcher reaped it: a
+    // shell takes at least a few hundred KiB and far less than a GiB.
+    let memory = summary["memory"].as_array().expect("a memory list");
+    let ranks: Vec<u64> = memory.iter().map(|m| m["rank"].as_u64().unwrap()).collect();
+    assert_eq!(ranks, [0, 1, 2], "{memory:?}");
+    for m in memory {
+        let bytes = m["peak_rss_bytes"].as_u64().unwrap();
+        assert!((100 << 10..1 << 30).contains(&bytes), "{m}");
+    }
 
     let secret = out.join("secret");
     let mode = fs::metadata(&secret).unwrap().permissions().mode();

@@ -33,7 +33,8 @@
 //! it cannot read a terminal); the others read nothing. When a rank fails,
 //! the others are stopped (SIGTERM, then SIGKILL after `--grace` seconds), the launcher
 //! shows the end of the failed rank's log and exits with its code (128 + the signal
-//! number for a rank killed by a signal). `D/job.json` records the outcome, and
+//! number for a rank killed by a signal). `D/job.json` records the outcome and each local
+//! rank's peak resident memory, and
 //! `strads-ap status D` reports it, recording a job whose launcher was killed as `lost`
 //! ([`status`]). Usage errors and a program that cannot be started exit with 2.
 //!

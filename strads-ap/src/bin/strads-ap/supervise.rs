@@ -39,6 +39,22 @@ struct Running {
     status: Option<ExitStatus>,
     /// When it ended, from the job's start.
     ended: Option<Duration>,
+    /// Its peak resident memory in bytes, once it has ended.
+    peak: Option<u64>,
+}
+
+impl Running {
+    /// Reaps the process if it has ended (waiting for it with `block`), keeping how and
+    /// its peak memory.
+    fn reap(&mut self, block: bool) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            if let Some((status, peak)) = sys::reap(self.child.id(), block)? {
+                self.status = Some(status);
+                self.peak = Some(peak);
+            }
+        }
+        Ok(self.status)
+    }
 }
 
 /// Why watching stopped.
@@ -73,7 +89,7 @@ pub fn supervise(
     signals: &AtomicUsize,
 ) -> Result<Ended> {
     let started = Instant::now();
-    write_summary_or_warn(job, "running", None, "", None);
+    write_summary_or_warn(job, "running", None, "", None, &[]);
     let mut running: Vec<Running> = Vec::with_capacity(procs.len());
     for proc in procs {
         if signals.load(Ordering::Relaxed) != 0 {
@@ -85,11 +101,12 @@ pub fn supervise(
                 child,
                 status: None,
                 ended: None,
+                peak: None,
             }),
             Err(error) => {
                 stop(&mut running, grace);
                 let reason = format!("cannot start {}: {error:#}", proc.label);
-                write_summary_or_warn(job, "failed", proc.rank, &reason, Some(2));
+                write_summary_or_warn(job, "failed", proc.rank, &reason, Some(2), &[]);
                 bail!(reason);
             }
         }
@@ -104,7 +121,7 @@ pub fn supervise(
                 }
                 _ => format!("all {} exited with code 0", plural(job.ranks, "rank")),
             };
-            write_summary_or_warn(job, "ok", None, &reason, Some(0));
+            write_summary_or_warn(job, "ok", None, &reason, Some(0), &peaks(&running));
             return Ok(Ended {
                 code: 0,
                 rank_failed: false,
@@ -166,7 +183,14 @@ pub fn supervise(
         }
     }
     let failed_rank = failed.and_then(|index| running[index].proc.rank);
-    write_summary_or_warn(job, "failed", failed_rank, &reason, Some(code));
+    write_summary_or_warn(
+        job,
+        "failed",
+        failed_rank,
+        &reason,
+        Some(code),
+        &peaks(&running),
+    );
     Ok(Ended {
         code,
         rank_failed: failed.is_some(),
@@ -227,13 +251,11 @@ fn watch(running: &mut [Running], started: Instant, signals: &AtomicUsize) -> Re
                 continue;
             }
             let status = process
-                .child
-                .try_wait()
+                .reap(false)
                 .with_context(|| format!("cannot watch {}", process.proc.label))?;
             match status {
                 None => all_done = false,
                 Some(status) => {
-                    process.status = Some(status);
                     process.ended = Some(started.elapsed());
                     if !status.success() && failed.is_none() {
                         failed = Some(End::Failed(index, status, started.elapsed()));
@@ -269,8 +291,8 @@ fn stop(running: &mut [Running], grace: Duration) -> Vec<usize> {
     loop {
         let mut all_done = true;
         for process in running.iter_mut().filter(|p| p.status.is_none()) {
-            match process.child.try_wait() {
-                Ok(Some(status)) => process.status = Some(status),
+            match process.reap(false) {
+                Ok(Some(_)) => {}
                 Ok(None) => all_done = false,
                 // Cannot tell: SIGKILL and `wait` below settle it.
                 Err(_) => all_done = false,
@@ -283,9 +305,7 @@ fn stop(running: &mut [Running], grace: Duration) -> Vec<usize> {
     }
     for process in running.iter_mut() {
         sys::signal_group(process.child.id(), sys::SIGKILL);
-        if process.status.is_none() {
-            process.status = process.child.wait().ok();
-        }
+        let _ = process.reap(true);
     }
     stopped
 }
@@ -367,14 +387,31 @@ fn tail_lines(path: &Path, max: usize) -> io::Result<Vec<String>> {
     Ok(lines[skip..].iter().map(|line| line.to_string()).collect())
 }
 
+/// Each rank's peak resident memory, for `job.json`: ranks the launcher runs itself (not
+/// through `ssh` or `srun`, whose own memory says nothing of the rank's) that have ended.
+fn peaks(running: &[Running]) -> Vec<serde_json::Value> {
+    running
+        .iter()
+        .filter(|r| r.proc.program != "ssh" && r.proc.program != "srun")
+        .filter_map(|r| {
+            Some(serde_json::json!({
+                "rank": r.proc.rank?,
+                "peak_rss_bytes": r.peak?,
+            }))
+        })
+        .collect()
+}
+
 /// Writes `job.json` in the output directory: the job, its status (`running`, `ok`,
-/// `failed`), the failed rank, why, and the launcher's exit code.
+/// `failed`), the failed rank, why, the launcher's exit code, and each rank's peak
+/// resident memory (`memory`, once the ranks have ended).
 fn write_summary(
     job: &Job,
     status: &str,
     failed_rank: Option<usize>,
     reason: &str,
     exit_code: Option<u8>,
+    memory: &[serde_json::Value],
 ) -> io::Result<()> {
     let summary = serde_json::json!({
         "job": job.id,
@@ -385,6 +422,7 @@ fn write_summary(
         "exit_code": exit_code,
         // While `running`: whose death leaves the file stale (`strads-ap status` checks).
         "launcher_pid": std::process::id(),
+        "memory": memory,
     });
     let path = job.summary_file();
     let partial = path.with_extension("json.partial");
@@ -398,8 +436,9 @@ fn write_summary_or_warn(
     failed_rank: Option<usize>,
     reason: &str,
     exit_code: Option<u8>,
+    memory: &[serde_json::Value],
 ) {
-    if let Err(error) = write_summary(job, status, failed_rank, reason, exit_code) {
+    if let Err(error) = write_summary(job, status, failed_rank, reason, exit_code, memory) {
         eprintln!(
             "strads-ap run: cannot write {}: {}",
             job.summary_file().display(),

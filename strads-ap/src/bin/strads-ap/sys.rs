@@ -1,7 +1,7 @@
-//! The two system calls the standard library does not wrap. All of the launcher's `unsafe`
+//! The system calls the standard library does not wrap. All of the launcher's `unsafe`
 //! is here.
 
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 
 pub use libc::{SIGKILL, SIGTERM};
 
@@ -55,6 +55,39 @@ pub fn signal_group(leader: u32, signal: libc::c_int) {
     // harmless and ignored.
     unsafe {
         libc::kill(-group, signal);
+    }
+}
+
+/// Reaps child `pid` if it has ended (or, with `block`, once it ends): how it ended, and
+/// its peak resident memory in bytes (`wait4`'s `ru_maxrss`). `None`: still running.
+///
+/// The launcher reaps its children only through this, never through `Child::wait`, so
+/// that the memory figure is not lost.
+pub fn reap(pid: u32, block: bool) -> std::io::Result<Option<(ExitStatus, u64)>> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = libc::pid_t::try_from(pid).map_err(std::io::Error::other)?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct of integers.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let options = if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: wait4(2) writes only to `status` and `usage`, both live locals of the
+        // right types, for the duration of the call.
+        let got = unsafe { libc::wait4(pid, &mut status, options, &mut usage) };
+        match got {
+            0 => return Ok(None),
+            p if p == pid => {
+                // Linux reports `ru_maxrss` in KiB.
+                let peak = u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024;
+                return Ok(Some((ExitStatus::from_raw(status), peak)));
+            }
+            _ => {
+                let error = std::io::Error::last_os_error();
+                if error.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
     }
 }
 
