@@ -9,7 +9,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Every variant names *where*: the file and line of bad input, or the call site of the
 /// loop operator and the loop index whose body failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be opened, read or written.
@@ -219,10 +219,7 @@ pub enum Error {
         message: String,
     },
     /// Ranks reached different operators: the program's control flow diverged.
-    #[error(
-        "ranks diverged: rank 0 is at {driver} but rank {rank} is at {here}; every rank must \
-         call the same operators in the same order"
-    )]
+    #[error("{}", divergence(*rank, driver, here))]
     Divergence {
         /// The rank that disagrees with the driver.
         rank: usize,
@@ -231,6 +228,51 @@ pub enum Error {
         /// The other rank's call site.
         here: String,
     },
+}
+
+/// The divergence sentence: the same operator reached with other arguments (the usual
+/// cause being an order that differs between processes), or different operators.
+fn divergence(rank: usize, driver: &str, here: &str) -> String {
+    let operator = |s: &str| s.split(" [").next().unwrap_or(s).to_string();
+    if operator(driver) == operator(here) {
+        format!(
+            "ranks diverged: rank 0 and rank {rank} reached the same operator with different \
+             arguments (rank 0: {driver}; rank {rank}: {here}). Every rank must pass the same \
+             values; the usual cause is an order that differs between processes, such as \
+             iterating a HashMap or HashSet (its order is random in each process): sort the \
+             values first, or use a BTreeMap or BTreeSet"
+        )
+    } else {
+        format!(
+            "ranks diverged: rank 0 is at {driver} but rank {rank} is at {here}; every rank \
+             must call the same operators in the same order (look for a branch or a loop \
+             count that depends on the rank, the clock, or a random number not seeded alike)"
+        )
+    }
+}
+
+/// The same sentence as `Display`, then the errors that caused it if the sentence does not
+/// already say them, as `anyhow` prints: an error returned from
+/// `fn main() -> strads_ap::Result<()>` reads as the sentence that says what to do.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sentence = self.to_string();
+        f.write_str(&sentence)?;
+        let mut source = std::error::Error::source(self);
+        let mut first = true;
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !sentence.contains(&text) {
+                if first {
+                    f.write_str("\n\nCaused by:")?;
+                    first = false;
+                }
+                write!(f, "\n    {text}")?;
+            }
+            source = cause.source();
+        }
+        Ok(())
+    }
 }
 
 impl Error {

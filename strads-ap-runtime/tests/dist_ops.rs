@@ -336,3 +336,39 @@ fn a_bad_line_in_a_later_file_names_that_file_and_its_own_line_on_every_rank() {
         }
     }
 }
+
+#[test]
+fn the_same_operator_with_other_values_is_explained_as_an_order_that_differs() {
+    // Rank 1 builds its pairs in another order, as a HashSet in another process would:
+    // the map's keys land at other positions.
+    let results = on_ranks(2, || {
+        let rank = strads_ap_runtime::cluster::here().rank();
+        let mut pairs: Vec<(u32, f32)> = (0..10).map(|k| (k, 0.5)).collect();
+        if rank == 1 {
+            pairs.reverse();
+        }
+        strads_ap_runtime::DMap::from_pairs(pairs).map(|_| ())
+    });
+    for r in results {
+        let err = r.unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Divergence { rank: 1, .. }), "{msg}");
+        assert!(msg.contains("same operator with different"), "{msg}");
+        assert!(
+            msg.contains("DMap::from_pairs") && msg.contains("HashSet"),
+            "{msg}"
+        );
+        // `Debug` (what `fn main() -> Result<()>` prints) is the same sentence.
+        assert_eq!(format!("{err:?}"), msg);
+    }
+}
+
+#[test]
+fn debug_of_an_error_is_its_sentence_with_causes_said_once() {
+    let missing = std::env::temp_dir().join("strads-no-such-file.txt");
+    let err = strads_ap_runtime::read_from_file(&missing, parse_pair).unwrap_err();
+    let (debug, display) = (format!("{err:?}"), err.to_string());
+    assert!(display.contains("strads-no-such-file.txt"), "{display}");
+    // The OS error is already in the sentence: not repeated under "Caused by".
+    assert_eq!(debug, display);
+}

@@ -398,10 +398,18 @@ impl Comm {
                 for (r, bytes) in all.iter().enumerate().skip(1) {
                     let e: Entry = Self::decode(bytes, "an operator entry", r)?;
                     if e.site != site || e.task != task {
+                        // The same operator with other arguments: say which.
+                        let (driver, here) = match e.site == site {
+                            true => (
+                                format!("{site} [{}]", arguments(task, true)),
+                                format!("{} [{}]", e.site, arguments(&e.task, false)),
+                            ),
+                            false => (site.to_string(), e.site),
+                        };
                         verdict = Verdict::Diverged {
                             rank: r,
-                            driver: site.to_string(),
-                            here: e.site,
+                            driver,
+                            here,
                         };
                         break;
                     }
@@ -537,5 +545,15 @@ mod tests {
         for r in out {
             assert_eq!(r.unwrap(), 3);
         }
+    }
+}
+
+/// What an operator entry's task says, for a divergence message: a loop's generated task
+/// name says only which build of the body a rank runs.
+fn arguments(task: &str, driver: bool) -> String {
+    match (task.starts_with("__Strads"), driver) {
+        (true, true) => "its loop body as built on rank 0".into(),
+        (true, false) => "another build of that loop body".into(),
+        (false, _) => task.to_string(),
     }
 }
