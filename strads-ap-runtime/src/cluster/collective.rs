@@ -428,6 +428,16 @@ impl Comm {
     }
 }
 
+/// What an operator entry's task says, for a divergence message: a loop's generated task
+/// name says only which build of the body a rank runs.
+fn arguments(task: &str, driver: bool) -> String {
+    match (task.starts_with("__Strads"), driver) {
+        (true, true) => "its loop body as built on rank 0".into(),
+        (true, false) => "another build of that loop body".into(),
+        (false, _) => task.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -545,15 +555,5 @@ mod tests {
         for r in out {
             assert_eq!(r.unwrap(), 3);
         }
-    }
-}
-
-/// What an operator entry's task says, for a divergence message: a loop's generated task
-/// name says only which build of the body a rank runs.
-fn arguments(task: &str, driver: bool) -> String {
-    match (task.starts_with("__Strads"), driver) {
-        (true, true) => "its loop body as built on rank 0".into(),
-        (true, false) => "another build of that loop body".into(),
-        (false, _) => task.to_string(),
     }
 }
