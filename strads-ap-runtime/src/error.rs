@@ -230,6 +230,12 @@ pub enum Error {
     },
 }
 
+/// A call site as a divergence names it when ranks reached it with other arguments:
+/// `SITE [ARGUMENTS]` (read back by [`divergence`]).
+pub(crate) fn site_with_arguments(site: &str, arguments: &str) -> String {
+    format!("{site} [{arguments}]")
+}
+
 /// The divergence sentence: the same operator reached with other arguments (the usual
 /// cause being an order that differs between processes), or different operators.
 fn divergence(rank: usize, driver: &str, here: &str) -> String {

@@ -36,7 +36,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{site_with_arguments, Error, Result};
 use crate::transport::{deadline_in, tags, Rank, Transport};
 
 /// The collectives of one job, over its transport.
@@ -401,8 +401,8 @@ impl Comm {
                         // The same operator with other arguments: say which.
                         let (driver, here) = match e.site == site {
                             true => (
-                                format!("{site} [{}]", arguments(task, true)),
-                                format!("{} [{}]", e.site, arguments(&e.task, false)),
+                                site_with_arguments(site, &arguments(task, true)),
+                                site_with_arguments(&e.site, &arguments(&e.task, false)),
                             ),
                             false => (site.to_string(), e.site),
                         };

@@ -259,7 +259,8 @@ impl ReadOptions {
                 before[f] += n;
             }
         }
-        let local = self.parse_pieces(&sources, read, &mut before, &parser);
+        let own = &listings[ctx.rank()].lines;
+        let local = self.parse_pieces(&sources, read, own, &mut before, &parser);
         let (v, report) = match comm {
             None => {
                 let (items, report) = local?;
@@ -304,11 +305,13 @@ impl ReadOptions {
     }
 
     /// Parses this rank's pieces (file, bytes, byte offset in the file), given the lines
-    /// of each file read before them (`before`, advanced past each piece).
+    /// of each (`lines`: file and lines per piece, as this rank told the others) and of
+    /// each file read before them (`before`, advanced past each piece).
     fn parse_pieces<T, E, F>(
         &self,
         sources: &[shards::Source],
         read: Vec<(usize, Vec<u8>, u64)>,
+        lines: &[(usize, usize)],
         before: &mut [usize],
         parser: &F,
     ) -> Result<(Vec<T>, ReadReport)>
@@ -319,8 +322,7 @@ impl ReadOptions {
     {
         let mut report = ReadReport::default();
         let mut items = Vec::new();
-        for (file, bytes, at) in read {
-            let lines = shards::count_lines(&bytes);
+        for ((file, bytes, at), &(_, lines)) in read.into_iter().zip(lines) {
             let first_line = before[file] + 1;
             before[file] += lines;
             let path = &sources[file].path;

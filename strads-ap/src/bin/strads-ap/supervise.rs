@@ -387,12 +387,13 @@ fn tail_lines(path: &Path, max: usize) -> io::Result<Vec<String>> {
     Ok(lines[skip..].iter().map(|line| line.to_string()).collect())
 }
 
-/// Each rank's peak resident memory, for `job.json`: ranks the launcher runs itself (not
-/// through `ssh` or `srun`, whose own memory says nothing of the rank's) that have ended.
+/// Each rank's peak resident memory, for `job.json`: ranks the launcher runs itself that
+/// have ended. Not through `ssh`, whose own memory says nothing of the rank's (nor the
+/// `srun` that runs them all, which is no rank).
 fn peaks(running: &[Running]) -> Vec<serde_json::Value> {
     running
         .iter()
-        .filter(|r| r.proc.program != "ssh" && r.proc.program != "srun")
+        .filter(|r| r.proc.program != "ssh")
         .filter_map(|r| {
             Some(serde_json::json!({
                 "rank": r.proc.rank?,
