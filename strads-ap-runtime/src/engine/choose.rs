@@ -102,6 +102,22 @@ pub(crate) const SERIAL_PARALLELISM: f64 = 1.2;
 /// and so on): one call timed on a busy machine must not decide for good.
 pub(crate) const RETIME_AFTER: u32 = 8;
 
+/// At most this share of a call is lost, on average, to timing the slower way again: a
+/// way several times slower waits longer before it is timed again (pagerank: 206 ms on
+/// two workers against 60 ms on one, timed again after 8 calls, lost 7.7 ms a call).
+pub(crate) const RETIME_COST: f64 = 0.1;
+
+/// Calls before the slower way is timed again when it took `ratio` times the faster's.
+fn retime_after(again_after: u32, ratio: f64) -> u32 {
+    let cost = ((ratio - 1.0) / RETIME_COST).ceil();
+    let cost = if cost.is_finite() && cost > 0.0 {
+        cost.min(f64::from(u32::MAX)) as u32
+    } else {
+        0
+    };
+    again_after.max(RETIME_AFTER).max(cost)
+}
+
 /// Two ways whose figures differ by less than this factor are a close call: each is
 /// timed twice before the faster runs on (one call slowed by the machine, or finding its
 /// data in the other core's cache, must not decide). A clear difference decides at once,
@@ -210,7 +226,7 @@ pub(crate) fn run_on_one_worker(fallback: Fallback, pace: Option<Pace>) -> bool 
                 }
             }
             let one_faster = one < all;
-            let retime = p.since >= p.again_after.max(RETIME_AFTER);
+            let retime = p.since >= retime_after(p.again_after, all.max(one) / all.min(one));
             // Time the slower way again now and then; one worker only while the last call
             // on all workers left them idle enough to make it a candidate.
             match retime && (one_faster || p.worth_trying) {
@@ -375,8 +391,9 @@ mod tests {
             }
             p
         };
-        // One worker faster: all workers are timed again 8 calls after the first timing of
-        // both began (its four calls count), then after 16 more, then 32.
+        // One worker twice as fast: all workers are timed again 10 calls after the first
+        // timing of both began (its four calls count; 10 calls, not 8, keep the cost of
+        // timing the slower way under a tenth of a call), then after 16 more, then 32.
         let mut p = timed((0.1, 0.1), 0.05);
         let mut all_at = Vec::new();
         for i in 0..60 {
@@ -388,7 +405,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(all_at, vec![4, 21, 54]);
+        assert_eq!(all_at, vec![6, 23, 56]);
         // A slower way found faster when timed again is the way from then on.
         let mut p = timed((0.1, 0.1), 0.05);
         for _ in 0..7 {
@@ -431,6 +448,11 @@ mod tests {
             assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
             p.all_workers(0.0093, 0.018, false);
         }
+        // A way several times slower waits longer before it is timed again.
+        assert_eq!(retime_after(0, 3.4), 24);
+        assert_eq!(retime_after(16, 3.4), 24);
+        assert_eq!(retime_after(32, 3.4), 32);
+        assert_eq!(retime_after(0, 1.2), RETIME_AFTER);
         // A clear difference decides at once: one call each way.
         let mut p = Pace::default();
         p.all_workers(0.03, 0.03, false);

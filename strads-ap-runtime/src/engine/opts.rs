@@ -126,8 +126,9 @@ impl Opts {
 /// call runs the way that was faster the last time both were measured. Each way counts
 /// as the faster of its last two calls, and when the two ways are within 1.5× of each
 /// other each is timed twice before one is chosen. The slower way is timed again after 8
-/// calls, then after 16, 32, and so on, so that one call slowed by a busy machine does
-/// not decide for good. The loop's
+/// calls, then after 16, 32, and so on (later when it was several times slower, so that
+/// timing it costs under a tenth of a call on average), so that one call slowed by a busy
+/// machine does not decide for good. The loop's
 /// [`LoopStats::strategy`](super::LoopStats::strategy) then ends in `" on one worker"`,
 /// and a diagnosis (`one-worker`) says what each way took and what would let the
 /// workers pay. Where results must not depend on timings, choose `Never` or `Always`.
