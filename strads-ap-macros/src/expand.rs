@@ -1,6 +1,9 @@
 //! Turning a checked loop into a named task and a call into the runtime.
 //!
-//! Everything generated goes through `::strads_ap::__private`; generated local names use
+//! Everything generated goes through `KRATE::__private`, where `KRATE` is the path to the
+//! strads-ap crate under the name the calling crate's `Cargo.toml` gives it (found by
+//! `proc-macro-crate`, so a renamed dependency works), or the path an `@crate(PATH)`
+//! prefix of the arguments names. Generated local names use
 //! `Span::mixed_site()` so the user's body cannot see them, and user tokens keep their
 //! spans so that errors point at user code.
 
@@ -17,6 +20,7 @@ use crate::{captures, valid};
 
 /// Parses, checks and expands one invocation of `async_for!` or `sync_for!`.
 pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenStream> {
+    let (krate, tokens) = split_crate(tokens);
     let input = Input::parse(kind, tokens)?;
     let analysis = captures::analyze(&input.body.param, &input.body.body);
     let reductions = valid::check(&input, &analysis)?;
@@ -28,7 +32,45 @@ pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenSt
         .map(|(c, _)| c.unraw().to_string())
         .filter(|name| !reductions.iter().any(|r| &r.name == name))
         .collect();
-    Ok(generate(&input, &analysis.captures, &reductions, &summed))
+    Ok(generate(
+        &input,
+        krate,
+        &analysis.captures,
+        &reductions,
+        &summed,
+    ))
+}
+
+/// Splits an `@crate(PATH)` prefix from the user's arguments: `(PATH, rest)`. Without the
+/// prefix (the usual case) the path is [`crate_path`]'s. The prefix is for a crate that
+/// re-exports strads-ap's macros under its own name; `@` cannot start an expression, so
+/// no user argument is taken for it.
+fn split_crate(tokens: TokenStream) -> (TokenStream, TokenStream) {
+    use proc_macro2::{Delimiter, TokenTree};
+    let mut iter = tokens.clone().into_iter();
+    if let (Some(TokenTree::Punct(at)), Some(TokenTree::Ident(word)), Some(TokenTree::Group(g))) =
+        (iter.next(), iter.next(), iter.next())
+    {
+        if at.as_char() == '@' && word == "crate" && g.delimiter() == Delimiter::Parenthesis {
+            return (g.stream(), iter.collect());
+        }
+    }
+    (crate_path(), tokens)
+}
+
+/// The path to strads-ap from the crate being compiled: `::NAME` for the name its
+/// `Cargo.toml` gives the `strads-ap` dependency (`sap = { package = "strads-ap", .. }`
+/// gives `::sap`), and `::strads_ap` when there is none to find (strads-ap's own tests,
+/// or a crate that reaches strads-ap through another).
+fn crate_path() -> TokenStream {
+    use proc_macro_crate::{crate_name, FoundCrate};
+    match crate_name("strads-ap") {
+        Ok(FoundCrate::Name(name)) => {
+            let name = Ident::new(&name, Span::call_site());
+            quote!(::#name)
+        }
+        Ok(FoundCrate::Itself) | Err(_) => quote!(::strads_ap),
+    }
 }
 
 /// Like `syn::Error::into_compile_error`, but one expression: several `compile_error!`
@@ -57,11 +99,12 @@ fn at(span: Span) -> Span {
 
 fn generate(
     input: &Input,
+    krate: TokenStream,
     captures: &[Ident],
     reductions: &[ReductionVar],
     summed: &[String],
 ) -> TokenStream {
-    let gen = Generator::new(input, captures, reductions, summed);
+    let gen = Generator::new(input, krate, captures, reductions, summed);
     let private = &gen.private;
 
     let body_hash = fnv1a(input.body.body.to_token_stream().to_string().as_bytes());
@@ -86,16 +129,23 @@ fn generate(
         .map(|(c, name)| match gen.reduction(name) {
             Some(r) => {
                 let combine = combine_fn(r);
-                quote_spanned!(at(r.span)=> #c: ::strads_ap::__private::reduction(&#c, #combine))
+                let private = gen.private_at(at(r.span));
+                quote_spanned!(at(r.span)=> #c: #private::reduction(&#c, #combine))
             }
-            None if gen.is_summed(name) => quote_spanned! {at(c.span())=>
-                #c: {
-                    #[allow(unused_imports)]
-                    use ::strads_ap::__private::{CaptureDds as _, CaptureSummed as _};
-                    (&&::strads_ap::__private::Written(&#c)).__strads_capture_summed()
+            None if gen.is_summed(name) => {
+                let private = gen.private_at(at(c.span()));
+                quote_spanned! {at(c.span())=>
+                    #c: {
+                        #[allow(unused_imports)]
+                        use #private::{CaptureDds as _, CaptureSummed as _};
+                        (&&#private::Written(&#c)).__strads_capture_summed()
+                    }
                 }
-            },
-            None => quote_spanned!(at(c.span())=> #c: ::strads_ap::__private::capture(&#c)),
+            }
+            None => {
+                let private = gen.private_at(at(c.span()));
+                quote_spanned!(at(c.span())=> #c: #private::capture(&#c))
+            }
         });
 
     let (kind, run_fn, head, run, record, direct, lock) = match &input.head {
@@ -166,10 +216,14 @@ fn generate(
         }
     };
 
+    // serde's `crate = ".."` takes a path in a string, where `$crate` cannot be written:
+    // the string names a local alias of the re-exported serde instead.
     quote! {
         {
+            #[allow(unused_imports)]
+            use #private::serde as __strads_serde;
             #[derive(#private::serde::Serialize, #private::serde::Deserialize)]
-            #[serde(crate = "::strads_ap::__private::serde")]
+            #[serde(crate = "__strads_serde")]
             #[allow(non_camel_case_types)]
             #struct_def
             static #site: #private::CallSite = #private::CallSite {
@@ -230,6 +284,9 @@ struct Generator<'a> {
     captures: &'a [Ident],
     /// The captures' names as strings, without `r#`.
     names: Vec<String>,
+    /// The path to the strads-ap crate (`$crate` through the wrappers).
+    krate: TokenStream,
+    /// `KRATE::__private`.
     private: TokenStream,
     /// The task, the first parameter of every generated function.
     t: Ident,
@@ -243,6 +300,7 @@ struct Generator<'a> {
 impl<'a> Generator<'a> {
     fn new(
         input: &'a Input,
+        krate: TokenStream,
         captures: &'a [Ident],
         reductions: &'a [ReductionVar],
         summed: &'a [String],
@@ -251,11 +309,28 @@ impl<'a> Generator<'a> {
             input,
             captures,
             names: captures.iter().map(|c| c.unraw().to_string()).collect(),
-            private: quote!(::strads_ap::__private),
+            private: quote!(#krate::__private),
+            krate,
             t: local("__strads_t"),
             reductions,
             summed,
         }
+    }
+
+    /// `KRATE::__private` shown at `span` (for errors about a call through it), each token
+    /// keeping its own name resolution (`$crate` resolves to the strads-ap crate wherever
+    /// it is shown).
+    fn private_at(&self, span: Span) -> TokenStream {
+        let krate: TokenStream = self
+            .krate
+            .clone()
+            .into_iter()
+            .map(|mut token| {
+                token.set_span(token.span().located_at(span));
+                token
+            })
+            .collect();
+        quote_spanned!(span=> #krate::__private)
     }
 
     fn is_summed(&self, name: &str) -> bool {
@@ -271,9 +346,12 @@ impl<'a> Generator<'a> {
     fn opts(&self) -> TokenStream {
         let private = &self.private;
         match &self.input.opts {
-            Some(opts) => quote_spanned! {at(opts.span())=>
-                ::core::convert::Into::<::strads_ap::__private::Opts>::into(#opts)
-            },
+            Some(opts) => {
+                let private = self.private_at(at(opts.span()));
+                quote_spanned! {at(opts.span())=>
+                    ::core::convert::Into::<#private::Opts>::into(#opts)
+                }
+            }
             None => quote!(#private::Opts::default()),
         }
     }
@@ -283,8 +361,9 @@ impl<'a> Generator<'a> {
         let (private, t) = (&self.private, &self.t);
         let reg = local("__strads_reg");
         let registrations = self.captures.iter().zip(&self.names).map(|(c, name)| {
+            let private = self.private_at(at(c.span()));
             quote_spanned! {at(c.span())=>
-                (&&&::strads_ap::__private::Probe(&#t.#c)).__strads_register(#reg, #name);
+                (&&&#private::Probe(&#t.#c)).__strads_register(#reg, #name);
             }
         });
         quote! {
@@ -434,6 +513,19 @@ mod tests {
     }
 
     #[test]
+    fn the_crate_path_comes_from_the_prefix() {
+        let mut prefixed = quote!(@crate(::renamed));
+        prefixed.extend(sgdmf());
+        let s = squeeze(&expand_ok(LoopKind::Async, prefixed));
+        assert!(s.contains("::renamed::__private::run_async_for("), "{s}");
+        assert!(!s.contains("strads_ap"), "{s}");
+        // Without the prefix, the crate is `::strads_ap`; the prefix is not an argument.
+        let (krate, rest) = split_crate(sgdmf());
+        assert_eq!(squeeze(&krate), "::strads_ap");
+        assert_eq!(squeeze(&rest), squeeze(&sgdmf()));
+    }
+
+    #[test]
     fn fnv1a_reference_values() {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
@@ -446,7 +538,7 @@ mod tests {
         let block: syn::Block = syn::parse2(out.clone()).expect("a block");
         let expr: syn::Expr = syn::parse2(out.clone()).expect("an expression");
         assert!(matches!(expr, syn::Expr::Block(_)));
-        assert_eq!(block.stmts.len(), 4);
+        assert_eq!(block.stmts.len(), 5);
 
         let s = squeeze(&out);
         assert!(s.contains("struct__StradsTask_"), "{s}");
@@ -456,7 +548,8 @@ mod tests {
             ),
             "{s}"
         );
-        assert!(s.contains("#[serde(crate=\"::strads_ap::__private::serde\")]"));
+        assert!(s.contains("use::strads_ap::__private::serdeas__strads_serde;"));
+        assert!(s.contains("#[serde(crate=\"__strads_serde\")]"));
         assert!(s.contains("kind:::strads_ap::__private::LoopKind::Async"));
         assert!(s.contains("captures:&[\"ratings\",\"w\",\"h\",\"gamma\",\"lambda\"]"));
         assert!(s.contains("ratings:::strads_ap::__private::capture(&ratings)"));

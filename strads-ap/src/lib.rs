@@ -55,6 +55,10 @@
 pub mod metric;
 
 pub use metric::{check_finite, NonFiniteMetric};
+/// The serde crate strads-ap uses, for element types' derives without a `serde` line in
+/// your `Cargo.toml`: `#[derive(strads_ap::serde::Serialize, strads_ap::serde::Deserialize)]`
+/// with `#[serde(crate = "strads_ap::serde")]`.
+pub use serde;
 pub use strads_ap_macros::{async_for, sync_for};
 pub use strads_ap_runtime::{
     checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
@@ -85,3 +89,8 @@ pub mod prelude {
 pub mod __private {
     pub use strads_ap_runtime::__private::*;
 }
+
+/// The crate README's code blocks, compiled and run as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
