@@ -397,12 +397,17 @@ pub const MAX_FEATURE_INDEX: u32 = (1 << 24) - 1;
 pub fn bounded_value(what: &str, text: &str) -> Result<f32, String> {
     match text.parse::<f32>() {
         Ok(v) if v.is_finite() && v.abs() <= MAX_ABS_VALUE => Ok(v),
-        Ok(v) if v.is_finite() => Err(format!(
-            "{what} `{text}` is larger in magnitude than {MAX_ABS_VALUE:e}, the loaders' \
-             limit (it would overflow single-precision training; scale the data)"
-        )),
+        Ok(v) if v.is_finite() => Err(too_large(what, text)),
         _ => Err(format!("{what} `{text}` is not a finite number")),
     }
+}
+
+/// The error of a value (`text`, of the field `what`) above [`MAX_ABS_VALUE`].
+fn too_large(what: &str, text: &str) -> String {
+    format!(
+        "{what} `{text}` is larger in magnitude than {MAX_ABS_VALUE:e}, the loaders' limit (it \
+         would overflow single-precision training; scale the data)"
+    )
 }
 
 /// A rating as written in a file: ids as they are there (not yet dense).
@@ -561,8 +566,10 @@ pub struct RawSample {
     pub x: Vec<(u32, f32)>,
 }
 
-/// Parses a libsvm line `label idx:val idx:val ...` (a trailing `# comment` is ignored).
-/// Indices are at most [`MAX_FEATURE_INDEX`]; values are finite and at most
+/// Parses a libsvm line `label idx:val idx:val ...` (a trailing `# comment` is ignored)
+/// with strads-ap's [`libsvm_line`](strads_ap::formats::libsvm_line) (finite
+/// numbers, indices increasing along the line, a `qid:` after the label skipped), then
+/// checks the loaders' limits: indices are at most [`MAX_FEATURE_INDEX`], values at most
 /// [`MAX_ABS_VALUE`] in magnitude.
 ///
 /// # Examples
@@ -572,36 +579,25 @@ pub struct RawSample {
 /// assert_eq!((s.label, s.x), (1.0, vec![(3, 0.5), (10, -2.0)]));
 /// assert!(parse_libsvm_line("1 3=0.5").unwrap_err().contains("idx:val"));
 /// assert!(parse_libsvm_line("1 4294967295:1").unwrap_err().contains("above 16777215"));
+/// assert!(parse_libsvm_line("1 2:1e38").unwrap_err().contains("`1e38` is larger"));
 /// ```
 pub fn parse_libsvm_line(line: &str) -> Result<RawSample, String> {
-    let line = line.split('#').next().unwrap_or("");
-    let mut fields = line.split_whitespace();
-    let label = fields.next().ok_or("the line has no label")?;
-    let label = match label.parse::<f64>() {
-        Ok(v) if v.is_finite() => v,
-        _ => return Err(format!("label `{label}` is not a number")),
-    };
-    let x = fields
-        .map(|field| {
-            let (idx, val) = field
-                .split_once(':')
-                .ok_or_else(|| format!("feature `{field}` is not of the form idx:val"))?;
-            let index = idx
-                .parse::<u64>()
-                .map_err(|_| format!("feature index `{idx}` is not a non-negative integer"))?;
-            let index = u32::try_from(index)
-                .ok()
-                .filter(|&i| i <= MAX_FEATURE_INDEX)
-                .ok_or_else(|| {
-                    format!(
-                        "feature index `{idx}` is above {MAX_FEATURE_INDEX}, the largest the \
-                         loader accepts (weights are dense rows)"
-                    )
-                })?;
-            Ok((index, bounded_value("feature value", val)?))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(RawSample { label, x })
+    let row = strads_ap::formats::libsvm_line::<f32>(line)?;
+    for &(index, value) in &row.features {
+        if index > MAX_FEATURE_INDEX {
+            return Err(format!(
+                "feature index `{index}` is above {MAX_FEATURE_INDEX}, the largest the loader \
+                 accepts (weights are dense rows)"
+            ));
+        }
+        if value.abs() > MAX_ABS_VALUE {
+            return Err(too_large("feature value", &format!("{value:e}")));
+        }
+    }
+    Ok(RawSample {
+        label: row.label,
+        x: row.features,
+    })
 }
 
 /// Most weights a libsvm data set may ask of MLR, `2^28` (1 GiB of `f32`): one dense row

@@ -14,6 +14,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use strads_ap::formats::{libsvm_line, Csv};
+
 use crate::data::LoadError;
 
 /// One column of the design matrix: `vals[k]` at row `rows[k]`, or, with `rows` empty, a
@@ -190,6 +192,11 @@ pub fn max_correlation(cols: &[Column], r: &[f64], beta: &[f64], l2: f64) -> f64
 /// A missing file, or a line that is not 11 numbers, named by file and line.
 pub fn load_csv(path: &Path) -> Result<Problem, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|e| LoadError::file(path, e.to_string()))?;
+    // Numbers by position, spaces around them allowed: strads-ap's CSV line parser.
+    let parse = Csv::new()
+        .has_headers(false)
+        .trim(true)
+        .parser::<Vec<f64>>();
     let mut y = Vec::new();
     let mut feats: Vec<Vec<f64>> = Vec::new();
     for (no, line) in text.lines().enumerate() {
@@ -197,8 +204,7 @@ pub fn load_csv(path: &Path) -> Result<Problem, LoadError> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let vals: Result<Vec<f64>, _> = line.split(',').map(|f| f.trim().parse::<f64>()).collect();
-        let vals = vals.map_err(|e| {
+        let vals = parse(line).map_err(|e| {
             LoadError::file(path, format!("line {}: {e}: {}", no + 1, excerpt(line)))
         })?;
         if vals.len() < 2 {
@@ -276,30 +282,22 @@ pub fn load_svmlight(path: &Path) -> Result<Problem, LoadError> {
         let bad = |what: String| {
             LoadError::file(path, format!("line {}: {what}: {}", no + 1, excerpt(line)))
         };
-        let mut fields = line.split_ascii_whitespace();
-        let target = fields.next().unwrap_or("");
-        let target: f64 = target
-            .parse()
-            .map_err(|e| bad(format!("the target {target:?}: {e}")))?;
+        // strads-ap's libsvm line parser: finite numbers, indices increasing; the values
+        // in full precision, so that the file is the problem to the last bit.
+        let sample = libsvm_line::<f64>(line).map_err(|e| bad(e.to_string()))?;
+        if sample
+            .features
+            .first()
+            .is_some_and(|&(index, _)| index == 0)
+        {
+            return Err(bad(
+                "feature index 0 (svmlight indices start at 1)".to_string()
+            ));
+        }
         let row = y.len() as u32;
-        y.push(target);
-        let mut last = 0usize;
-        for field in fields {
-            let (index, value) = field
-                .split_once(':')
-                .ok_or_else(|| bad(format!("{field:?} is not index:value")))?;
-            let index: usize = index
-                .parse()
-                .map_err(|e| bad(format!("the index {index:?}: {e}")))?;
-            let value: f64 = value
-                .parse()
-                .map_err(|e| bad(format!("the value {value:?}: {e}")))?;
-            if index <= last {
-                return Err(bad(format!(
-                    "feature index {index} after {last} (indices start at 1 and increase)"
-                )));
-            }
-            last = index;
+        y.push(sample.label);
+        for (index, value) in sample.features {
+            let index = index as usize;
             if index > cols.len() {
                 cols.resize_with(index, Column::default);
             }
@@ -628,11 +626,19 @@ mod tests {
     fn a_malformed_svmlight_line_is_named() {
         let dir = tempfile::tempdir().unwrap();
         for (text, says) in [
-            ("1 1:2 3:4\n2 2:x\n", "line 2: the value \"x\""),
+            (
+                "1 1:2 3:4\n2 2:x\n",
+                "line 2: feature value `x` of index 2 is not a number",
+            ),
             ("1 0:2\n", "line 1: feature index 0"),
             ("1 3:2 2:1\n", "line 1: feature index 2 after 3"),
-            ("one 1:2\n", "line 1: the target \"one\""),
-            ("1 7\n", "line 1: \"7\" is not index:value"),
+            ("1 2:1 2:1\n", "line 1: feature index 2 after 2"),
+            ("one 1:2\n", "line 1: label `one` is not a number"),
+            ("1 7\n", "line 1: feature `7` is not of the form idx:val"),
+            (
+                "1 1:nan\n",
+                "line 1: feature value `nan` of index 1 is not a finite",
+            ),
         ] {
             let path = dir.path().join("bad.svm");
             std::fs::write(&path, text).unwrap();

@@ -153,11 +153,21 @@ pub struct ExecCtx {
     /// The key of the unit of work being run, under which reductions keep their partials
     /// (see `engine::reduce`); 0 for runs in loop order on one worker.
     pub(crate) unit: Cell<u64>,
+    /// The worker's count for the call's progress bar, while one is on.
+    pub(crate) progress: Option<std::sync::Arc<crate::progress::Slot>>,
     /// Views borrow raw pointers from the bindings; the context is tied to one thread.
     _not_send: PhantomData<*const ()>,
 }
 
 impl ExecCtx {
+    /// Counts `n` units of work (indices, data items) started, for the progress bar.
+    #[inline]
+    pub(crate) fn count(&self, n: usize) {
+        if let Some(slot) = &self.progress {
+            slot.add(n);
+        }
+    }
+
     pub(crate) fn new(bindings: Vec<Binding>) -> Self {
         ExecCtx {
             bindings,
@@ -167,6 +177,7 @@ impl ExecCtx {
             epoch: Cell::new(0),
             held: RefCell::new(Vec::new()),
             aborting: Cell::new(false),
+            progress: crate::progress::worker_slot(),
             unit: Cell::new(0),
             _not_send: PhantomData,
         }
@@ -279,6 +290,7 @@ pub struct Indices<'a, I> {
 impl<'a, I> Indices<'a, I> {
     /// The indices `base + t` for every offset `t` of `list`.
     pub(crate) fn list(base: usize, list: &'a [u32], ctx: &'a ExecCtx) -> Self {
+        ctx.count(list.len());
         Indices {
             kind: Kind::List { base, list, pos: 0 },
             ctx,
@@ -289,6 +301,7 @@ impl<'a, I> Indices<'a, I> {
 
     /// The indices of `range`, in order.
     pub(crate) fn range(range: std::ops::Range<usize>, ctx: &'a ExecCtx) -> Self {
+        ctx.count(range.len());
         Indices {
             kind: Kind::Range(range),
             ctx,

@@ -12,6 +12,8 @@
 //! * [`engine`] — the serializable engine (`async_for!`) and the data-parallel engine
 //!   (`sync_for!`).
 //! * [`checkpoint`] — checkpoints after loop calls, and recovery by fast re-execution.
+//! * [`formats`] — readers of CSV/TSV, libsvm and MatrixMarket files, as line parsers
+//!   for [`ReadOptions`].
 
 mod access;
 pub mod checkpoint;
@@ -20,10 +22,12 @@ pub mod cluster;
 pub mod dds;
 pub mod engine;
 mod error;
+pub mod formats;
 #[cfg(test)]
 mod fuzz;
 mod job;
 pub mod plan;
+mod progress;
 pub mod rank;
 pub mod recon;
 pub mod store;
@@ -47,3 +51,4 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use job::{finish, init, init_with, MAX_THREADS};
+pub use value::Array;

@@ -2,6 +2,13 @@
 
 use std::hash::{Hash, Hasher};
 
+/// A warning the user must see: on stderr (no `tracing` subscriber needed), and through
+/// `tracing` for programs that collect logs.
+pub(crate) fn warn(message: &str) {
+    tracing::warn!("{message}");
+    eprintln!("strads-ap: warning: {message}");
+}
+
 /// FNV-1a, 64 bit: a stable checksum and hash that does not change between processes,
 /// builds or Rust versions.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {

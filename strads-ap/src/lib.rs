@@ -60,10 +60,13 @@ pub use metric::{check_finite, NonFiniteMetric};
 /// with `#[serde(crate = "strads_ap::serde")]`.
 pub use serde;
 pub use strads_ap_macros::{async_for, sync_for};
+/// Line parsers and readers for common formats (CSV/TSV, libsvm, MatrixMarket), on top of
+/// [`ReadOptions`]: sharded across ranks, gzip-aware, errors naming file and line.
+pub use strads_ap_runtime::formats;
 pub use strads_ap_runtime::{
     checkpoint, cluster, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
-    threads, world_size, Aggregate, Aggregation, CallCosts, Config, DMap, DMultiMap, DVector,
-    Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
+    threads, world_size, Aggregate, Aggregation, Array, CallCosts, Config, DMap, DMultiMap,
+    DVector, Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
     LoopStats, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
 };
 
@@ -80,8 +83,8 @@ pub mod internals {
 /// Everything a converted program needs: `use strads_ap::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        async_for, read_from_file, sync_for, Aggregate, Aggregation, DMap, DMultiMap, DVector,
-        Depends, Dynamic, Fallback, Opts, Priority, ReadOptions, Relaxed, SyncMode,
+        async_for, read_from_file, sync_for, Aggregate, Aggregation, Array, DMap, DMultiMap,
+        DVector, Depends, Dynamic, Fallback, Opts, Priority, ReadOptions, Relaxed, SyncMode,
     };
 }
 

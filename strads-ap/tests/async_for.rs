@@ -260,3 +260,62 @@ fn plans_kept_per_call_site_are_bounded_and_the_latest_are_reused() {
         .collect();
     assert_eq!(w.to_vec().unwrap(), want);
 }
+
+/// Rows longer than serde's 32-element arrays, as `Array<T, N>`: an MF-style loop over
+/// 50-float rows matches the serial loop over `[f32; 50]` to the bit on one worker, and
+/// `sync_for!` sums 128-float rows.
+#[test]
+fn arrays_longer_than_32_are_elements() {
+    const R: usize = 50;
+    let (users, items, n) = (40, 30, 3000);
+    let pair = |k: usize| ((k * 7) % users, (k * 11 + 3) % items);
+    let init =
+        |i: usize| std::array::from_fn::<f32, R, _>(|f| 0.1 + ((i * 31 + f) % 7) as f32 * 0.01);
+    let mut w: Vec<[f32; R]> = (0..users).map(init).collect();
+    let mut h: Vec<[f32; R]> = (0..items).map(|j| init(j + 100)).collect();
+    for k in 0..n {
+        let (u, v) = pair(k);
+        let err = 1.0 - (0..R).map(|f| w[u][f] * h[v][f]).sum::<f32>();
+        for f in 0..R {
+            let (a, b) = (w[u][f], h[v][f]);
+            w[u][f] += 0.01 * (err * b - 0.05 * a);
+            h[v][f] += 0.01 * (err * a - 0.05 * b);
+        }
+    }
+
+    let pairs = DVector::from_fn(n, pair).unwrap();
+    let wd: DVector<Array<f32, R>> = DVector::from_fn(users, |i| Array(init(i))).unwrap();
+    let hd: DVector<Array<f32, R>> = DVector::from_fn(items, |j| Array(init(j + 100))).unwrap();
+    async_for!(
+        0..pairs.len(),
+        |k| {
+            let (u, v) = pairs[k];
+            let err = 1.0 - (0..R).map(|f| wd[u][f] * hd[v][f]).sum::<f32>();
+            for f in 0..R {
+                let (a, b) = (wd[u][f], hd[v][f]);
+                wd[u][f] += 0.01 * (err * b - 0.05 * a);
+                hd[v][f] += 0.01 * (err * a - 0.05 * b);
+            }
+        },
+        Opts::new().threads(1)
+    )
+    .unwrap();
+    let got: Vec<[f32; R]> = wd.to_vec().unwrap().into_iter().map(Into::into).collect();
+    assert_eq!(got, w);
+    assert_eq!(hd.get(3).unwrap().0, h[3]);
+
+    let data = DVector::from_fn(64, |i| i as f64).unwrap();
+    let acc = DVector::from_fn(2, |_| Array([0.0f64; 128]))
+        .unwrap()
+        .aggregate_with(Aggregation::Sum);
+    sync_for!(data, 8, SyncMode::Bsp, |batch| {
+        for &x in batch {
+            for f in 0..128 {
+                acc[0][f] += x;
+            }
+        }
+    })
+    .unwrap();
+    let total: f64 = (0..64).map(f64::from).sum();
+    assert_eq!(acc.get(0).unwrap(), Array([total; 128]));
+}

@@ -32,8 +32,9 @@ fn main() -> Result<()> {
     let (minibatch, lr, mode) = (args.minibatch, args.lr, args.sync.mode());
     ensure!(minibatch > 0, "--minibatch must be at least 1");
 
-    // Data: a libsvm file (read with strads-ap's parallel reader and the shared line
-    // parser) or the synthetic generator, then the seeded 90/10 split.
+    // Data: a libsvm file (read with strads-ap's parallel reader and the line parser the
+    // serial twin uses, strads-ap's `formats::libsvm_line` with the loaders' limits) or
+    // the synthetic generator, then the seeded 90/10 split.
     // An IDX directory (Fashion-MNIST) brings its own train/test split.
     let (all, given_test) = match &args.common.data {
         Some(path) if idx::is_idx_dir(path) => {

@@ -85,11 +85,7 @@ mod writer;
 pub use crate::checkpoint_config::{env, CheckpointConfig};
 use checkpointer::{Checkpointer, Entry};
 
-/// Says what recovery skipped or what a build ignores: on stderr, and through `tracing`.
-fn warn(message: &str) {
-    tracing::warn!("{message}");
-    eprintln!("strads-ap: warning: {message}");
-}
+use crate::util::warn;
 
 /// The checkpointer of this thread's rank, if checkpoints are on.
 fn with<R>(f: impl FnOnce(&mut Checkpointer) -> R) -> Option<R> {

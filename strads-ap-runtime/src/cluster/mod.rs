@@ -465,7 +465,7 @@ pub fn here() -> Arc<RankCtx> {
 pub(crate) fn context() -> &'static Context {
     CONTEXT.get_or_init(|| {
         let config = Config::from_env().unwrap_or_else(|e| {
-            tracing::warn!("{e}; falling back to a world of one");
+            crate::util::warn(&format!("{e}; running as a world of one instead"));
             Config::default()
         });
         Context::new(config)

@@ -10,7 +10,7 @@ mod direct;
 mod lock_view;
 mod map;
 pub(crate) mod persist;
-mod shards;
+pub(crate) mod shards;
 mod snapshot;
 pub(crate) mod table;
 mod text;

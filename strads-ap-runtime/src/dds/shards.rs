@@ -170,6 +170,79 @@ pub(crate) fn read_piece(source: &Source, piece: &Piece) -> Result<(Vec<u8>, u64
     Ok((out, start))
 }
 
+/// Opens `source` for reading from its first byte, decompressed when it is gzip.
+fn open(source: &Source) -> Result<Box<dyn BufRead>> {
+    let file = File::open(&source.path).map_err(|e| Error::io(&source.path, e))?;
+    Ok(match source.gzip {
+        true => Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(
+            BufReader::new(file),
+        ))),
+        false => Box::new(BufReader::new(file)),
+    })
+}
+
+/// The lines of a file from its start (decompressed), for readers that look at a file's
+/// head (a header, a banner) before reading it in pieces: each line without its `\n` or
+/// `\r\n`, numbered from 1, the first without a byte-order mark. A line that is not UTF-8
+/// is an error naming it.
+pub(crate) struct HeadLines {
+    reader: Box<dyn BufRead>,
+    path: PathBuf,
+    gzip: bool,
+    number: usize,
+    buf: Vec<u8>,
+}
+
+impl HeadLines {
+    /// The lines of `source`.
+    pub(crate) fn new(source: &Source) -> Result<Self> {
+        Ok(HeadLines {
+            reader: open(source)?,
+            path: source.path.clone(),
+            gzip: source.gzip,
+            number: 0,
+            buf: Vec::new(),
+        })
+    }
+}
+
+impl Iterator for HeadLines {
+    /// The line's number and text.
+    type Item = Result<(usize, String)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.buf.clear();
+        match self.reader.read_until(b'\n', &mut self.buf) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => {
+                let e = match self.gzip {
+                    true => std::io::Error::new(e.kind(), format!("not a readable gzip file: {e}")),
+                    false => e,
+                };
+                return Some(Err(Error::io(&self.path, e)));
+            }
+        }
+        self.number += 1;
+        let mut bytes = self.buf.as_slice();
+        while let Some((&(b'\n' | b'\r'), rest)) = bytes.split_last() {
+            bytes = rest;
+        }
+        if self.number == 1 {
+            bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
+        }
+        Some(match std::str::from_utf8(bytes) {
+            Ok(text) => Ok((self.number, text.to_string())),
+            Err(_) => Err(Error::Parse {
+                path: self.path.clone(),
+                line: self.number,
+                message: "the line is not valid UTF-8".into(),
+                text: String::new(),
+            }),
+        })
+    }
+}
+
 /// Lines that start in `bytes` (a line's last byte is `\n`, or the end).
 pub(crate) fn count_lines(bytes: &[u8]) -> usize {
     let ends = bytes.iter().filter(|&&b| b == b'\n').count();
@@ -301,6 +374,32 @@ mod tests {
         let piece = &pieces(&sources, 0, 1)[0];
         let err = read_piece(&sources[0], piece).unwrap_err().to_string();
         assert!(err.contains("cut.gz") && err.contains("gzip"), "{err}");
+    }
+
+    #[test]
+    fn head_lines_are_numbered_and_decompressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "\u{feff}a,b\r\n\n1,2";
+        let paths = [
+            write(dir.path(), "plain.csv", text.as_bytes()),
+            write(dir.path(), "packed.gz", &gzip(text)),
+        ];
+        for source in sources(&paths).unwrap() {
+            let lines: Vec<(usize, String)> = HeadLines::new(&source)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let expected = [(1, "a,b"), (2, ""), (3, "1,2")];
+            assert_eq!(lines, expected.map(|(n, l)| (n, l.to_string())));
+        }
+        let bad = write(dir.path(), "bad.txt", b"ok\n\xff\n");
+        let source = &sources(&[bad]).unwrap()[0];
+        let err = HeadLines::new(source).unwrap().nth(1).unwrap().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("bad.txt:2: the line is not valid UTF-8"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,7 +10,11 @@ use super::vector::DVector;
 use super::Element;
 use crate::cluster::context;
 use crate::error::{Error, Result};
+use crate::progress::{Progress, Units};
 use crate::util::excerpt;
+
+/// The largest chunk a read parses at a time while a progress bar shows it.
+const PROGRESS_CHUNK: usize = 4 << 20;
 
 /// Reads `path` line by line into a DVector, parsing each line with `parser`.
 ///
@@ -78,6 +82,7 @@ pub struct ReadOptions {
     comment_prefix: Option<String>,
     skip_bad_lines: bool,
     allow_empty: bool,
+    progress: Option<bool>,
 }
 
 /// What [`ReadOptions::read`] did.
@@ -124,10 +129,23 @@ impl ReadOptions {
         self
     }
 
+    /// Shows a progress bar while a read runs longer than a second (`true`, the default
+    /// where it can be seen: the driver's terminal, outside tests and CI, unless
+    /// `STRADS_PROGRESS=0`), or never (`false`).
+    pub fn progress(mut self, show: bool) -> Self {
+        self.progress = Some(show);
+        self
+    }
+
     /// Accepts a file with no data lines (default: an error).
     pub fn allow_empty(mut self, allow: bool) -> Self {
         self.allow_empty = allow;
         self
+    }
+
+    /// The comment prefix, for readers that look at a file's head themselves.
+    pub(crate) fn comment(&self) -> Option<&str> {
+        self.comment_prefix.as_deref()
     }
 
     /// Reads `path` with these options: a file, or a glob pattern (see
@@ -260,7 +278,16 @@ impl ReadOptions {
             }
         }
         let own = &listings[ctx.rank()].lines;
-        let local = self.parse_pieces(&sources, read, own, &mut before, &parser);
+        let bar = Progress::start(
+            format!("reading {}", named().display()),
+            Some(read.iter().map(|(_, b, _)| b.len() as u64).sum()),
+            Units::Bytes,
+            self.progress,
+            ctx.rank(),
+            false,
+        );
+        let local = self.parse_pieces(&sources, read, own, &mut before, &parser, bar.as_ref());
+        drop(bar);
         let (v, report) = match comm {
             None => {
                 let (items, report) = local?;
@@ -290,12 +317,12 @@ impl ReadOptions {
             (&report.first_skipped, &report.first_skipped_file)
         {
             if ctx.rank() == 0 {
-                tracing::warn!(
+                crate::util::warn(&format!(
                     "{}: skipped {} bad lines; the first, {}:{line}: {message}",
                     named().display(),
                     report.skipped,
                     file.display()
-                );
+                ));
             }
         }
         if v.is_empty() && !self.allow_empty {
@@ -314,6 +341,7 @@ impl ReadOptions {
         lines: &[(usize, usize)],
         before: &mut [usize],
         parser: &F,
+        bar: Option<&Progress>,
     ) -> Result<(Vec<T>, ReadReport)>
     where
         T: Element,
@@ -326,7 +354,7 @@ impl ReadOptions {
             let first_line = before[file] + 1;
             before[file] += lines;
             let path = &sources[file].path;
-            let piece = self.parse_piece(path, &bytes, at == 0, first_line, parser)?;
+            let piece = self.parse_piece(path, &bytes, at == 0, first_line, parser, bar)?;
             let (piece_items, piece_report) = piece;
             if report.first_skipped.is_none() && piece_report.first_skipped.is_some() {
                 report.first_skipped = piece_report.first_skipped;
@@ -348,6 +376,7 @@ impl ReadOptions {
         start: bool,
         first_line: usize,
         parser: &F,
+        bar: Option<&Progress>,
     ) -> Result<(Vec<T>, ReadReport)>
     where
         T: Element,
@@ -381,12 +410,24 @@ impl ReadOptions {
         }
         let text = &text[body_start..];
         let threads = context().config().threads;
-        let ranges = split_lines(text, threads * 4);
+        // Four chunks per thread, or more of at most PROGRESS_CHUNK bytes while a bar
+        // shows the read (the elements come out in the same order either way).
+        let chunks = match bar {
+            Some(_) => (threads * 4).max(text.len() / PROGRESS_CHUNK),
+            None => threads * 4,
+        };
+        let ranges = split_lines(text, chunks);
         let pool = crate::cluster::here().pool(threads);
         let chunks: Vec<Chunk<T>> = pool.install(|| {
             ranges
                 .par_iter()
-                .map(|r| self.parse_chunk(&text[r.clone()], parser))
+                .map(|r| {
+                    let chunk = self.parse_chunk(&text[r.clone()], parser);
+                    if let Some(bar) = bar {
+                        bar.add(r.len());
+                    }
+                    chunk
+                })
                 .collect()
         });
         let mut report = ReadReport::default();

@@ -17,6 +17,7 @@ pub struct Opts {
     pub(super) seed: Option<u64>,
     pub(super) dynamic: Option<super::Dynamic>,
     pub(super) fallback: Fallback,
+    pub(crate) progress: Option<bool>,
 }
 
 impl Opts {
@@ -29,6 +30,19 @@ impl Opts {
     /// Worker threads for this call (default: the process's thread count).
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads.max(1));
+        self
+    }
+
+    /// Shows a progress bar while a call runs longer than a second (`true`, the default
+    /// where it can be seen), or never (`false`). A bar is drawn only on the driver's
+    /// terminal, never in tests, under `CI`, or with `STRADS_PROGRESS=0` in the
+    /// environment, which turns every bar off (reads' too).
+    ///
+    /// ```
+    /// let quiet = strads_ap_runtime::Opts::new().progress(false);
+    /// ```
+    pub fn progress(mut self, show: bool) -> Self {
+        self.progress = Some(show);
         self
     }
 

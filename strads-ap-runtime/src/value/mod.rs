@@ -4,8 +4,10 @@
 //! This layer is below the store and the DDSs, which both name these traits.
 
 mod aggregate;
+mod array;
 
 pub use aggregate::{Aggregate, AggregateFn, Aggregation};
+pub use array::Array;
 
 /// What a DDS can hold: plain data that can be copied and shipped between ranks.
 ///
@@ -18,7 +20,9 @@ pub use aggregate::{Aggregate, AggregateFn, Aggregation};
     note = "DDS elements must be Serialize + Deserialize + Clone + Send + Sync + 'static \
             (derive serde's Serialize and Deserialize, and Clone)",
     note = "a DDS handle cannot be stored inside a DDS (nested DDSs are not supported): \
-            use a Vec inside the element, or a second DDS indexed by the same key"
+            use a Vec inside the element, or a second DDS indexed by the same key",
+    note = "serde implements arrays only up to 32 elements: for a longer array use \
+            `strads_ap::Array<T, N>` (it dereferences to `[T; N]`), in an element struct too"
 )]
 pub trait Element:
     serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static

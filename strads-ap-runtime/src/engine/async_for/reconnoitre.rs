@@ -42,6 +42,7 @@ pub(super) fn reconnoitre<Task: Sync, I: LoopIndex>(
                 let room = LogRoom::new(r.len(), bases.len());
                 let rec = Recorder::new(bases.iter().map(Base::recorded).collect(), room);
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    crate::progress::count(r.len());
                     record(task, &rec, RecordIndices::new(r.clone(), &rec));
                 }));
                 match outcome {

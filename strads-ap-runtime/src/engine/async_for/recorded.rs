@@ -106,6 +106,7 @@ fn recorded_call<Task, I: LoopIndex>(
             let room = made.unwrap_or_else(|| LogRoom::new(r.len(), per_task));
             let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room);
             let ran = catch_unwind(AssertUnwindSafe(|| {
+                crate::progress::count(r.len());
                 record(task, &rec, RecordIndices::new(r.clone(), &rec));
             }));
             if let Err(payload) = ran {

@@ -42,6 +42,9 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     Ok(Ran::new(Ok(()), written))
 }
 
+/// How many pieces a serial run is cut into while a progress bar is on.
+const PROGRESS_PIECES: usize = 200;
+
 /// Runs every index in order on this thread (one worker, one process), over direct views
 /// (bounds checks only) when every table is bound plainly, as it is in a world of one;
 /// slots that `modes` (if given, one per slot) says are read-only refuse writes.
@@ -66,8 +69,19 @@ pub(super) fn run_serially<Task, I: LoopIndex>(
         true => direct,
         false => run,
     };
+    // With a progress bar on, the range runs in pieces so that the bar moves (one
+    // reduction chain still: each piece continues the last one's partials).
+    let piece = match ctx.progress {
+        Some(_) => range.len().div_ceil(PROGRESS_PIECES).max(1),
+        None => range.len().max(1),
+    };
     catch_unwind(AssertUnwindSafe(|| {
-        run(task, &ctx, Indices::range(range, &ctx))
+        let mut from = range.start;
+        while from < range.end {
+            let to = range.end.min(from + piece);
+            run(task, &ctx, Indices::range(from..to, &ctx));
+            from = to;
+        }
     }))
     .map_err(|payload| body_error(site, ctx.current(), payload))
 }

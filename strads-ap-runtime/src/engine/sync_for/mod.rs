@@ -77,6 +77,7 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
         record,
         direct,
     };
+    let _bar = crate::progress::for_call(site, Some(data.len()), &call.here, opts.progress);
     let ran = run_call(&call, &body, strategy);
     pipeline::finish(call, ran)
 }
@@ -349,6 +350,7 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
             false => 1 + self.batch_start(b) as u64,
         };
         ctx.unit.set(unit);
+        ctx.count(self.batches[b].len());
         let outcome = catch_unwind(AssertUnwindSafe(|| body(self.task, ctx, self.batches[b])));
         if let Err(payload) = outcome {
             self.errors

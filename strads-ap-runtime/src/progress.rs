@@ -1,0 +1,325 @@
+//! Progress bars for long loop calls and long reads, on the driver's terminal.
+//!
+//! A call or read that runs longer than [`SHOW_AFTER`] gets an `indicatif` bar on stderr,
+//! cleared when it ends; shorter ones show nothing. Bars are shown only when all of these
+//! hold ([`wanted`]): stderr is a terminal, this is the driver (rank 0), the thread is not
+//! a test's (libtest names its threads after the tests; a program's loops run on `main`
+//! or an unnamed thread), `CI` is not set, `STRADS_PROGRESS` is not `0`, and the call's
+//! [`Opts::progress`](crate::Opts::progress) is not `false`.
+//!
+//! Workers count what they have done in their own counters (one cache line each, so that
+//! counting costs a few nanoseconds per unit of work and no sharing); a ticker thread adds
+//! them up ten times a second and draws. Loop calls count indices (`async_for!`) or
+//! data items (`sync_for!`) as units of work start; reads count bytes.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::sync::{Condvar, Mutex, RwLock};
+
+/// How long work runs before its bar appears.
+pub(crate) const SHOW_AFTER: Duration = Duration::from_secs(1);
+
+/// How often the bar is redrawn.
+const TICK: Duration = Duration::from_millis(100);
+
+/// One worker's count, alone on its cache line.
+#[repr(align(64))]
+#[derive(Default)]
+pub(crate) struct Slot(AtomicU64);
+
+impl Slot {
+    /// Counts `n` more units done.
+    #[inline]
+    pub(crate) fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// What the ticker and the workers share.
+struct Shared {
+    slots: Mutex<Vec<Arc<Slot>>>,
+    /// The count of work done outside workers' contexts (reads, reconnaissance chunks).
+    shared_slot: Arc<Slot>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    /// Whether the bar was drawn (for tests).
+    shown: AtomicBool,
+}
+
+impl Shared {
+    fn done(&self) -> u64 {
+        self.slots
+            .lock()
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// The progress of the loop call running on this process, for workers' contexts to count
+/// into ([`worker_slot`]).
+static CURRENT: RwLock<Option<Arc<Shared>>> = RwLock::new(None);
+
+/// What is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Units {
+    /// Loop indices or data items.
+    Items,
+    /// Bytes of input.
+    Bytes,
+}
+
+/// The bar of one loop call or read; dropping it stops the ticker and clears the bar.
+pub(crate) struct Progress {
+    shared: Arc<Shared>,
+    ticker: Option<JoinHandle<()>>,
+    /// Whether workers' contexts count into this bar (loop calls).
+    current: bool,
+}
+
+/// Whether progress should be shown, from the facts [`Progress::start`] looks up: `opt`
+/// (the call's `Opts::progress`), the `STRADS_PROGRESS` and `CI` variables, the rank,
+/// whether stderr is a terminal, and the current thread's name.
+pub(crate) fn wanted(
+    opt: Option<bool>,
+    env: Option<&str>,
+    ci: bool,
+    rank: usize,
+    terminal: bool,
+    thread: Option<&str>,
+) -> bool {
+    let env_off = env.is_some_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"));
+    let test_thread = thread.is_some_and(|name| name != "main");
+    opt != Some(false) && !env_off && !ci && rank == 0 && terminal && !test_thread
+}
+
+impl Progress {
+    /// A bar for work of `total` units (`None`: unknown, a spinner) described by `what`,
+    /// shown after [`SHOW_AFTER`] if [`wanted`]; `current` makes workers' contexts made
+    /// from now on count into it. `None` when no bar is wanted.
+    pub(crate) fn start(
+        what: String,
+        total: Option<u64>,
+        units: Units,
+        opt: Option<bool>,
+        rank: usize,
+        current: bool,
+    ) -> Option<Progress> {
+        let env = std::env::var("STRADS_PROGRESS").ok();
+        let show = wanted(
+            opt,
+            env.as_deref(),
+            std::env::var_os("CI").is_some(),
+            rank,
+            std::io::stderr().is_terminal(),
+            std::thread::current().name(),
+        );
+        show.then(|| Progress::with_target(what, total, units, current, ProgressDrawTarget::stderr))
+    }
+
+    /// The bar, drawn on the target `target()` makes once it is shown.
+    fn with_target(
+        what: String,
+        total: Option<u64>,
+        units: Units,
+        current: bool,
+        target: fn() -> ProgressDrawTarget,
+    ) -> Progress {
+        let own = Arc::new(Slot::default());
+        let shared = Arc::new(Shared {
+            slots: Mutex::new(vec![own.clone()]),
+            shared_slot: own,
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            shown: AtomicBool::new(false),
+        });
+        if current {
+            *CURRENT.write() = Some(shared.clone());
+        }
+        let ticker = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("strads-progress".into())
+                .spawn(move || tick(&shared, &what, total, units, target))
+                .ok()
+        };
+        Progress {
+            shared,
+            ticker,
+            current,
+        }
+    }
+
+    /// Counts `n` more units done outside workers' contexts.
+    pub(crate) fn add(&self, n: usize) {
+        self.shared.shared_slot.add(n);
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if self.current {
+            *CURRENT.write() = None;
+        }
+        *self.shared.stop.lock() = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The bar of a loop call at `site` (shown as `async_for! at src/main.rs:12:5`) over
+/// `total` units of work: the whole count in a world of one, a spinner counting this
+/// rank's share across ranks (or when `total` is `None`).
+pub(crate) fn for_call(
+    site: &crate::engine::CallSite,
+    total: Option<usize>,
+    here: &crate::cluster::RankCtx,
+    opt: Option<bool>,
+) -> Option<Progress> {
+    let total = total.filter(|_| here.world_size() == 1).map(|t| t as u64);
+    Progress::start(
+        site.to_string(),
+        total,
+        Units::Items,
+        opt,
+        here.rank(),
+        true,
+    )
+}
+
+/// Counts `n` units done into the current loop call's bar, if one is on: for large pieces
+/// of work (a chunk of reconnaissance), where a shared counter costs nothing.
+pub(crate) fn count(n: usize) {
+    if let Some(shared) = CURRENT.read().as_ref() {
+        shared.shared_slot.add(n);
+    }
+}
+
+/// A counter for a worker's context made now: `Some` while a loop call's bar is on.
+pub(crate) fn worker_slot() -> Option<Arc<Slot>> {
+    let current = CURRENT.read();
+    let shared = current.as_ref()?;
+    let slot = Arc::new(Slot::default());
+    shared.slots.lock().push(slot.clone());
+    Some(slot)
+}
+
+/// The ticker: waits [`SHOW_AFTER`], then draws the bar every [`TICK`] until stopped.
+fn tick(
+    shared: &Shared,
+    what: &str,
+    total: Option<u64>,
+    units: Units,
+    target: fn() -> ProgressDrawTarget,
+) {
+    let started = Instant::now();
+    let mut bar: Option<ProgressBar> = None;
+    let mut stop = shared.stop.lock();
+    loop {
+        let wait = match bar {
+            None => SHOW_AFTER.saturating_sub(started.elapsed()),
+            Some(_) => TICK,
+        };
+        stop = shared.wake.wait_timeout(stop, wait).0;
+        if *stop {
+            break;
+        }
+        let done = shared.done();
+        let bar = bar.get_or_insert_with(|| {
+            shared.shown.store(true, Ordering::Relaxed);
+            new_bar(what, total, units, target())
+        });
+        bar.set_position(total.map_or(done, |t| done.min(t)));
+    }
+    drop(stop);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+}
+
+fn new_bar(
+    what: &str,
+    total: Option<u64>,
+    units: Units,
+    target: ProgressDrawTarget,
+) -> ProgressBar {
+    let (count, rate) = match units {
+        Units::Items => ("{human_pos}/{human_len}", "{per_sec}"),
+        Units::Bytes => ("{bytes}/{total_bytes}", "{bytes_per_sec}"),
+    };
+    let template = match total {
+        Some(_) => format!("{{msg}} [{{bar:30}}] {count} {rate}, {{eta}} left"),
+        None => format!(
+            "{{msg}} {{spinner}} {} {rate}",
+            count.split('/').next().unwrap_or("")
+        ),
+    };
+    let bar = ProgressBar::with_draw_target(total, target);
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_only_on_the_drivers_terminal_outside_tests_and_ci() {
+        let main = Some("main");
+        assert!(wanted(None, None, false, 0, true, main));
+        assert!(wanted(Some(true), Some("1"), false, 0, true, None));
+        // Each condition alone turns it off.
+        assert!(!wanted(Some(false), None, false, 0, true, main));
+        assert!(!wanted(None, Some("0"), false, 0, true, main));
+        assert!(!wanted(None, Some(" off "), false, 0, true, main));
+        assert!(!wanted(None, None, true, 0, true, main));
+        assert!(!wanted(None, None, false, 1, true, main));
+        assert!(!wanted(None, None, false, 0, false, main));
+        assert!(!wanted(None, None, false, 0, true, Some("tests::a_test")));
+    }
+
+    #[test]
+    fn this_test_gets_no_bar() {
+        // A test thread is named after the test, and the test's stderr is captured.
+        assert!(Progress::start("x".into(), Some(1), Units::Items, None, 0, false).is_none());
+    }
+
+    #[test]
+    fn workers_count_into_the_current_call_and_the_bar_shows_after_a_while() {
+        let p = Progress::with_target(
+            "async_for! at here.rs:1".into(),
+            Some(100),
+            Units::Items,
+            true,
+            ProgressDrawTarget::hidden,
+        );
+        let a = worker_slot().expect("a slot while a call's bar is on");
+        let b = worker_slot().expect("a slot while a call's bar is on");
+        a.add(30);
+        b.add(12);
+        p.add(1);
+        assert_eq!(p.shared.done(), 43);
+        // The ticker draws once SHOW_AFTER has passed; wait for that, bounded.
+        let deadline = Instant::now() + SHOW_AFTER + Duration::from_secs(30);
+        while !p.shared.shown.load(Ordering::Relaxed) && Instant::now() < deadline {
+            std::thread::sleep(TICK);
+        }
+        assert!(
+            p.shared.shown.load(Ordering::Relaxed),
+            "the bar was never drawn"
+        );
+        drop(p);
+        assert!(worker_slot().is_none(), "no counting once the call is over");
+    }
+}
