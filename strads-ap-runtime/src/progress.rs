@@ -251,16 +251,15 @@ fn new_bar(
     units: Units,
     target: ProgressDrawTarget,
 ) -> ProgressBar {
-    let (count, rate) = match units {
-        Units::Items => ("{human_pos}/{human_len}", "{per_sec}"),
-        Units::Bytes => ("{bytes}/{total_bytes}", "{bytes_per_sec}"),
+    // Loop calls count in jumps (a recorded first call counts its chunks as they start),
+    // so a rate of items would mislead; bytes of a read move smoothly.
+    let (done, of, rate) = match units {
+        Units::Items => ("{human_pos}", "{human_len}", ""),
+        Units::Bytes => ("{bytes}", "{total_bytes}", ", {bytes_per_sec}"),
     };
     let template = match total {
-        Some(_) => format!("{{msg}} [{{bar:30}}] {count} {rate}, {{eta}} left"),
-        None => format!(
-            "{{msg}} {{spinner}} {} {rate}",
-            count.split('/').next().unwrap_or("")
-        ),
+        Some(_) => format!("{{msg}} [{{bar:30}}] {done}/{of}{rate}, {{eta}} left"),
+        None => format!("{{msg}} {{spinner}} {done}"),
     };
     let bar = ProgressBar::with_draw_target(total, target);
     if let Ok(style) = ProgressStyle::with_template(&template) {
