@@ -97,3 +97,15 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust code blocks of `docs/`, compiled and run as doc-tests (`tests/docs.rs` checks
+/// that every file of `docs/` with Rust blocks is here).
+#[cfg(doctest)]
+pub mod docs {
+    #[doc = include_str!("../../docs/guide.md")]
+    pub struct Guide;
+    #[doc = include_str!("../../docs/tutorial.md")]
+    pub struct Tutorial;
+    #[doc = include_str!("../../docs/manual.md")]
+    pub struct Manual;
+}
