@@ -428,7 +428,7 @@ impl<'a> Generator<'a> {
         quote! {
             |#t, #ctx, #arg| {
                 #[allow(unused_imports)]
-                use #private::{#fallback as _, CommitFallback as _};
+                use #private::{#fallback as _, CommitFallback as _, MapMethods as _};
                 #(#bindings)*
                 #each
                 #(#commits)*

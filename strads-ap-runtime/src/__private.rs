@@ -2,6 +2,7 @@
 
 pub use serde;
 
+pub use crate::dds::body::MapMethods;
 pub use crate::dds::{
     DirectFallback, EnterFallback, LockFallback, NoteFallback, Plain, RecordFallback,
 };

@@ -70,6 +70,10 @@ pub use strads_ap_runtime::{
     LoopStats, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
 };
 
+/// What a loop body may not do with a captured `DMap` (add or remove keys), refused at
+/// compile time with an error that says what to do instead.
+pub use strads_ap_runtime::dds::body;
+
 /// Views and planner internals, for the curious and for tools.
 pub mod internals {
     pub use strads_ap_runtime::dds::{MapView, MultiMapView, RecordVectorView, VectorView};

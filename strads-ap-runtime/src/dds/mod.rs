@@ -6,6 +6,7 @@
 //! body the macros bind each captured DDS to a *view* that indexes like a `Vec` or a
 //! `HashMap`.
 
+pub mod body;
 mod direct;
 mod lock_view;
 mod map;
