@@ -451,6 +451,40 @@ pub fn parse_rating_line(line: &str) -> Result<RawRating, String> {
     Ok(RawRating { user, item, rating })
 }
 
+/// Parses a comma-separated ratings line `user,item,rating[,more]` (MovieLens
+/// `ratings.csv`), with quoting, through strads-ap's CSV reader; the same checks as
+/// [`parse_rating_line`].
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::parse_rating_csv_line;
+/// let r = parse_rating_csv_line("1,31,2.5,1260759144").unwrap();
+/// assert_eq!((r.user, r.item, r.rating), (1, 31, 2.5));
+/// assert!(parse_rating_csv_line("1,x,2.5").unwrap_err().contains("field 2"));
+/// ```
+pub fn parse_rating_csv_line(line: &str) -> Result<RawRating, String> {
+    thread_local! {
+        static PARSE: Box<dyn Fn(&str) -> Result<(u64, u64, String), String>> = {
+            let parse = strads_ap::formats::Csv::new().parser::<(u64, u64, String)>();
+            Box::new(move |l| parse(l).map_err(String::from))
+        };
+    }
+    let (user, item, rating) = PARSE.with(|parse| parse(line))?;
+    let rating = bounded_value("rating", rating.trim())?;
+    Ok(RawRating { user, item, rating })
+}
+
+/// The line parser for a ratings file: [`parse_rating_csv_line`] for a `.csv` file
+/// (compressed or not), [`parse_rating_line`] (whitespace-separated) otherwise.
+pub fn rating_parser(path: &Path) -> fn(&str) -> Result<RawRating, String> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let name = name.strip_suffix(".gz").unwrap_or(name);
+    match name.ends_with(".csv") {
+        true => parse_rating_csv_line,
+        false => parse_rating_line,
+    }
+}
+
 /// Whether `line` is a header rather than data: its first field is not a number.
 ///
 /// # Examples
@@ -458,9 +492,14 @@ pub fn parse_rating_line(line: &str) -> Result<RawRating, String> {
 /// use strads_ap_examples::data::is_header;
 /// assert!(is_header("user_id:token\titem_id:token\trating:float"));
 /// assert!(!is_header("1 2 3.5"));
+/// assert!(is_header("userId,movieId,rating,timestamp"));
+/// assert!(!is_header("1,31,2.5,1260759144"));
 /// ```
 pub fn is_header(line: &str) -> bool {
-    match line.split_whitespace().next() {
+    let mut fields = line
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|f| !f.is_empty());
+    match fields.next() {
         Some(first) => first.parse::<f64>().is_err(),
         None => false,
     }
@@ -544,8 +583,9 @@ fn read_lines<T>(
     Ok(out)
 }
 
-/// Loads a ratings file: `user item rating` lines (whitespace or tab separated, more
-/// fields ignored), an optional header line (detected by [`is_header`]), blank and `#`
+/// Loads a ratings file: `user item rating` lines (whitespace or tab separated, or
+/// comma-separated in a `.csv` file such as MovieLens `ratings.csv`; more fields
+/// ignored), an optional header line (detected by [`is_header`]), blank and `#`
 /// lines skipped; ids (0- or 1-based, or sparse) are remapped to dense ids with
 /// [`remap_ratings`].
 ///
@@ -553,7 +593,7 @@ fn read_lines<T>(
 /// file without ratings is an error.
 pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, LoadError> {
     let path = path.as_ref();
-    let raw = read_lines(path, header_lines(path)?, parse_rating_line)?;
+    let raw = read_lines(path, header_lines(path)?, rating_parser(path))?;
     Ok(remap_ratings(&raw))
 }
 

@@ -227,3 +227,20 @@ fn bad_bytes_and_directories_are_named() {
     let err = load_ratings(dir).unwrap_err().to_string();
     assert!(err.ends_with("is a directory, not a file"), "{err}");
 }
+
+#[test]
+fn movielens_csv_ratings_load_with_quoting_and_name_bad_fields() {
+    let path = temp_file(
+        "ratings.csv",
+        "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n\"7\",31,4,1\n1,1029,3.0,9\n",
+    );
+    let r = load_ratings(&path).expect("loads");
+    assert_eq!((r.users, r.items, r.ratings.len()), (2, 2, 3));
+    assert_eq!(r.ratings[1].rating, 4.0);
+    let bad = temp_file("bad.csv", "1,31,2.5\n1,x,3\n");
+    let err = load_ratings(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("bad.csv") && err.contains("2") && err.contains("field 2"),
+        "{err}"
+    );
+}

@@ -35,7 +35,7 @@ fn main() -> Result<()> {
             let (raw, _) = ReadOptions::new()
                 .header_lines(data::header_lines(path)?)
                 .comment_prefix("#")
-                .read(path, data::parse_rating_line)?;
+                .read(path, data::rating_parser(path))?;
             data::remap_ratings(&raw.to_vec()?)
         }
         None => data::synthetic_ratings(args.users, args.items, args.ratings, seed),
