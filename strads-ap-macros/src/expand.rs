@@ -109,7 +109,8 @@ fn generate(
 
     let body_hash = fnv1a(input.body.body.to_token_stream().to_string().as_bytes());
     let task_name = format!("__StradsTask_{body_hash:016x}");
-    let task = Ident::new(&task_name, Span::call_site());
+    // Shown in type errors as `LoopTask<..>`; hygienic, so no user name can meet it.
+    let task = local("LoopTask");
     let body_hash = Literal::u64_suffixed(body_hash);
     let site = local("__STRADS_SITE");
     let task_var = local("__strads_task");
@@ -385,7 +386,9 @@ impl<'a> Generator<'a> {
             Pass::Direct => (local("__strads_ctx"), "__strads_direct", "DirectFallback"),
             Pass::Lock => (local("__strads_ctx"), "__strads_lock", "LockFallback"),
         };
-        let method = Ident::new(method, Span::call_site());
+        // Shown at the capture: a capture that cannot be bound is refused there, by the
+        // same error as its capture (so rustc shows it once).
+        let method = |c: &Ident| Ident::new(method, at(c.span()));
         let fallback = Ident::new(fallback, Span::call_site());
         let mut commits = Vec::new();
         let bindings = self.captures.iter().zip(&self.names).map(|(c, name)| {
@@ -408,6 +411,7 @@ impl<'a> Generator<'a> {
                 };
             }
             let slot = local(&format!("__strads_slot_{name}"));
+            let method_at_c = method(c);
             if self.is_summed(name) {
                 // A summed plain value keeps its partial after the loop; a view does not.
                 commits.push(quote!(#slot.__strads_commit();));
@@ -417,7 +421,7 @@ impl<'a> Generator<'a> {
             // keeps a capture that the body does not really use (e.g. one passed to a
             // macro that drops it) from warning.
             quote_spanned! {at(c.span())=>
-                let #slot = &mut #t.#c.#method(#ctx, #name);
+                let #slot = &mut #t.#c.#method_at_c(#ctx, #name);
                 let #c = #slot.__strads_bind();
                 let _ = &#c;
             }
@@ -541,7 +545,7 @@ mod tests {
         assert_eq!(block.stmts.len(), 5);
 
         let s = squeeze(&out);
-        assert!(s.contains("struct__StradsTask_"), "{s}");
+        assert!(s.contains("structLoopTask<"), "{s}");
         assert!(
             s.contains(
                 "<__C0,__C1,__C2,__C3,__C4>{ratings:__C0,w:__C1,h:__C2,gamma:__C3,lambda:__C4}"
@@ -575,7 +579,7 @@ mod tests {
         let start = s.find("task:\"__StradsTask_").expect("task name") + "task:\"".len();
         let name = &s[start..start + "__StradsTask_".len() + 16];
         let hash = u64::from_str_radix(&name["__StradsTask_".len()..], 16).expect("hex");
-        assert!(s.contains(&format!("struct{name}<")));
+        assert!(s.contains("structLoopTask<"), "{s}");
         assert!(s.contains(&format!("body_hash:{hash}u64")));
         // The same body gives the same name; another body another one.
         assert_eq!(
@@ -615,8 +619,7 @@ mod tests {
         );
         syn::parse2::<syn::Block>(out.clone()).expect("a block");
         let s = squeeze(&out);
-        assert!(s.contains("struct__StradsTask_"));
-        assert!(s.contains("{}static"), "{s}");
+        assert!(s.contains("structLoopTask{}static"), "{s}");
         assert!(s.contains("captures:&[]"));
     }
 

@@ -1,11 +1,18 @@
-//! What a loop body may not do with a captured [`DMap`](super::DMap), said at compile
-//! time: `entry`, `insert` and `remove` exist on a map inside a body only to be refused
-//! with an error that says what to do instead (a body reads and updates the values of
-//! keys that exist; keys are inserted in driver code before the loop).
+//! What a loop body may capture and do with what it captures, checked at compile time
+//! with errors that say what to do instead:
+//!
+//! * [`Capturable`]: the values a body may capture (DDS handles by handle, plain
+//!   serialisable values by copy), and [`capture`], which the macros call for each one.
+//!   The copies a body binds are made by the `*Fallback` traits, bound by `Capturable`
+//!   so that a value that cannot be captured is refused by the same error.
+//! * [`MapMethods`]: `entry`, `insert` and `remove` exist on a map inside a body only to
+//!   be refused with an error that says what to do (a body reads and updates the values
+//!   of keys that exist; keys are inserted in driver code before the loop).
 
 use std::ops::IndexMut;
 
 use super::map::{MapKey, MapView};
+use super::{DMap, DMultiMap, DVector, Element, MapRef, MultiMapRef, VectorRef};
 
 /// A key type, refused as a key to insert inside a loop body (no type implements this).
 #[diagnostic::on_unimplemented(
@@ -81,4 +88,113 @@ where
     {
         unreachable!("no key type implements InsertedBeforeTheLoop")
     }
+}
+
+pub use super::{DirectFallback, EnterFallback, LockFallback, NoteFallback, RecordFallback};
+
+/// Values a loop body may capture, and the form the task stores them in.
+#[diagnostic::on_unimplemented(
+    message = "a loop body cannot capture a value of type `{Self}`",
+    label = "captured by the loop body here",
+    note = "captured values are copied to every worker and rank, so they must be \
+            Serialize + Deserialize + Clone + Send + Sync + 'static; DDS handles \
+            (DVector, DMap, DMultiMap) are captured by handle",
+    note = "a DDS inside another value (a nested DDS, e.g. Vec<DVector<f32>>) is not \
+            supported: capture each DDS as its own variable",
+    note = "a large plain value (a big Vec) is copied per call: make it a DVector instead"
+)]
+pub trait Capturable {
+    /// What the task struct stores.
+    type Captured: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static;
+    /// Makes the stored form.
+    fn __strads_capture_value(&self) -> Self::Captured;
+    /// A copy of a plain value, for the bodies' bindings of plain captures (DDS handles
+    /// bind views through their own methods and never call this).
+    fn __strads_copy(&self) -> Self
+    where
+        Self: Sized,
+    {
+        unreachable!("only plain captured values are copied into a body")
+    }
+}
+
+impl<X> Capturable for X
+where
+    X: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    type Captured = X;
+    fn __strads_capture_value(&self) -> X {
+        self.clone()
+    }
+    #[inline(always)]
+    fn __strads_copy(&self) -> X {
+        self.clone()
+    }
+}
+
+impl<T: Element> Capturable for DVector<T> {
+    type Captured = VectorRef<T>;
+    fn __strads_capture_value(&self) -> VectorRef<T> {
+        self.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for DMap<K, V> {
+    type Captured = MapRef<K, V>;
+    fn __strads_capture_value(&self) -> MapRef<K, V> {
+        self.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for DMultiMap<K, V> {
+    type Captured = MultiMapRef<K, V>;
+    fn __strads_capture_value(&self) -> MultiMapRef<K, V> {
+        self.__strads_capture()
+    }
+}
+
+/// A borrowed DVector (a function's `&DVector` parameter) is captured by handle, like
+/// the DVector itself.
+impl<T: Element> Capturable for &DVector<T> {
+    type Captured = VectorRef<T>;
+    fn __strads_capture_value(&self) -> VectorRef<T> {
+        self.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for &DMap<K, V> {
+    type Captured = MapRef<K, V>;
+    fn __strads_capture_value(&self) -> MapRef<K, V> {
+        self.__strads_capture()
+    }
+}
+
+impl<K: Element + Eq + std::hash::Hash, V: Element> Capturable for &DMultiMap<K, V> {
+    type Captured = MultiMapRef<K, V>;
+    fn __strads_capture_value(&self) -> MultiMapRef<K, V> {
+        self.__strads_capture()
+    }
+}
+
+/// Marker with no implementations: names the nested-DDS mistake in the error.
+#[diagnostic::on_unimplemented(
+    message = "a loop body cannot capture `{Self}`: a collection of DDS handles is a nested DDS",
+    label = "captured by the loop body here",
+    note = "nested DDSs are not supported: capture each DVector/DMap as its own variable, or \
+            keep the rows in one DVector whose elements are Vecs"
+)]
+pub trait NestedDdsIsNotCapturable {}
+
+impl<T: Element> Capturable for Vec<DVector<T>>
+where
+    Vec<DVector<T>>: NestedDdsIsNotCapturable,
+{
+    type Captured = ();
+    fn __strads_capture_value(&self) {}
+}
+
+/// Captures a variable for a task.
+#[inline]
+pub fn capture<X: Capturable + ?Sized>(x: &X) -> X::Captured {
+    x.__strads_capture_value()
 }

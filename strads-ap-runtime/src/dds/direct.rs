@@ -9,6 +9,7 @@
 //! keep in registers, so `p[u][f]` in an inner loop costs what it costs over a
 //! `Vec<Vec<f32>>`.
 
+use crate::__private::Capturable;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
@@ -143,11 +144,14 @@ impl<T> IndexMut<usize> for DirectView<'_, T> {
 
 /// Fallback of `__strads_direct` for captured plain values: an owned copy.
 #[doc(hidden)]
-pub trait DirectFallback: Clone {
+pub trait DirectFallback {
     #[inline(always)]
-    fn __strads_direct(&self, _ctx: &ExecCtx, _name: &'static str) -> super::Plain<Self> {
-        super::Plain::new(self.clone())
+    fn __strads_direct<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> super::Plain<Self>
+    where
+        Self: Sized + Capturable,
+    {
+        super::Plain::new(Capturable::__strads_copy(self))
     }
 }
 
-impl<T: Clone> DirectFallback for T {}
+impl<T> DirectFallback for T {}

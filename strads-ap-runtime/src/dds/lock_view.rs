@@ -3,6 +3,7 @@
 //! of a task to an element locks it and saves a copy, so that a task that meets an element
 //! another worker holds can be undone and retried.
 
+use crate::__private::Capturable;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -245,11 +246,14 @@ impl<T> Undo<T> {
 
 /// Fallback of `__strads_lock` for captured plain values: an owned copy.
 #[doc(hidden)]
-pub trait LockFallback: Clone {
+pub trait LockFallback {
     #[inline(always)]
-    fn __strads_lock(&self, _ctx: &ExecCtx, _name: &'static str) -> Plain<Self> {
-        Plain::new(self.clone())
+    fn __strads_lock<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized + Capturable,
+    {
+        Plain::new(Capturable::__strads_copy(self))
     }
 }
 
-impl<T: Clone> LockFallback for T {}
+impl<T> LockFallback for T {}

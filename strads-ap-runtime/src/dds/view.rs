@@ -5,6 +5,7 @@
 //! DDS the inherent methods win and yield a view; for a plain value the fallback traits
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
+use crate::__private::Capturable;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -467,35 +468,44 @@ impl<T> Plain<T> {
 
 /// Fallback of `__strads_enter` for captured plain values: an owned copy.
 #[doc(hidden)]
-pub trait EnterFallback: Clone {
+pub trait EnterFallback {
     #[inline(always)]
-    fn __strads_enter(&self, _ctx: &ExecCtx, _name: &'static str) -> Plain<Self> {
-        Plain(Some(self.clone()))
+    fn __strads_enter<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized + Capturable,
+    {
+        Plain(Some(Capturable::__strads_copy(self)))
     }
 }
 
-impl<T: Clone> EnterFallback for T {}
+impl<T> EnterFallback for T {}
 
 /// Fallback of `__strads_note` for captured plain values: an owned copy.
 #[doc(hidden)]
-pub trait NoteFallback: Clone {
+pub trait NoteFallback {
     #[inline(always)]
-    fn __strads_note(&self, _ctx: &ExecCtx, _name: &'static str) -> Plain<Self> {
-        Plain(Some(self.clone()))
+    fn __strads_note<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized + Capturable,
+    {
+        Plain(Some(Capturable::__strads_copy(self)))
     }
 }
 
-impl<T: Clone> NoteFallback for T {}
+impl<T> NoteFallback for T {}
 
 /// Fallback of `__strads_record` for captured plain values: an owned copy.
 #[doc(hidden)]
-pub trait RecordFallback: Clone {
-    fn __strads_record(&self, _rec: &Recorder, _name: &'static str) -> Plain<Self> {
-        Plain(Some(self.clone()))
+pub trait RecordFallback {
+    fn __strads_record<C: ?Sized>(&self, _rec: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized + Capturable,
+    {
+        Plain(Some(Capturable::__strads_copy(self)))
     }
 }
 
-impl<T: Clone> RecordFallback for T {}
+impl<T> RecordFallback for T {}
 
 #[cfg(test)]
 mod tests {
