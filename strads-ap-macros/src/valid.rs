@@ -102,8 +102,10 @@ fn not_a_reduction(kind: LoopKind, name: &str, assignment: &Assignment) -> Strin
          of plain captured values, so the change would be lost.",
         kind.macro_name()
     );
-    let keyed = "To keep a value per key, use a DVector (e.g. `DVector::from_fn(1, ..)`) and \
-                 write it through indexing.";
+    let keyed = "To keep a value per key (per user, per word), use a DVector with one \
+                 element per key and write it through indexing (`counts[w] += 1`); a single \
+                 total that every index writes belongs in a reduction, not a one-element \
+                 DVector, which would make the indices wait for each other.";
     match &assignment.target {
         syn::Expr::Path(_) => format!(
             "cannot assign to captured variable `{name}` {lost} To accumulate across \
@@ -346,8 +348,10 @@ mod tests {
              so the change would be lost. To accumulate across indices, write a reduction \
              (`gamma += e`, also `-=`, `*=`, `|=`, `&=`, `^=`; or `gamma = gamma.max(e)`, \
              `gamma = f(gamma, e)`): each worker's part is combined into `gamma` after the \
-             loop. To keep a value per key, use a DVector (e.g. \
-             `DVector::from_fn(1, ..)`) and write it through indexing."
+             loop. To keep a value per key (per user, per word), use a DVector with one \
+             element per key and write it through indexing (`counts[w] += 1`); a single \
+             total that every index writes belongs in a reduction, not a one-element \
+             DVector, which would make the indices wait for each other."
         );
         assert!(found[1].starts_with("cannot assign to a part of captured variable `cfg`"));
         assert!(found[1].contains("(`let mut x = cfg.lr;`)"), "{found:?}");

@@ -319,3 +319,24 @@ fn arrays_longer_than_32_are_elements() {
     let total: f64 = (0..64).map(f64::from).sum();
     assert_eq!(acc.get(0).unwrap(), Array([total; 128]));
 }
+
+/// A large read-only value captured as an `Arc` is shared by the workers, not copied:
+/// the body reads it like the `Vec`, and every worker sees the same allocation.
+#[test]
+fn a_captured_arc_is_shared_not_copied() {
+    let table = std::sync::Arc::new((0..10_000).map(|i| i as f64).collect::<Vec<f64>>());
+    let at = table.as_ptr() as usize;
+    let out = DVector::from_fn(1000, |_| 0.0f64).unwrap();
+    let seen = DVector::from_fn(1000, |_| 0usize).unwrap();
+    async_for!(
+        0..out.len(),
+        |k| {
+            out[k] = table[k * 10] + table[k * 10 + 1];
+            seen[k] = table.as_ptr() as usize;
+        },
+        Opts::new().threads(2)
+    )
+    .unwrap();
+    assert_eq!(out.get(3).unwrap(), 61.0);
+    assert!(seen.to_vec().unwrap().iter().all(|&p| p == at));
+}
