@@ -179,20 +179,13 @@ impl Drop for Progress {
 /// `total` units of work: the whole count in a world of one, a spinner counting this
 /// rank's share across ranks (or when `total` is `None`).
 pub(crate) fn for_call(
-    site: &crate::engine::CallSite,
+    site: &dyn std::fmt::Display,
     total: Option<usize>,
-    here: &crate::cluster::RankCtx,
+    (rank, world): (usize, usize),
     opt: Option<bool>,
 ) -> Option<Progress> {
-    let total = total.filter(|_| here.world_size() == 1).map(|t| t as u64);
-    Progress::start(
-        site.to_string(),
-        total,
-        Units::Items,
-        opt,
-        here.rank(),
-        true,
-    )
+    let total = total.filter(|_| world == 1).map(|t| t as u64);
+    Progress::start(site.to_string(), total, Units::Items, opt, rank, true)
 }
 
 /// Counts `n` units done into the current loop call's bar, if one is on: for large pieces

@@ -9,7 +9,7 @@
 //! keep in registers, so `p[u][f]` in an inner loop costs what it costs over a
 //! `Vec<Vec<f32>>`.
 
-use crate::__private::Capturable;
+use super::body::Capturable;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 

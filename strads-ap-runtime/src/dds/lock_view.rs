@@ -3,7 +3,7 @@
 //! of a task to an element locks it and saves a copy, so that a task that meets an element
 //! another worker holds can be undone and retried.
 
-use crate::__private::Capturable;
+use super::body::Capturable;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};

@@ -5,7 +5,7 @@
 //! DDS the inherent methods win and yield a view; for a plain value the fallback traits
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
-use crate::__private::Capturable;
+use super::body::Capturable;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};

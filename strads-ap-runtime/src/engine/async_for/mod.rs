@@ -199,7 +199,12 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     call.note(|f| f.range = Some((start, start + n)));
     // A dynamic loop runs rounds until it converges: its length is not known.
     let total = opts.dynamic.is_none().then_some(n);
-    let _bar = crate::progress::for_call(site, total, &call.here, opts.progress);
+    let _bar = crate::progress::for_call(
+        site,
+        total,
+        (call.here.rank(), call.here.world_size()),
+        opts.progress,
+    );
     if let Some(schedule) = &opts.dynamic {
         let ran = dynamic::run(&l, schedule);
         return pipeline::finish(call, ran);

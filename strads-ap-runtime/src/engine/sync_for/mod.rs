@@ -77,7 +77,12 @@ pub fn run_sync_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned,
         record,
         direct,
     };
-    let _bar = crate::progress::for_call(site, Some(data.len()), &call.here, opts.progress);
+    let _bar = crate::progress::for_call(
+        site,
+        Some(data.len()),
+        (call.here.rank(), call.here.world_size()),
+        opts.progress,
+    );
     let ran = run_call(&call, &body, strategy);
     pipeline::finish(call, ran)
 }
