@@ -176,6 +176,11 @@ impl Pace {
         figure(self.all)
     }
 
+    /// Seconds of a call on one worker: the faster of the last two.
+    pub fn one(&self) -> Option<f64> {
+        figure(self.one)
+    }
+
     /// Which way was faster when both were last timed (`Some(true)`: one worker).
     fn faster(&self) -> Option<bool> {
         match (figure(self.all), figure(self.one)) {

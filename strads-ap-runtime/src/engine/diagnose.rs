@@ -512,6 +512,16 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
              them from a copy of `{table}` made before the loop and write the new values into \
              `{table}`, or run the loop with `sync_for!` (Hybrid)"
         );
+    } else if tables.is_empty() {
+        // Nothing written is shared (relaxed or read-only tables): the workers' costs are
+        // their own.
+        what = "no task shares a written element with another (the written tables are \
+                relaxed), so what the workers lose is their own work: merging relaxed \
+                tables and handing out tasks"
+            .to_string();
+        fix = "give each call more work (more tasks, or more work per task), or run a loop \
+               this short with `Opts::new().threads(1)`"
+            .to_string();
     } else {
         what = format!("tasks share written elements of {}", quoted(&tables));
         fix = "declare a table relaxed (`DVector::relaxed`) whose concurrent updates may be \

@@ -169,3 +169,19 @@ pub enum SyncMode {
     /// from the fresh values; processes synchronise at sub-iteration ends.
     Hybrid,
 }
+
+/// A borrowed `Opts` for a loop's options, so that one value made before the epochs
+/// serves every call: `async_for!(0..n, |k| { .. }, &opts)?`.
+///
+/// ```
+/// use strads_ap_runtime::Opts;
+/// let opts = Opts::new().threads(2);
+/// let first: Opts = (&opts).into();
+/// let second: Opts = (&opts).into();
+/// assert_eq!((first.get_threads(), second.get_threads()), (Some(2), Some(2)));
+/// ```
+impl From<&Opts> for Opts {
+    fn from(opts: &Opts) -> Opts {
+        opts.clone()
+    }
+}

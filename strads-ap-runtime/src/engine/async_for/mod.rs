@@ -85,21 +85,22 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
         let secs = ran.as_secs_f64();
         match one {
             true => {
+                pace.one_worker(secs);
+                // The figures a choice compares (the faster of each way's last two
+                // calls); a call on one worker that only times that way (a close call,
+                // or a retiming) is not one that runs there because it is faster.
+                let one = pace.one().unwrap_or(secs);
                 let all = match (pace.all(), pace.serial_plan) {
-                    (Some(all), _) => Some(Ok(all)),
+                    (Some(all), _) if one < all => Some(Ok(all)),
+                    (Some(_), _) => None,
                     (None, Some(parallelism)) => Some(Err(parallelism)),
                     (None, None) => None,
                 };
                 if let (Fallback::Measure, Some(all)) = (self.opts.fallback, all) {
                     let workers = self.call.threads;
-                    let figures = OneWorker {
-                        workers,
-                        all,
-                        one: secs,
-                    };
+                    let figures = OneWorker { workers, all, one };
                     self.call.note(|f| f.one_worker = Some(figures));
                 }
-                pace.one_worker(secs);
             }
             false => pace.all_workers(secs, busy.as_secs_f64(), locks),
         }
