@@ -62,7 +62,8 @@ impl<T: Element> std::fmt::Debug for DVector<T> {
 #[non_exhaustive]
 pub enum Relaxed {
     /// Each worker keeps a replica; replicas' deltas are summed into the table at
-    /// sub-round ends.
+    /// sub-round ends: after each step of a rotation plan (each worker has then run one
+    /// block of tasks), and after the whole call for a plan of independent groups.
     Sum,
 }
 
@@ -534,7 +535,14 @@ impl<T: Element> DVector<T> {
     }
 
     /// Declares the table relaxed: `async_for!` ignores its conflicts and merges workers'
-    /// updates by summing their deltas at sub-round ends (e.g. LDA's topic totals).
+    /// updates by summing their deltas at sub-round ends (e.g. LDA's topic totals; see
+    /// [`Relaxed::Sum`] for when).
+    ///
+    /// Between merges each worker reads its own replica: the other workers' updates are
+    /// missing from it. That suits totals the body mostly adds to (topic counts, a loss);
+    /// a value the body also reads to correct itself (a bias moved toward the data) is
+    /// corrected by every worker at once and can overshoot, so check the metric against
+    /// the serial program before relaxing such a value.
     pub fn relaxed(self, mode: Relaxed) -> Self
     where
         T: Aggregate,
