@@ -765,3 +765,29 @@ fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f
         fix,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A components plan none of whose written tables conflicts (all relaxed) is not
+    /// explained by a list of shared tables, which would be empty.
+    #[test]
+    fn a_plan_with_no_shared_written_table_names_no_empty_list() {
+        let shape = PlanShape {
+            strategy: "components",
+            tasks: 1000,
+            workers: 2,
+            ..PlanShape::default()
+        };
+        let e = explain(&Registry::default(), &shape);
+        assert!(e.tables.is_empty());
+        assert!(
+            e.why.contains("no task shares a written element"),
+            "{}",
+            e.why
+        );
+        assert!(!e.why.trim_end().ends_with("of"), "{}", e.why);
+        assert!(e.fix.contains("threads(1)"), "{}", e.fix);
+    }
+}
