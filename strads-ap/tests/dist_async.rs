@@ -647,3 +647,41 @@ fn ranks_in_one_process_keep_their_own_loop_figures() {
         "the test's own thread is not one of the simulated ranks"
     );
 }
+
+/// `table_memory` shows what each rank holds: its part after making a table, and after a
+/// distributed `async_for!` also the full-length copy kept between loops, the baseline
+/// the partitioned-storage work (issue 21) removes.
+#[test]
+fn each_rank_reports_the_elements_it_holds() {
+    let results = on_ranks(3, || -> strads_ap::Result<_> {
+        let pairs = DVector::from_fn(600, |k| ((k * 7) % 300, (k * 13 + 1) % 300))?;
+        let x = DVector::from_fn(300, |_| vec![1.0f64; 4])?;
+        let before = strads_ap::table_memory();
+        async_for!(0..pairs.len(), |k| {
+            let (i, j) = pairs[k];
+            if i != j {
+                x[i][0] += 1.0;
+                x[j][1] += 1.0;
+            }
+        })?;
+        let after = strads_ap::table_memory();
+        Ok((before, after))
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        let (before, after) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        let rows = |m: &[strads_ap::TableMemory]| {
+            m.iter()
+                .find(|t| t.len == 300)
+                .cloned()
+                .expect("the x table")
+        };
+        let (b, a) = (rows(&before), rows(&after));
+        assert_eq!((b.held, b.extra), (100, 0), "rank {rank} before: {b:?}");
+        assert!(b.bytes >= 100 * (24 + 4 * 8), "rank {rank}: {b:?}");
+        assert_eq!(a.held, 100, "rank {rank} after: {a:?}");
+        assert!(
+            a.extra >= 300,
+            "rank {rank} keeps a full-length copy today: {a:?}"
+        );
+    }
+}

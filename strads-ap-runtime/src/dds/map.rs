@@ -275,6 +275,23 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
     fn id(&self) -> u64 {
         self.id
     }
+    fn memory(&self) -> super::table::TableMemory {
+        let data = self.data.read();
+        let n = data.values.len();
+        // Each entry: its value, its key (in the key list and the index) and a position.
+        let bytes = super::table::estimate_bytes(&data.values, n)
+            + 2 * super::table::estimate_bytes(&data.keys, n)
+            + n * std::mem::size_of::<u32>();
+        super::table::TableMemory {
+            id: self.id,
+            kind: "DMap",
+            element: std::any::type_name::<V>(),
+            len: n,
+            held: n,
+            extra: 0,
+            bytes,
+        }
+    }
     fn is_relaxed(&self) -> bool {
         self.relaxed.load(Ordering::Relaxed)
     }

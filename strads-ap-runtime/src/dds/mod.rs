@@ -22,6 +22,7 @@ pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
 pub use direct::{DirectFallback, DirectView};
 pub use lock_view::{LockFallback, LockView};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
+pub use table::{table_memory, TableMemory};
 pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};
 pub use view::{EnterFallback, NoteFallback, Plain, RecordFallback, RecordVectorView, VectorView};

@@ -31,6 +31,84 @@ pub(crate) fn register_table<T: TableHandle + Any + Send + Sync>(id: u64, table:
     tables.0.insert(id, LiveTable { typed, handle });
 }
 
+/// What one DDS table holds on this rank: see [`table_memory`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableMemory {
+    /// The table's id on this rank (tables are numbered in the order they are made).
+    pub id: u64,
+    /// `DVector` or `DMap` (a `DMultiMap` is a map of lists).
+    pub kind: &'static str,
+    /// The element (value) type.
+    pub element: &'static str,
+    /// Elements in the whole job.
+    pub len: usize,
+    /// Elements this rank holds as its own part.
+    pub held: usize,
+    /// Elements this rank holds besides its part: a full-length copy kept between
+    /// distributed loops, and buffers kept to refill it.
+    pub extra: usize,
+    /// Estimated bytes of `held + extra` elements: each element's own size, plus for
+    /// elements that own heap memory (a `Vec` row) its encoded size, from a sample.
+    pub bytes: usize,
+}
+
+/// What every live DDS table holds on this thread's rank, by table id: the measure of
+/// how a job's data and model spread over its ranks. In a world of one a table holds all
+/// its elements; across ranks each holds its part, plus what distributed loops keep.
+///
+/// # Examples
+/// ```
+/// use strads_ap_runtime::{cluster::simulate, dds::table_memory, DVector};
+///
+/// // Three ranks simulated in one process, each reporting its own tables.
+/// let held = simulate(3, || {
+///     let rows = DVector::from_fn(300, |i| vec![i as f32; 8])?;
+///     let memory = table_memory();
+///     drop(rows);
+///     Ok::<_, strads_ap_runtime::Error>(memory)
+/// });
+/// for rank in held {
+///     let tables = rank?;
+///     assert_eq!((tables[0].len, tables[0].held, tables[0].extra), (300, 100, 0));
+///     assert!(tables[0].bytes >= 100 * 8 * 4, "{:?}", tables[0]);
+/// }
+/// # Ok::<(), strads_ap_runtime::Error>(())
+/// ```
+pub fn table_memory() -> Vec<TableMemory> {
+    let tables = crate::cluster::here().local::<Tables>();
+    let mut out: Vec<TableMemory> = tables
+        .0
+        .iter()
+        .filter_map(|t| t.handle.upgrade())
+        .map(|h| h.memory())
+        .collect();
+    out.sort_by_key(|m| m.id);
+    out
+}
+
+/// Estimated bytes of `count` elements like `sample`'s: the element's size, plus its
+/// encoded size when that is larger (the element owns heap memory, as a `Vec` row does).
+pub(crate) fn estimate_bytes<T: serde::Serialize>(sample: &[T], count: usize) -> usize {
+    let size = std::mem::size_of::<T>();
+    let step = (sample.len() / 16).max(1);
+    let encoded: Vec<usize> = sample
+        .iter()
+        .step_by(step)
+        .take(16)
+        .filter_map(|x| postcard::to_allocvec(x).ok().map(|b| b.len()))
+        .collect();
+    let mean = match encoded.len() {
+        0 => 0,
+        n => encoded.iter().sum::<usize>() / n,
+    };
+    let per = match mean > size {
+        true => size + mean,
+        false => size,
+    };
+    per.saturating_mul(count)
+}
+
 /// The live table `id` of this thread's rank, as engines see it.
 pub(crate) fn lookup_handle(id: u64) -> Option<Arc<dyn TableHandle>> {
     let tables = crate::cluster::here().local::<Tables>();
@@ -63,6 +141,8 @@ pub(crate) trait TableHandle: Spread + Snapshot + Send + Sync {
     fn elem_size(&self) -> usize;
     /// Exclusive use for the duration of an operator.
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
+    /// What the table holds on this rank (see [`table_memory`]).
+    fn memory(&self) -> TableMemory;
     /// Element `key` as a body indexes it, for messages: `[3]` (a map shows its key).
     fn describe_key(&self, key: u64) -> String {
         format!("[{key}]")
@@ -292,6 +372,25 @@ impl<T> TableLock for VectorLock<'_, T> {
 impl<T: super::Element> TableHandle for VectorTable<T> {
     fn id(&self) -> u64 {
         self.id
+    }
+    fn memory(&self) -> TableMemory {
+        let data = self.data.read();
+        let shadow = self.shadow.lock();
+        let full = shadow.full.as_ref().map_or(0, Vec::len);
+        let extra = full + shadow.spare.len();
+        let sample: &[T] = match data.is_empty() {
+            true => shadow.full.as_deref().unwrap_or(&[]),
+            false => &data,
+        };
+        TableMemory {
+            id: self.id,
+            kind: "DVector",
+            element: std::any::type_name::<T>(),
+            len: self.len,
+            held: data.len(),
+            extra,
+            bytes: estimate_bytes(sample, data.len() + extra),
+        }
     }
     fn is_relaxed(&self) -> bool {
         self.relaxed.load(Ordering::Relaxed)
