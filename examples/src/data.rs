@@ -463,14 +463,9 @@ pub fn parse_rating_line(line: &str) -> Result<RawRating, String> {
 /// assert!(parse_rating_csv_line("1,x,2.5").unwrap_err().contains("field 2"));
 /// ```
 pub fn parse_rating_csv_line(line: &str) -> Result<RawRating, String> {
-    type Parse = Box<dyn Fn(&str) -> Result<(u64, u64, String), String>>;
-    thread_local! {
-        static PARSE: Parse = {
-            let parse = strads_ap::formats::Csv::new().parser::<(u64, u64, String)>();
-            Box::new(move |l| parse(l).map_err(String::from))
-        };
-    }
-    let (user, item, rating) = PARSE.with(|parse| parse(line))?;
+    // A `Csv` line parser is cheap to make: it keeps its record splitter per thread.
+    let parse = strads_ap::formats::Csv::new().parser::<(u64, u64, String)>();
+    let (user, item, rating) = parse(line)?;
     let rating = bounded_value("rating", rating.trim())?;
     Ok(RawRating { user, item, rating })
 }

@@ -2,8 +2,7 @@
 //!
 //! Everything generated goes through `KRATE::__private`, where `KRATE` is the path to the
 //! strads-ap crate under the name the calling crate's `Cargo.toml` gives it (found by
-//! `proc-macro-crate`, so a renamed dependency works), or the path an `@crate(PATH)`
-//! prefix of the arguments names. Generated local names use
+//! `proc-macro-crate`, so a renamed dependency works). Generated local names use
 //! `Span::mixed_site()` so the user's body cannot see them, and user tokens keep their
 //! spans so that errors point at user code.
 
@@ -20,7 +19,11 @@ use crate::{captures, valid};
 
 /// Parses, checks and expands one invocation of `async_for!` or `sync_for!`.
 pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenStream> {
-    let (krate, tokens) = split_crate(tokens);
+    expand_in(kind, tokens, crate_path())
+}
+
+/// [`expand`] with the path to the strads-ap crate given.
+fn expand_in(kind: LoopKind, tokens: TokenStream, krate: Ident) -> syn::Result<TokenStream> {
     let input = Input::parse(kind, tokens)?;
     let analysis = captures::analyze(&input.body.param, &input.body.body);
     let reductions = valid::check(&input, &analysis)?;
@@ -41,36 +44,17 @@ pub(crate) fn expand(kind: LoopKind, tokens: TokenStream) -> syn::Result<TokenSt
     ))
 }
 
-/// Splits an `@crate(PATH)` prefix from the user's arguments: `(PATH, rest)`. Without the
-/// prefix (the usual case) the path is [`crate_path`]'s. The prefix is for a crate that
-/// re-exports strads-ap's macros under its own name; `@` cannot start an expression, so
-/// no user argument is taken for it.
-fn split_crate(tokens: TokenStream) -> (TokenStream, TokenStream) {
-    use proc_macro2::{Delimiter, TokenTree};
-    let mut iter = tokens.clone().into_iter();
-    if let (Some(TokenTree::Punct(at)), Some(TokenTree::Ident(word)), Some(TokenTree::Group(g))) =
-        (iter.next(), iter.next(), iter.next())
-    {
-        if at.as_char() == '@' && word == "crate" && g.delimiter() == Delimiter::Parenthesis {
-            return (g.stream(), iter.collect());
-        }
-    }
-    (crate_path(), tokens)
-}
-
-/// The path to strads-ap from the crate being compiled: `::NAME` for the name its
-/// `Cargo.toml` gives the `strads-ap` dependency (`sap = { package = "strads-ap", .. }`
-/// gives `::sap`), and `::strads_ap` when there is none to find (strads-ap's own tests,
-/// or a crate that reaches strads-ap through another).
-fn crate_path() -> TokenStream {
+/// The name of strads-ap in the crate being compiled: the name its `Cargo.toml` gives the
+/// `strads-ap` dependency (`sap = { package = "strads-ap", .. }` gives `sap`), and
+/// `strads_ap` when there is none to find (strads-ap's own tests, or a crate that reaches
+/// strads-ap through another).
+fn crate_path() -> Ident {
     use proc_macro_crate::{crate_name, FoundCrate};
-    match crate_name("strads-ap") {
-        Ok(FoundCrate::Name(name)) => {
-            let name = Ident::new(&name, Span::call_site());
-            quote!(::#name)
-        }
-        Ok(FoundCrate::Itself) | Err(_) => quote!(::strads_ap),
-    }
+    let name = match crate_name("strads-ap") {
+        Ok(FoundCrate::Name(name)) => name,
+        Ok(FoundCrate::Itself) | Err(_) => "strads_ap".to_string(),
+    };
+    Ident::new(&name, Span::call_site())
 }
 
 /// Like `syn::Error::into_compile_error`, but one expression: several `compile_error!`
@@ -99,7 +83,7 @@ fn at(span: Span) -> Span {
 
 fn generate(
     input: &Input,
-    krate: TokenStream,
+    krate: Ident,
     captures: &[Ident],
     reductions: &[ReductionVar],
     summed: &[String],
@@ -217,14 +201,11 @@ fn generate(
         }
     };
 
-    // serde's `crate = ".."` takes a path in a string, where `$crate` cannot be written:
-    // the string names a local alias of the re-exported serde instead.
+    let serde_path = format!("::{}::__private::serde", gen.krate);
     quote! {
         {
-            #[allow(unused_imports)]
-            use #private::serde as __strads_serde;
             #[derive(#private::serde::Serialize, #private::serde::Deserialize)]
-            #[serde(crate = "__strads_serde")]
+            #[serde(crate = #serde_path)]
             #[allow(non_camel_case_types)]
             #struct_def
             static #site: #private::CallSite = #private::CallSite {
@@ -285,9 +266,9 @@ struct Generator<'a> {
     captures: &'a [Ident],
     /// The captures' names as strings, without `r#`.
     names: Vec<String>,
-    /// The path to the strads-ap crate (`$crate` through the wrappers).
-    krate: TokenStream,
-    /// `KRATE::__private`.
+    /// The name of the strads-ap crate (see [`crate_path`]).
+    krate: Ident,
+    /// `::KRATE::__private`.
     private: TokenStream,
     /// The task, the first parameter of every generated function.
     t: Ident,
@@ -301,7 +282,7 @@ struct Generator<'a> {
 impl<'a> Generator<'a> {
     fn new(
         input: &'a Input,
-        krate: TokenStream,
+        krate: Ident,
         captures: &'a [Ident],
         reductions: &'a [ReductionVar],
         summed: &'a [String],
@@ -310,7 +291,7 @@ impl<'a> Generator<'a> {
             input,
             captures,
             names: captures.iter().map(|c| c.unraw().to_string()).collect(),
-            private: quote!(#krate::__private),
+            private: quote!(::#krate::__private),
             krate,
             t: local("__strads_t"),
             reductions,
@@ -318,20 +299,10 @@ impl<'a> Generator<'a> {
         }
     }
 
-    /// `KRATE::__private` shown at `span` (for errors about a call through it), each token
-    /// keeping its own name resolution (`$crate` resolves to the strads-ap crate wherever
-    /// it is shown).
+    /// `::KRATE::__private` shown at `span` (for errors about a call through it).
     fn private_at(&self, span: Span) -> TokenStream {
-        let krate: TokenStream = self
-            .krate
-            .clone()
-            .into_iter()
-            .map(|mut token| {
-                token.set_span(token.span().located_at(span));
-                token
-            })
-            .collect();
-        quote_spanned!(span=> #krate::__private)
+        let krate = Ident::new(&self.krate.to_string(), span);
+        quote_spanned!(span=> ::#krate::__private)
     }
 
     fn is_summed(&self, name: &str) -> bool {
@@ -517,16 +488,14 @@ mod tests {
     }
 
     #[test]
-    fn the_crate_path_comes_from_the_prefix() {
-        let mut prefixed = quote!(@crate(::renamed));
-        prefixed.extend(sgdmf());
-        let s = squeeze(&expand_ok(LoopKind::Async, prefixed));
+    fn generated_code_names_the_crate_by_its_path() {
+        let renamed = Ident::new("renamed", Span::call_site());
+        let out = expand_in(LoopKind::Async, sgdmf(), renamed).unwrap();
+        let s = squeeze(&out);
         assert!(s.contains("::renamed::__private::run_async_for("), "{s}");
         assert!(!s.contains("strads_ap"), "{s}");
-        // Without the prefix, the crate is `::strads_ap`; the prefix is not an argument.
-        let (krate, rest) = split_crate(sgdmf());
-        assert_eq!(squeeze(&krate), "::strads_ap");
-        assert_eq!(squeeze(&rest), squeeze(&sgdmf()));
+        // A crate that does not depend on strads-ap (this one) gets `::strads_ap`.
+        assert_eq!(crate_path(), "strads_ap");
     }
 
     #[test]
@@ -542,7 +511,7 @@ mod tests {
         let block: syn::Block = syn::parse2(out.clone()).expect("a block");
         let expr: syn::Expr = syn::parse2(out.clone()).expect("an expression");
         assert!(matches!(expr, syn::Expr::Block(_)));
-        assert_eq!(block.stmts.len(), 5);
+        assert_eq!(block.stmts.len(), 4);
 
         let s = squeeze(&out);
         assert!(s.contains("structLoopTask<"), "{s}");
@@ -552,8 +521,7 @@ mod tests {
             ),
             "{s}"
         );
-        assert!(s.contains("use::strads_ap::__private::serdeas__strads_serde;"));
-        assert!(s.contains("#[serde(crate=\"__strads_serde\")]"));
+        assert!(s.contains("#[serde(crate=\"::strads_ap::__private::serde\")]"));
         assert!(s.contains("kind:::strads_ap::__private::LoopKind::Async"));
         assert!(s.contains("captures:&[\"ratings\",\"w\",\"h\",\"gamma\",\"lambda\"]"));
         assert!(s.contains("ratings:::strads_ap::__private::capture(&ratings)"));

@@ -8,14 +8,14 @@
 //! [`Opts::progress`](crate::Opts::progress) is not `false`.
 //!
 //! Workers count what they have done in their own counters (one cache line each, so that
-//! counting costs a few nanoseconds per unit of work and no sharing); a ticker thread adds
-//! them up ten times a second and draws. Loop calls count indices (`async_for!`) or
+//! counting costs a few nanoseconds per unit of work and no sharing). One ticker thread
+//! per process, started with the first bar and asleep while no bar is on, adds them up
+//! ten times a second and draws: starting and ending a bar costs a call no thread. Loop calls count indices (`async_for!`) or
 //! data items (`sync_for!`) as units of work start; reads count bytes.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -25,7 +25,7 @@ use crate::sync::{Condvar, Mutex, RwLock};
 /// How long work runs before its bar appears.
 pub(crate) const SHOW_AFTER: Duration = Duration::from_secs(1);
 
-/// How often the bar is redrawn.
+/// How often the bars are redrawn.
 const TICK: Duration = Duration::from_millis(100);
 
 /// One worker's count, alone on its cache line.
@@ -39,32 +39,57 @@ impl Slot {
     pub(crate) fn add(&self, n: usize) {
         self.0.fetch_add(n as u64, Ordering::Relaxed);
     }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
-/// What the ticker and the workers share.
+/// One bar, as the ticker and the workers share it.
 struct Shared {
-    slots: Mutex<Vec<Arc<Slot>>>,
+    what: String,
+    total: Option<u64>,
+    units: Units,
+    started: Instant,
+    /// Where the bar is drawn once shown.
+    target: fn() -> ProgressDrawTarget,
     /// The count of work done outside workers' contexts (reads, reconnaissance chunks).
-    shared_slot: Arc<Slot>,
-    stop: Mutex<bool>,
-    wake: Condvar,
-    /// Whether the bar was drawn (for tests).
-    shown: AtomicBool,
+    own: Slot,
+    /// Workers' counts (see [`worker_slot`]).
+    workers: Mutex<Vec<Arc<Slot>>>,
+    /// The bar once shown; `Err(())` once the work has ended (no bar is drawn after).
+    bar: Mutex<Result<Option<ProgressBar>, ()>>,
 }
 
 impl Shared {
     fn done(&self) -> u64 {
-        self.slots
-            .lock()
-            .iter()
-            .map(|s| s.0.load(Ordering::Relaxed))
-            .sum()
+        self.own.get() + self.workers.lock().iter().map(|s| s.get()).sum::<u64>()
+    }
+
+    /// Draws the bar if it has been on for `show_after`: made the first time, then moved.
+    fn draw(&self, show_after: Duration) {
+        if self.started.elapsed() < show_after {
+            return;
+        }
+        let done = self.done();
+        let mut bar = self.bar.lock();
+        let Ok(bar) = &mut *bar else {
+            return;
+        };
+        let bar =
+            bar.get_or_insert_with(|| new_bar(&self.what, self.total, self.units, (self.target)()));
+        bar.set_position(self.total.map_or(done, |t| done.min(t)));
     }
 }
 
 /// The progress of the loop call running on this process, for workers' contexts to count
 /// into ([`worker_slot`]).
 static CURRENT: RwLock<Option<Arc<Shared>>> = RwLock::new(None);
+
+/// The bars on now, for the ticker, and what wakes it when the first is added.
+static ON: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+static WAKE: Condvar = Condvar::new();
+static TICKER: OnceLock<()> = OnceLock::new();
 
 /// What is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,10 +100,9 @@ pub(crate) enum Units {
     Bytes,
 }
 
-/// The bar of one loop call or read; dropping it stops the ticker and clears the bar.
+/// The bar of one loop call or read; dropping it clears the bar.
 pub(crate) struct Progress {
     shared: Arc<Shared>,
-    ticker: Option<JoinHandle<()>>,
     /// Whether workers' contexts count into this bar (loop calls).
     current: bool,
 }
@@ -120,45 +144,48 @@ impl Progress {
             std::io::stderr().is_terminal(),
             std::thread::current().name(),
         );
-        show.then(|| Progress::with_target(what, total, units, current, ProgressDrawTarget::stderr))
+        show.then(|| {
+            let p = Progress::new(what, total, units, current, ProgressDrawTarget::stderr);
+            TICKER.get_or_init(|| {
+                // Without a ticker no bar is drawn; the work itself goes on.
+                let _ = std::thread::Builder::new()
+                    .name("strads-progress".into())
+                    .spawn(ticker);
+            });
+            ON.lock().push(Arc::downgrade(&p.shared));
+            WAKE.notify_all();
+            p
+        })
     }
 
-    /// The bar, drawn on the target `target()` makes once it is shown.
-    fn with_target(
+    /// The bar, drawn on the target `target()` makes once it is shown (by the ticker,
+    /// once [`start`](Self::start) has handed it over).
+    fn new(
         what: String,
         total: Option<u64>,
         units: Units,
         current: bool,
         target: fn() -> ProgressDrawTarget,
     ) -> Progress {
-        let own = Arc::new(Slot::default());
         let shared = Arc::new(Shared {
-            slots: Mutex::new(vec![own.clone()]),
-            shared_slot: own,
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
-            shown: AtomicBool::new(false),
+            what,
+            total,
+            units,
+            started: Instant::now(),
+            target,
+            own: Slot::default(),
+            workers: Mutex::new(Vec::new()),
+            bar: Mutex::new(Ok(None)),
         });
         if current {
             *CURRENT.write() = Some(shared.clone());
         }
-        let ticker = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("strads-progress".into())
-                .spawn(move || tick(&shared, &what, total, units, target))
-                .ok()
-        };
-        Progress {
-            shared,
-            ticker,
-            current,
-        }
+        Progress { shared, current }
     }
 
     /// Counts `n` more units done outside workers' contexts.
     pub(crate) fn add(&self, n: usize) {
-        self.shared.shared_slot.add(n);
+        self.shared.own.add(n);
     }
 }
 
@@ -167,11 +194,31 @@ impl Drop for Progress {
         if self.current {
             *CURRENT.write() = None;
         }
-        *self.shared.stop.lock() = true;
-        self.shared.wake.notify_all();
-        if let Some(t) = self.ticker.take() {
-            let _ = t.join();
+        // Ended: the ticker draws it no more (the lock waits for a draw under way).
+        let bar = std::mem::replace(&mut *self.shared.bar.lock(), Err(()));
+        if let Ok(Some(bar)) = bar {
+            bar.finish_and_clear();
         }
+    }
+}
+
+/// The ticker thread: asleep while no bar is on, else draws the bars every [`TICK`].
+fn ticker() {
+    let mut on = ON.lock();
+    loop {
+        on.retain(|s| s.strong_count() > 0);
+        if on.is_empty() {
+            on = WAKE.wait(on);
+            continue;
+        }
+        let bars: Vec<Arc<Shared>> = on.iter().filter_map(Weak::upgrade).collect();
+        drop(on);
+        for shared in &bars {
+            shared.draw(SHOW_AFTER);
+        }
+        drop(bars);
+        std::thread::sleep(TICK);
+        on = ON.lock();
     }
 }
 
@@ -192,7 +239,7 @@ pub(crate) fn for_call(
 /// of work (a chunk of reconnaissance), where a shared counter costs nothing.
 pub(crate) fn count(n: usize) {
     if let Some(shared) = CURRENT.read().as_ref() {
-        shared.shared_slot.add(n);
+        shared.own.add(n);
     }
 }
 
@@ -201,41 +248,8 @@ pub(crate) fn worker_slot() -> Option<Arc<Slot>> {
     let current = CURRENT.read();
     let shared = current.as_ref()?;
     let slot = Arc::new(Slot::default());
-    shared.slots.lock().push(slot.clone());
+    shared.workers.lock().push(slot.clone());
     Some(slot)
-}
-
-/// The ticker: waits [`SHOW_AFTER`], then draws the bar every [`TICK`] until stopped.
-fn tick(
-    shared: &Shared,
-    what: &str,
-    total: Option<u64>,
-    units: Units,
-    target: fn() -> ProgressDrawTarget,
-) {
-    let started = Instant::now();
-    let mut bar: Option<ProgressBar> = None;
-    let mut stop = shared.stop.lock();
-    loop {
-        let wait = match bar {
-            None => SHOW_AFTER.saturating_sub(started.elapsed()),
-            Some(_) => TICK,
-        };
-        stop = shared.wake.wait_timeout(stop, wait).0;
-        if *stop {
-            break;
-        }
-        let done = shared.done();
-        let bar = bar.get_or_insert_with(|| {
-            shared.shown.store(true, Ordering::Relaxed);
-            new_bar(what, total, units, target())
-        });
-        bar.set_position(total.map_or(done, |t| done.min(t)));
-    }
-    drop(stop);
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
 }
 
 fn new_bar(
@@ -287,9 +301,17 @@ mod tests {
         assert!(Progress::start("x".into(), Some(1), Units::Items, None, 0, false).is_none());
     }
 
+    /// The bar's position (`None`: not drawn).
+    fn position(p: &Progress) -> Option<u64> {
+        match &*p.shared.bar.lock() {
+            Ok(bar) => bar.as_ref().map(ProgressBar::position),
+            Err(()) => None,
+        }
+    }
+
     #[test]
-    fn workers_count_into_the_current_call_and_the_bar_shows_after_a_while() {
-        let p = Progress::with_target(
+    fn workers_count_into_the_current_call_and_the_bar_shows_once_on_long_enough() {
+        let p = Progress::new(
             "async_for! at here.rs:1".into(),
             Some(100),
             Units::Items,
@@ -301,17 +323,23 @@ mod tests {
         a.add(30);
         b.add(12);
         p.add(1);
-        assert_eq!(p.shared.done(), 43);
-        // The ticker draws once SHOW_AFTER has passed; wait for that, bounded.
-        let deadline = Instant::now() + SHOW_AFTER + Duration::from_secs(30);
-        while !p.shared.shown.load(Ordering::Relaxed) && Instant::now() < deadline {
-            std::thread::sleep(TICK);
-        }
-        assert!(
-            p.shared.shown.load(Ordering::Relaxed),
-            "the bar was never drawn"
-        );
+        // Not yet on for SHOW_AFTER (an hour here): nothing drawn.
+        p.shared.draw(Duration::from_secs(3600));
+        assert_eq!(position(&p), None);
+        // On long enough: drawn with what the workers and the call counted.
+        p.shared.draw(Duration::ZERO);
+        assert_eq!(position(&p), Some(43));
+        // Never past the total.
+        a.add(1000);
+        p.shared.draw(Duration::ZERO);
+        assert_eq!(position(&p), Some(100));
+        let shared = p.shared.clone();
         drop(p);
         assert!(worker_slot().is_none(), "no counting once the call is over");
+        shared.draw(Duration::ZERO);
+        assert!(
+            shared.bar.lock().is_err(),
+            "an ended bar is not drawn again"
+        );
     }
 }

@@ -88,3 +88,24 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         "a panic with a non-string payload".to_string()
     }
 }
+
+/// Files for tests of the readers: plain and gzip-compressed.
+#[cfg(test)]
+pub(crate) mod test_files {
+    use std::path::{Path, PathBuf};
+
+    /// Writes `bytes` to `dir/name` and returns the path.
+    pub fn write(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// `text`, gzip-compressed.
+    pub fn gzip(text: &str) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap()
+    }
+}

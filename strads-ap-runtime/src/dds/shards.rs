@@ -254,18 +254,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-
-    fn gzip(text: &str) -> Vec<u8> {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(text.as_bytes()).unwrap();
-        e.finish().unwrap()
-    }
+    use crate::util::test_files::{gzip, write};
 
     /// Every rank's pieces, read: the bytes each rank read and the text of every file
     /// joined in stream order.
@@ -310,7 +299,7 @@ mod tests {
             let paths = [
                 write(dir.path(), "a.txt", text.as_bytes()),
                 write(dir.path(), "b.txt", first.as_bytes()),
-                write(dir.path(), "c.gz", &gzip(&text)),
+                write(dir.path(), "c.gz", gzip(&text)),
             ];
             let sources = sources(&paths).unwrap();
             prop_assert!(!sources[0].gzip && sources[2].gzip);
@@ -382,7 +371,7 @@ mod tests {
         let text = "\u{feff}a,b\r\n\n1,2";
         let paths = [
             write(dir.path(), "plain.csv", text.as_bytes()),
-            write(dir.path(), "packed.gz", &gzip(text)),
+            write(dir.path(), "packed.gz", gzip(text)),
         ];
         for source in sources(&paths).unwrap() {
             let lines: Vec<(usize, String)> = HeadLines::new(&source)

@@ -599,18 +599,7 @@ mod tests {
                            1,1029,3.0,1260759179\n\
                            7,31,4.5,1260759185\n";
 
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    fn gzip(text: &str) -> Vec<u8> {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(text.as_bytes()).unwrap();
-        e.finish().unwrap()
-    }
+    use crate::util::test_files::{gzip, write};
 
     #[test]
     fn movielens_ratings_read_by_column_name() {
@@ -840,7 +829,7 @@ mod tests {
         std::fs::write(&path, gzip(RATINGS)).unwrap();
         let ratings = Csv::new().read::<Rating>(&path).unwrap();
         assert_eq!(ratings.get(2).unwrap().user, 7);
-        let bom = write(dir.path(), "bom.csv", &format!("\u{feff}{RATINGS}"));
+        let bom = write(dir.path(), "bom.csv", format!("\u{feff}{RATINGS}"));
         assert_eq!(Csv::new().read::<Rating>(&bom).unwrap().len(), 3);
         // An empty file adds nothing; a file without data lines is an error as usual.
         let empty = write(dir.path(), "empty.csv", "");

@@ -391,7 +391,6 @@ fn value(text: &str, field: MmField) -> std::result::Result<f64, LineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     const REAL: &str = "%%MatrixMarket matrix coordinate real general\n\
                         % written by hand\n\
@@ -403,11 +402,7 @@ mod tests {
                         \n\
                         2 3 7\n";
 
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
+    use crate::util::test_files::{gzip, write};
 
     fn read_err(dir: &Path, name: &str, text: &str) -> String {
         let path = write(dir, name, text);
@@ -502,12 +497,8 @@ mod tests {
 
     #[test]
     fn a_gzip_file_reads_like_a_plain_one() {
-        use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(REAL.as_bytes()).unwrap();
-        let path = dir.path().join("a.mtx.gz");
-        std::fs::write(&path, e.finish().unwrap()).unwrap();
+        let path = write(dir.path(), "a.mtx.gz", gzip(REAL));
         let (header, entries) = read_matrix_market(&path).unwrap();
         assert_eq!((header.nnz, entries.len()), (3, 3));
         assert_eq!(
@@ -660,7 +651,7 @@ mod tests {
         let (header, entries) = read_matrix_market(&path).unwrap();
         assert_eq!((header.nnz, entries.len()), (0, 0));
         // Skipped bad lines count as entry lines, and the report says so.
-        let path = write(d, "k.mtx", &format!("{head}1 1 1\n9 9 9\n"));
+        let path = write(d, "k.mtx", format!("{head}1 1 1\n9 9 9\n"));
         let options = ReadOptions::new().skip_bad_lines(true);
         let (_, entries, report) = read_matrix_market_with(&options, &path).unwrap();
         assert_eq!((entries.len(), report.skipped), (1, 1));
