@@ -135,13 +135,21 @@ impl Progress {
         rank: usize,
         current: bool,
     ) -> Option<Progress> {
-        let env = std::env::var("STRADS_PROGRESS").ok();
+        // The process's facts, looked up once: a call pays no system call for them.
+        static PROCESS: OnceLock<(Option<String>, bool, bool)> = OnceLock::new();
+        let (env, ci, terminal) = PROCESS.get_or_init(|| {
+            (
+                std::env::var("STRADS_PROGRESS").ok(),
+                std::env::var_os("CI").is_some(),
+                std::io::stderr().is_terminal(),
+            )
+        });
         let show = wanted(
             opt,
             env.as_deref(),
-            std::env::var_os("CI").is_some(),
+            *ci,
             rank,
-            std::io::stderr().is_terminal(),
+            *terminal,
             std::thread::current().name(),
         );
         show.then(|| {
