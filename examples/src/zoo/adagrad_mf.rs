@@ -49,7 +49,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
     let all = ratings(run)?;
     ensure!(!all.ratings.is_empty(), "no ratings");
     let ratings: Vec<Rating> = all.ratings;
-    let (factors, lr, reg) = (FACTORS, LR, REG);
+    let (factors, lr, reg) = run.setting((FACTORS, LR, REG));
     let mut p: Vec<Vec<f32>> = (0..all.users)
         .map(|u| init_factors(run.seed, 0, u))
         .collect();
@@ -101,7 +101,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let all = ratings(run)?;
     ensure!(!all.ratings.is_empty(), "no ratings");
     let ratings: DVector<Rating> = DVector::from_vec(all.ratings)?;
-    let (factors, lr, reg) = (FACTORS, LR, REG);
+    let (factors, lr, reg) = run.setting((FACTORS, LR, REG));
     let p: DVector<Vec<f32>> = DVector::from_fn(all.users, |u| init_factors(run.seed, 0, u))?;
     let q: DVector<Vec<f32>> = DVector::from_fn(all.items, |i| init_factors(run.seed, 1, i))?;
     let gp: DVector<Vec<f32>> = DVector::from_fn(all.users, |_| vec![0.0; FACTORS])?;

@@ -81,7 +81,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
         users,
         items,
     } = observed(run)?;
-    let (factors, lr, reg) = (FACTORS, LR, REG);
+    let (factors, lr, reg) = run.setting((FACTORS, LR, REG));
     let mut p: Vec<Vec<f32>> = (0..users).map(|u| init_factors(run.seed, 0, u)).collect();
     let mut q: Vec<Vec<f32>> = (0..items).map(|i| init_factors(run.seed, 1, i)).collect();
 
@@ -130,7 +130,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     } = observed(run)?;
     let n = pairs.len();
     let pairs: DVector<(u32, u32)> = DVector::from_vec(pairs)?;
-    let (factors, lr, reg) = (FACTORS, LR, REG);
+    let (factors, lr, reg) = run.setting((FACTORS, LR, REG));
     let p: DVector<Vec<f32>> = DVector::from_fn(users, |u| init_factors(run.seed, 0, u))?;
     let q: DVector<Vec<f32>> = DVector::from_fn(items, |i| init_factors(run.seed, 1, i))?;
 

@@ -97,7 +97,7 @@ pub(super) fn init_factors(seed: u64, row: usize) -> Vec<f32> {
 pub fn serial(run: &Run) -> Result<Outcome> {
     let (samples, features) = samples(run);
     ensure!(!samples.is_empty(), "no samples");
-    let (factors, lr0, reg) = (FACTORS, LR, REG);
+    let (factors, lr0, reg) = run.setting((FACTORS, LR, REG));
     let mut w0: Vec<f32> = vec![0.0];
     let mut w: Vec<f32> = vec![0.0; features];
     let mut v: Vec<Vec<f32>> = (0..features).map(|j| init_factors(run.seed, j)).collect();
@@ -158,7 +158,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let (all, features) = samples(run);
     ensure!(!all.is_empty(), "no samples");
     let samples: DVector<FmSample> = DVector::from_vec(all)?;
-    let (factors, lr0, reg) = (FACTORS, LR, REG);
+    let (factors, lr0, reg) = run.setting((FACTORS, LR, REG));
     let w0: DVector<f32> = DVector::from_fn(1, |_| 0.0)?;
     let w: DVector<f32> = DVector::from_fn(features, |_| 0.0)?;
     let v: DVector<Vec<f32>> = DVector::from_fn(features, |j| init_factors(run.seed, j))?;

@@ -21,7 +21,7 @@ const NAME: &str = "fm-relaxed";
 pub fn serial(run: &Run) -> Result<Outcome> {
     let (samples, features) = samples(run);
     ensure!(!samples.is_empty(), "no samples");
-    let (factors, lr0, reg) = (FACTORS, LR, REG);
+    let (factors, lr0, reg) = run.setting((FACTORS, LR, REG));
     let mut w0: Vec<f32> = vec![0.0];
     let mut w: Vec<f32> = vec![0.0; features];
     let mut v: Vec<Vec<f32>> = (0..features).map(|j| init_factors(run.seed, j)).collect();
@@ -82,7 +82,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let (all, features) = samples(run);
     ensure!(!all.is_empty(), "no samples");
     let samples: DVector<FmSample> = DVector::from_vec(all)?;
-    let (factors, lr0, reg) = (FACTORS, LR, REG);
+    let (factors, lr0, reg) = run.setting((FACTORS, LR, REG));
     // The declarations the diagnosis asks for: the hot tables merge summed deltas.
     let w0: DVector<f32> = DVector::from_fn(1, |_| 0.0)?.relaxed(Relaxed::Sum);
     let w: DVector<f32> = DVector::from_fn(features, |_| 0.0)?.relaxed(Relaxed::Sum);

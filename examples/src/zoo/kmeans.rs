@@ -110,7 +110,7 @@ fn points(run: &Run) -> Vec<Vec<f32>> {
 pub fn serial(run: &Run) -> Result<Outcome> {
     let points: Vec<Vec<f32>> = points(run);
     ensure!(points.len() >= K, "fewer points than centres");
-    let (k, dim) = (K, DIM);
+    let (k, dim) = run.setting((K, DIM));
     let mut centres: Vec<Vec<f32>> = kmeans_pp(&points, k, run.seed);
     let mut counts: Vec<usize> = vec![0; k];
 
@@ -163,7 +163,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
 pub fn strads(run: &Run) -> Result<Outcome> {
     let all = points(run);
     ensure!(all.len() >= K, "fewer points than centres");
-    let (k, dim) = (K, DIM);
+    let (k, dim) = run.setting((K, DIM));
     let centres: DVector<Vec<f32>> =
         DVector::from_vec(kmeans_pp(&all, k, run.seed))?.aggregate_with(Aggregation::Sum);
     let counts: DVector<usize> = DVector::from_fn(k, |_| 0)?.aggregate_with(Aggregation::Sum);

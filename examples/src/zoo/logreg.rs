@@ -132,7 +132,7 @@ fn load_documents(path: &Path, seed: u64) -> Result<Vec<Doc>> {
 pub fn serial(run: &Run) -> Result<Outcome> {
     let (docs, vocab) = documents(run)?;
     ensure!(!docs.is_empty(), "no documents");
-    let (lr, reg) = (LR, REG);
+    let (lr, reg) = run.setting((LR, REG));
     let mut weights: HashMap<String, f32> = HashMap::new();
     for word in &vocab {
         weights.insert(word.clone(), 0.0);
@@ -184,7 +184,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let (all, vocab) = documents(run)?;
     ensure!(!all.is_empty(), "no documents");
     let docs: DVector<Doc> = DVector::from_vec(all)?;
-    let (lr, reg) = (LR, REG);
+    let (lr, reg) = run.setting((LR, REG));
     let weights: DMap<String, f32> = DMap::new()?;
     for word in &vocab {
         weights.insert(word.clone(), 0.0)?;

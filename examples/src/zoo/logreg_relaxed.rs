@@ -21,7 +21,7 @@ const NAME: &str = "logreg-relaxed";
 pub fn serial(run: &Run) -> Result<Outcome> {
     let (docs, vocab) = documents(run)?;
     ensure!(!docs.is_empty(), "no documents");
-    let (lr, reg) = (LR, REG);
+    let (lr, reg) = run.setting((LR, REG));
     let mut weights: HashMap<String, f32> = HashMap::new();
     for word in &vocab {
         weights.insert(word.clone(), 0.0);
@@ -73,7 +73,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let (all, vocab) = documents(run)?;
     ensure!(!all.is_empty(), "no documents");
     let docs: DVector<Doc> = DVector::from_vec(all)?;
-    let (lr, reg) = (LR, REG);
+    let (lr, reg) = run.setting((LR, REG));
     // The declarations the diagnosis of `logreg` asks for.
     let weights: DMap<String, f32> = DMap::new()?.relaxed(Relaxed::Sum);
     for word in &vocab {

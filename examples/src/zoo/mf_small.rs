@@ -63,7 +63,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
     let (ratings, users, items) = train_ratings(run)?;
     let mean = ratings.iter().map(|r| r.rating).sum::<f32>() / ratings.len() as f32;
     let scale = factor_scale(mean, RANK);
-    let (lr, reg) = (LR, REG);
+    let (lr, reg) = run.setting((LR, REG));
     let mut w: Vec<Vec<f32>> = (0..users)
         .map(|u| init_row(run.seed, 0, u, RANK, scale))
         .collect();
@@ -108,7 +108,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let ratings: DVector<Rating> = DVector::from_vec(train)?;
     let mean = ratings.map_reduce(|r| r.rating, |a, b| a + b)? / ratings.len() as f32;
     let scale = factor_scale(mean, RANK);
-    let (lr, reg) = (LR, REG);
+    let (lr, reg) = run.setting((LR, REG));
     let w: DVector<Vec<f32>> = DVector::from_fn(users, |u| init_row(run.seed, 0, u, RANK, scale))?;
     let h: DVector<Vec<f32>> = DVector::from_fn(items, |i| init_row(run.seed, 1, i, RANK, scale))?;
 

@@ -97,7 +97,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
     let ratings: Vec<Record> = ratings(run)?;
     ensure!(!ratings.is_empty(), "no ratings");
     let mean = ratings.iter().map(|r| r.2).sum::<f32>() / ratings.len() as f32;
-    let (factors, lr, reg) = (FACTORS, LR, REG);
+    let (factors, lr, reg) = run.setting((FACTORS, LR, REG));
     let mut p: HashMap<String, Vec<f32>> = HashMap::new();
     let mut q: HashMap<String, Vec<f32>> = HashMap::new();
     for (u, i, _) in &ratings {
@@ -145,7 +145,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
 pub fn strads(run: &Run) -> Result<Outcome> {
     let all: Vec<Record> = ratings(run)?;
     ensure!(!all.is_empty(), "no ratings");
-    let (factors, lr, reg) = (FACTORS, LR, REG);
+    let (factors, lr, reg) = run.setting((FACTORS, LR, REG));
     let p: DMap<String, Vec<f32>> = DMap::new()?;
     let q: DMap<String, Vec<f32>> = DMap::new()?;
     let ratings: DVector<Record> = DVector::from_vec(all)?;

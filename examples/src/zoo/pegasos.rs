@@ -54,7 +54,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
     ensure!(!data.samples.is_empty(), "no samples");
     let samples: Vec<Sample> = data.samples;
     let dims = data.features + 1;
-    let lambda = LAMBDA;
+    let lambda = run.setting(LAMBDA);
     let mut w: Vec<f32> = vec![0.0; dims];
     let mut t: Vec<f32> = vec![0.0];
 
@@ -106,7 +106,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     ensure!(!data.samples.is_empty(), "no samples");
     let samples: DVector<Sample> = DVector::from_vec(data.samples)?;
     let dims = data.features + 1;
-    let lambda = LAMBDA;
+    let lambda = run.setting(LAMBDA);
     let w: DVector<f32> = DVector::from_fn(dims, |_| 0.0)?.aggregate_with(Aggregation::Sum);
     let t: DVector<f32> = DVector::from_fn(1, |_| 0.0)?.aggregate_with(Aggregation::Sum);
 

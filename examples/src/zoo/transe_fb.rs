@@ -139,7 +139,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
     let g = graph(run)?;
     let triples: Vec<Triple> = g.train;
     let seed = run.seed;
-    let (lr, margin, norm) = (LR, MARGIN, NORM);
+    let (lr, margin, norm) = run.setting((LR, MARGIN, NORM));
     let mut entities: Vec<Vec<f32>> = (0..g.entities)
         .map(|e| init_embedding(seed, ENTITY_TABLE, e, DIM))
         .collect();
@@ -192,7 +192,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
     let g = graph(run)?;
     let triples: DVector<Triple> = DVector::from_vec(g.train)?;
     let seed = run.seed;
-    let (lr, margin, norm) = (LR, MARGIN, NORM);
+    let (lr, margin, norm) = run.setting((LR, MARGIN, NORM));
     let entities: DVector<Vec<f32>> =
         DVector::from_fn(g.entities, |e| init_embedding(seed, ENTITY_TABLE, e, DIM))?;
     let relations: DVector<Vec<f32>> = DVector::from_fn(g.relations, |r| {
