@@ -23,14 +23,13 @@
 //! every loop that ran twice, with the planner's reason for its plan, which is how to ask
 //! "why is this loop a components plan?" on a machine where it happens to be fast enough.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::registry::Registry;
 use super::stats::{Figures, LoopStats, OneWorker};
 use super::CallSite;
 use crate::plan::{Plan, Schedule, SlotMode, TableInfo};
-use crate::recon::AccessLog;
+use crate::recon::{Access, AccessLog};
 
 /// Below this share of the workers' time spent in loop bodies, a call's fixed costs are
 /// diagnosed.
@@ -181,41 +180,53 @@ fn longest_chain(schedule: &Schedule) -> usize {
 
 type LogLook = (Vec<(usize, u64, usize)>, Vec<(usize, usize)>);
 
-/// One pass over the log: the hottest written keys, and tasks reading keys others write.
-/// (Tables keyed alike need no advice: the planner rotates them as one dimension.)
+/// Two passes over the log: the hottest written keys, and tasks reading keys others
+/// write. (Tables keyed alike need no advice: the planner rotates them as one dimension.)
+/// It runs at a first call that diagnoses a plan, so it allocates nothing per task and
+/// looks a slot up in an array: with a per-task `Vec` kept for the second pass and a hash
+/// map of slots it cost FM's first call about a third of a serial epoch.
 fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLook {
-    let index: HashMap<usize, usize> = slots.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    // Position in `slots` of each slot, if it is one of them.
+    let mut index: Vec<Option<usize>> = vec![None; slots.iter().max().map_or(0, |&s| s + 1)];
+    for (i, &s) in slots.iter().enumerate() {
+        index[s] = Some(i);
+    }
+    // A task's accesses to `slots`, as (slot position, key, written), with repeated
+    // accesses to one element (adjacent in a settled log) made one, written if any was.
+    let mine = |accesses: &[Access], out: &mut Vec<(usize, u64, bool)>| {
+        out.clear();
+        for a in accesses {
+            let Some(i) = index.get(a.slot()).copied().flatten() else {
+                continue;
+            };
+            match out.last_mut() {
+                Some(last) if last.0 == i && last.1 == a.key() => last.2 |= a.write(),
+                _ => out.push((i, a.key(), a.write())),
+            }
+        }
+    };
     let mut writers: Vec<Vec<u32>> = slots
         .iter()
         .map(|&s| vec![0; tables[s].key_space])
         .collect();
-    // Per task: (slot position, key, written), deduplicated.
-    let mut touched: Vec<Vec<(usize, u64, bool)>> = Vec::with_capacity(log.tasks());
+    let mut buf = Vec::new();
     log.for_each_in(0..log.tasks(), |_, accesses| {
-        let mut mine: Vec<(usize, u64, bool)> = Vec::new();
-        for a in accesses {
-            let Some(&i) = index.get(&a.slot()) else {
-                continue;
-            };
-            match mine.last_mut() {
-                Some(last) if last.0 == i && last.1 == a.key() => last.2 |= a.write(),
-                _ => mine.push((i, a.key(), a.write())),
-            }
-        }
-        for &(i, key, written) in &mine {
+        mine(accesses, &mut buf);
+        for &(i, key, written) in &buf {
             if written {
                 if let Some(c) = writers[i].get_mut(key as usize) {
                     *c += 1;
                 }
             }
         }
-        touched.push(mine);
     });
-    let tasks = touched.len();
+    let tasks = log.tasks();
     let mut readers = vec![0usize; slots.len()];
-    for mine in &touched {
-        let mut seen = vec![false; slots.len()];
-        for &(i, key, written) in mine {
+    let mut seen = vec![false; slots.len()];
+    log.for_each_in(0..log.tasks(), |_, accesses| {
+        mine(accesses, &mut buf);
+        seen.fill(false);
+        for &(i, key, written) in &buf {
             let others = writers[i]
                 .get(key as usize)
                 .map_or(0, |&c| c - u32::from(written));
@@ -224,7 +235,7 @@ fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLoo
                 seen[i] = true;
             }
         }
-    }
+    });
     let mut hot: Vec<(usize, u64, usize)> = Vec::new();
     for (i, counts) in writers.iter().enumerate() {
         for (key, &c) in counts.iter().enumerate() {
