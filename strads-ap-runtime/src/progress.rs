@@ -126,9 +126,10 @@ pub(crate) fn wanted(
 impl Progress {
     /// A bar for work of `total` units (`None`: unknown, a spinner) described by `what`,
     /// shown after [`SHOW_AFTER`] if [`wanted`]; `current` makes workers' contexts made
-    /// from now on count into it. `None` when no bar is wanted.
+    /// from now on count into it. `None` when no bar is wanted. `what` is formatted only
+    /// for a bar: every loop call asks, and most get none.
     pub(crate) fn start(
-        what: String,
+        what: &dyn std::fmt::Display,
         total: Option<u64>,
         units: Units,
         opt: Option<bool>,
@@ -153,6 +154,7 @@ impl Progress {
             std::thread::current().name(),
         );
         show.then(|| {
+            let what = what.to_string();
             let p = Progress::new(what, total, units, current, ProgressDrawTarget::stderr);
             TICKER.get_or_init(|| {
                 // Without a ticker no bar is drawn; the work itself goes on.
@@ -240,7 +242,7 @@ pub(crate) fn for_call(
     opt: Option<bool>,
 ) -> Option<Progress> {
     let total = total.filter(|_| world == 1).map(|t| t as u64);
-    Progress::start(site.to_string(), total, Units::Items, opt, rank, true)
+    Progress::start(site, total, Units::Items, opt, rank, true)
 }
 
 /// Counts `n` units done into the current loop call's bar, if one is on: for large pieces
@@ -306,7 +308,7 @@ mod tests {
     #[test]
     fn this_test_gets_no_bar() {
         // A test thread is named after the test, and the test's stderr is captured.
-        assert!(Progress::start("x".into(), Some(1), Units::Items, None, 0, false).is_none());
+        assert!(Progress::start(&"x", Some(1), Units::Items, None, 0, false).is_none());
     }
 
     /// The bar's position (`None`: not drawn).

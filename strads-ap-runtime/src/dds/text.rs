@@ -279,7 +279,7 @@ impl ReadOptions {
         }
         let own = &listings[ctx.rank()].lines;
         let bar = Progress::start(
-            format!("reading {}", named().display()),
+            &format_args!("reading {}", named().display()),
             Some(read.iter().map(|(_, b, _)| b.len() as u64).sum()),
             Units::Bytes,
             self.progress,
