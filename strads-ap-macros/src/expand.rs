@@ -206,7 +206,6 @@ fn generate(
         {
             #[derive(#private::serde::Serialize, #private::serde::Deserialize)]
             #[serde(crate = #serde_path)]
-            #[allow(non_camel_case_types)]
             #struct_def
             static #site: #private::CallSite = #private::CallSite {
                 kind: #private::LoopKind::#kind,

@@ -14,7 +14,9 @@ pub enum LoopKind {
 pub struct CallSite {
     /// Which operator.
     pub kind: LoopKind,
-    /// Name of the generated task type (unique per body).
+    /// A name unique to the body (`__StradsTask_` and its hash), which ranks compare to
+    /// check that they enter the same loop. (The generated task type itself is the
+    /// hygienic `LoopTask`, as type errors show it.)
     pub task: &'static str,
     /// Hash of the body's tokens.
     pub body_hash: u64,
