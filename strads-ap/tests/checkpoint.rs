@@ -61,12 +61,34 @@ fn train(
     configure(Some(config));
     let (data, w, h) = small_problem()?;
     let bias = DVector::from_fn(1, |_| 0.0f32)?.aggregate_with(Aggregation::Sum);
+    let errors = epochs(
+        &data,
+        &w,
+        &h,
+        &bias,
+        0..stop_after.min(EPOCHS),
+        poison_until,
+    )?;
+    // As `strads_ap::finish()` does: commit the checkpoint still being written.
+    strads_ap::checkpoint::flush()?;
+    Ok((errors, w.to_vec()?, bias.to_vec()?))
+}
+
+/// The epochs `range` of [`train`]'s loop.
+fn epochs(
+    data: &Ratings,
+    w: &Factors,
+    h: &Factors,
+    bias: &DVector<f32>,
+    range: std::ops::Range<usize>,
+    poison_until: usize,
+) -> strads_ap::Result<Vec<f64>> {
     let mut errors = Vec::new();
-    for epoch in 0..stop_after.min(EPOCHS) {
+    for epoch in range {
         let poisoned = epoch < poison_until;
         let lr: f32 = if poisoned { 1e3 } else { 0.02 };
         let step: f32 = if poisoned { 1e3 } else { 1e-4 };
-        mf_epoch(&data, &w, &h, lr, 1)?;
+        mf_epoch(data, w, h, lr, 1)?;
         sync_for!(
             data,
             100,
@@ -90,9 +112,7 @@ fn train(
         )?;
         errors.push(sse);
     }
-    // As `strads_ap::finish()` does: commit the checkpoint still being written.
-    strads_ap::checkpoint::flush()?;
-    Ok((errors, w.to_vec()?, bias.to_vec()?))
+    Ok(errors)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -171,6 +191,78 @@ fn a_stopped_job_recovers_to_the_failure_free_result() {
         for d in [&clean_dir, &dir, &dir2] {
             std::fs::remove_dir_all(d).unwrap();
         }
+    }
+}
+
+/// The model after [`train`]'s epochs `0..3` on a job of `from` ranks, trained on for the
+/// rest on a job of `to` ranks, started from that model: what resuming the first job's
+/// checkpoint on `to` ranks must give.
+fn trained_on_after(from: usize, to: usize) -> Outcome {
+    type State = (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<f32>);
+    let first: Vec<State> = on_ranks(from, || {
+        let (data, w, h) = small_problem()?;
+        let bias = DVector::from_fn(1, |_| 0.0f32)?.aggregate_with(Aggregation::Sum);
+        epochs(&data, &w, &h, &bias, 0..3, 0)?;
+        Ok((w.to_vec()?, h.to_vec()?, bias.to_vec()?))
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect();
+    let (w0, h0, b0) = first[0].clone();
+    let rest = on_ranks(to, || {
+        let (data, _, _) = small_problem()?;
+        let (w, h) = (
+            DVector::from_vec(w0.clone())?,
+            DVector::from_vec(h0.clone())?,
+        );
+        let bias = DVector::from_vec(b0.clone())?.aggregate_with(Aggregation::Sum);
+        let errors = epochs(&data, &w, &h, &bias, 3..EPOCHS, 0)?;
+        Ok((errors, w.to_vec()?, bias.to_vec()?))
+    });
+    rest.into_iter().next().unwrap().unwrap()
+}
+
+/// A job that lost a rank for good resumes from its checkpoints on fewer ranks (and one
+/// that gained a rank, on more): every table, inputs included, loads repartitioned, the
+/// replayed epochs show the first job's figures, and the model is the one the
+/// checkpointed state implies, bitwise.
+#[test]
+fn a_checkpoint_resumes_on_another_number_of_ranks() {
+    for (from, to) in [(3, 2), (2, 3)] {
+        let dir = temp_dir(&format!("resize{from}{to}"));
+        let part = run(from, CheckpointConfig::new(&dir).keep(100), 3, 0);
+        let resumed = run(to, CheckpointConfig::new(&dir).recover(true), EPOCHS, 3);
+        assert!(
+            same(
+                &(resumed.0[..3].to_vec(), vec![], vec![]),
+                &(part.0, vec![], vec![])
+            ),
+            "{from} ranks to {to}: the replayed epochs' figures"
+        );
+        let want = trained_on_after(from, to);
+        assert_eq!(
+            (&resumed.1, &resumed.2),
+            (&want.1, &want.2),
+            "{from} ranks to {to}"
+        );
+        assert!(same(
+            &(resumed.0[3..].to_vec(), vec![], vec![]),
+            &(want.0, vec![], vec![])
+        ));
+        // It checkpoints on at its own size: resumed again on `to` ranks, from a manifest
+        // that still takes the inputs from the first job's files.
+        let again = run(
+            to,
+            CheckpointConfig::new(&dir).recover(true),
+            EPOCHS,
+            EPOCHS,
+        );
+        assert_eq!(
+            (&again.1, &again.2),
+            (&want.1, &want.2),
+            "{from} ranks to {to}, again"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 
@@ -488,6 +580,32 @@ fn derived_ddses_and_driver_changes_are_restored_not_recomputed() {
         assert_eq!(resumed, clean, "{world} ranks");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// The same job stopped on three ranks and resumed on two: the DVector and the map
+/// derived mid-run and the table changed by driver code load repartitioned from the
+/// three-rank files, with the values the three-rank job made.
+#[test]
+fn derived_ddses_and_maps_resume_on_another_number_of_ranks() {
+    let dir = temp_dir("derived-resize");
+    let job = |world: usize, config: CheckpointConfig, stop_after: usize, poison_until: usize| {
+        on_ranks(world, move || {
+            fit_derived(config.clone(), stop_after, poison_until)
+        })
+        .into_iter()
+        .next()
+        .unwrap()
+        .expect("the job succeeds")
+    };
+    let clean = job(3, CheckpointConfig::new(dir.join("ref")), 5, 0);
+    let ckpt = dir.join("ckpt");
+    job(3, CheckpointConfig::new(&ckpt).keep(1), 4, 0);
+    let resumed = job(2, CheckpointConfig::new(&ckpt).keep(1).recover(true), 5, 4);
+    assert_eq!(
+        (&resumed.0, &resumed.1, &resumed.2),
+        (&clean.0, &clean.1, &clean.2)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Per epoch: a float sum and an integer count, both reduction variables of an

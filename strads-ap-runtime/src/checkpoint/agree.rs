@@ -38,10 +38,12 @@ pub(super) fn found(root: &Path) -> Result<Vec<u64>> {
 /// rank: the other ranks' output goes to their logs).
 pub(super) type Skipped = Vec<String>;
 
-/// The manifests among checkpoints `found` that `rank` can load: the manifest verifies,
-/// was made by a job of `world` ranks, and every file of this rank it refers to verifies
-/// and has the checksum the manifest recorded for this rank. The others are skipped, each
-/// with the reason (oldest first).
+/// The manifests among checkpoints `found` that `rank` of a job of `world` ranks can
+/// load: the manifest verifies, and every file it refers to that this rank reads verifies
+/// and has the checksum the manifest recorded for it. A rank reads its own part of a file
+/// written by a job of `world` ranks, and every part of one written by a job of another
+/// size (whose tables it repartitions as they load; see [`format::parts_read`]). The
+/// others are skipped, each with the reason (oldest first).
 pub(super) fn loadable(
     root: &Path,
     found: &[u64],
@@ -50,19 +52,12 @@ pub(super) fn loadable(
 ) -> (BTreeMap<u64, Manifest>, Skipped) {
     let mut manifests = BTreeMap::new();
     let mut skipped = Vec::new();
-    // Per file: why it cannot be used by this rank, if it cannot.
-    let mut checked: BTreeMap<(u64, Option<u32>), Option<String>> = BTreeMap::new();
+    // Per part of a file: why it cannot be used, if it cannot.
+    let mut checked: BTreeMap<(u64, usize, u32), Option<String>> = BTreeMap::new();
     for &seq in found.iter().rev() {
         let path = format::manifest_file(root, seq);
         let manifest = match format::read_manifest(&path) {
-            Ok(m) if m.world == world && m.seq == seq => m,
-            Ok(m) if m.world != world => {
-                skipped.push(format!(
-                    "checkpoint {seq} was made by {} ranks, this job has {world}; ignored",
-                    m.world
-                ));
-                continue;
-            }
+            Ok(m) if m.seq == seq => m,
             Ok(m) => {
                 skipped.push(format!(
                     "checkpoint {seq}'s manifest is checkpoint {}'s (copied or moved); ignored",
@@ -86,30 +81,27 @@ pub(super) fn loadable(
                 continue;
             }
         };
+        // A file written by a job of another size (the manifest records a checksum per
+        // rank that wrote it) is read whole: every part.
         let files: BTreeSet<u64> = manifest.tables.values().copied().collect();
         let bad = files.iter().find_map(|&f| {
-            let expected = manifest
-                .files
-                .get(&f)
-                .and_then(|sums| sums.get(rank))
-                .copied();
-            let why = checked.entry((f, expected)).or_insert_with(|| {
+            let sums = manifest.files.get(&f).map_or(&[][..], Vec::as_slice);
+            if sums.is_empty() {
                 let file = format::rank_file(root, f, rank, world);
-                match (format::read_tables(&file), expected) {
-                    (Err(e), _) => Some(e),
-                    (Ok(_), None) => Some(format!(
+                return Some((
+                    f,
+                    format!(
                         "{}: the manifest records no checksum for it",
                         file.display()
-                    )),
-                    (Ok((_, sum)), Some(want)) if sum != want => Some(format!(
-                        "{}: a well-formed file, but not the one committed (checksum {sum:08x}, \
-                         the manifest says {want:08x}): stale or replaced",
-                        file.display()
-                    )),
-                    (Ok(_), Some(_)) => None,
-                }
-            });
-            why.clone().map(|why| (f, why))
+                    ),
+                ));
+            }
+            format::parts_read(rank, world, sums.len()).find_map(|part| {
+                let why = checked.entry((f, part, sums[part])).or_insert_with(|| {
+                    format::check_file(&format::rank_file(root, f, part, sums.len()), sums[part])
+                });
+                why.clone().map(|why| (f, why))
+            })
         });
         match bad {
             None => {
@@ -194,17 +186,17 @@ pub(super) fn loadable_inputs(
     let bad: Vec<(u64, String)> = inputs
         .iter()
         .filter_map(|(&n, record)| {
-            let file = format::input_file(root, n, rank, world);
-            let want = record.checksums.get(rank).copied();
-            match (format::read_tables(&file), want) {
-                (Err(e), _) => Some(e),
-                (Ok((_, sum)), Some(want)) if sum == want => None,
-                (Ok(_), _) => Some(format!(
-                    "{}: a well-formed file, but not the one committed (stale or replaced)",
-                    file.display()
+            let sums = &record.checksums;
+            let why = match sums.is_empty() {
+                true => Some(format!(
+                    "{}: the manifest records no checksum for it",
+                    format::input_file(root, n, rank, world).display()
                 )),
-            }
-            .map(|e| (n, e))
+                false => format::parts_read(rank, world, sums.len()).find_map(|part| {
+                    format::check_file(&format::input_file(root, n, part, sums.len()), sums[part])
+                }),
+            };
+            why.map(|e| (n, e))
         })
         .collect();
     let bad: BTreeMap<u64, String> = match comm {
@@ -270,14 +262,17 @@ pub(super) struct Committed {
     pub tables: BTreeMap<u64, u64>,
     /// Whether its files were forced to disk.
     pub synced: bool,
+    /// The ranks of the job that wrote its files (a job resumed at another size keeps
+    /// the files of the old one while its manifests refer to them).
+    pub world: usize,
 }
 
 /// What pruning drops: the checkpoints whose manifests go, and of those, the ones whose
-/// files go too (no kept manifest refers to them).
+/// files go too (no kept manifest refers to them), with the ranks that wrote them.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Pruned {
     pub manifests: Vec<u64>,
-    pub files: Vec<u64>,
+    pub files: Vec<(u64, usize)>,
 }
 
 /// Keeps the newest `keep` of `committed` (oldest first) and the newest synced one (what
@@ -289,12 +284,14 @@ pub(super) fn prune(committed: &mut Vec<Committed>, keep: usize) -> Pruned {
     let cut = committed.len() - keep;
     let newest_synced = committed.iter().rposition(|c| c.synced);
     let mut manifests = Vec::new();
+    let mut worlds = BTreeMap::new();
     let mut i = 0;
     committed.retain(|c| {
         let kept = i >= cut || Some(i) == newest_synced;
         i += 1;
         if !kept {
             manifests.push(c.seq);
+            worlds.insert(c.seq, c.world);
         }
         kept
     });
@@ -304,20 +301,23 @@ pub(super) fn prune(committed: &mut Vec<Committed>, keep: usize) -> Pruned {
         .collect();
     let files = manifests
         .iter()
-        .copied()
         .filter(|seq| !needed.contains(seq))
+        .map(|seq| (*seq, worlds[seq]))
         .collect();
     Pruned { manifests, files }
 }
 
-/// Deletes what [`prune`] dropped: rank 0 the manifests, every rank its files.
+/// Deletes what [`prune`] dropped: rank 0 the manifests, every rank its files (the files
+/// of a job of another size are shared out: part `p` goes with rank `p % world`).
 pub(super) fn delete(root: &Path, pruned: &Pruned, rank: usize, world: usize) {
     for &seq in &pruned.manifests {
         if rank == 0 {
             let _ = std::fs::remove_file(format::manifest_file(root, seq));
         }
-        if pruned.files.contains(&seq) {
-            let _ = std::fs::remove_file(format::rank_file(root, seq, rank, world));
+        if let Some(&(_, written_by)) = pruned.files.iter().find(|(f, _)| *f == seq) {
+            for part in (rank..written_by).step_by(world.max(1)) {
+                let _ = std::fs::remove_file(format::rank_file(root, seq, part, written_by));
+            }
             // Empty once every rank removed its file (on a shared file system).
             let _ = std::fs::remove_dir(format::ckpt_dir(root, seq));
         }
@@ -413,21 +413,59 @@ mod tests {
     }
 
     #[test]
-    fn bad_manifests_and_other_jobs_manifests_are_skipped() {
+    fn bad_manifests_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         three_checkpoints(root);
-        // A job of three ranks, a torn manifest, a manifest in the wrong directory, and a
-        // checkpoint never committed.
-        commit(root, 4, 3, &[(1, 4), (2, 1)]);
+        // A torn manifest, a manifest in the wrong directory, and a checkpoint never
+        // committed.
         tear(&manifest_file(root, 3));
         std::fs::create_dir(format::ckpt_dir(root, 5)).unwrap();
         std::fs::copy(manifest_file(root, 1), manifest_file(root, 5)).unwrap();
         commit(root, 6, 2, &[(1, 6), (2, 1)]);
         std::fs::remove_file(manifest_file(root, 6)).unwrap();
         let all = found(root).unwrap();
-        assert_eq!(all, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(all, [1, 2, 3, 5, 6]);
         assert_eq!(seqs(&loadable(root, &all, 0, 2).0), [1, 2]);
+    }
+
+    /// A checkpoint of a job of three ranks, whose manifest also refers to a file of a
+    /// job of two: every rank of a job of two reads every part of the three-rank file (its
+    /// own part of the other), so one bad part of it makes the checkpoint unloadable on
+    /// every rank. The job of two then prunes the three-rank files among its ranks.
+    #[test]
+    fn a_checkpoint_of_another_job_size_loads_from_every_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        three_checkpoints(root);
+        commit(root, 4, 3, &[(1, 4), (2, 1)]);
+        let all = found(root).unwrap();
+        for rank in 0..2 {
+            assert_eq!(
+                seqs(&loadable(root, &all, rank, 2).0),
+                [1, 2, 3, 4],
+                "rank {rank}"
+            );
+        }
+        // Every part of the other job's file is read, and checked.
+        tear(&rank_file(root, 4, 2, 3));
+        for rank in 0..2 {
+            let (ok, skipped) = loadable(root, &all, rank, 2);
+            assert_eq!(seqs(&ok), [1, 2, 3], "rank {rank}");
+            assert!(
+                skipped.iter().any(|w| w.contains("rank-2-of-3.bin")),
+                "{skipped:?}"
+            );
+        }
+        let pruned = Pruned {
+            manifests: vec![4],
+            files: vec![(4, 3)],
+        };
+        delete(root, &pruned, 1, 2);
+        assert!(!rank_file(root, 4, 1, 3).exists());
+        assert!(rank_file(root, 4, 0, 3).exists() && rank_file(root, 4, 2, 3).exists());
+        delete(root, &pruned, 0, 2);
+        assert!(!format::ckpt_dir(root, 4).exists());
     }
 
     #[test]
@@ -630,6 +668,7 @@ mod tests {
                 seq,
                 tables: BTreeMap::from([(1, seq), (2, seqs[0])]),
                 synced: synced.contains(&seq),
+                world: 2,
             })
             .collect()
     }
@@ -644,12 +683,11 @@ mod tests {
         let pruned = prune(&mut c, 2);
         assert_eq!(kept(&c), [1, 4, 5]);
         // Kept manifests refer to checkpoint 1's files (table 2), not to 2's or 3's.
-        let dropped = vec![2, 3];
         assert_eq!(
             pruned,
             Pruned {
-                manifests: dropped.clone(),
-                files: dropped
+                manifests: vec![2, 3],
+                files: vec![(2, 2), (3, 2)]
             }
         );
         // Only the newest synced one is kept beside the newest `keep`.
@@ -673,7 +711,7 @@ mod tests {
         assert_eq!(kept(&c), [4]);
         assert_eq!(pruned.manifests, [1, 2, 3]);
         // Checkpoint 4's manifest takes table 2 from checkpoint 1's files.
-        assert_eq!(pruned.files, [2, 3]);
+        assert_eq!(pruned.files, [(2, 2), (3, 2)]);
     }
 
     #[test]
@@ -684,7 +722,7 @@ mod tests {
         commit(root, 2, 2, &[(1, 2)]);
         let pruned = Pruned {
             manifests: vec![1],
-            files: vec![1],
+            files: vec![(1, 2)],
         };
         delete(root, &pruned, 1, 2);
         assert!(!rank_file(root, 1, 1, 2).exists());

@@ -154,6 +154,7 @@ impl Checkpointer {
                 seq,
                 tables: m.tables.clone(),
                 synced: false,
+                world: m.world,
             })
             .collect();
         let inputs = manifests[&agreed].inputs.clone();
@@ -167,8 +168,16 @@ impl Checkpointer {
                 true => format!(" (not from {newest}, the newest found: see the warnings above)"),
                 false => String::new(),
             };
+            let made_by = self.manifests[&agreed].world;
+            let resized = match made_by == world {
+                true => String::new(),
+                false => format!(
+                    "; it was made by {made_by} ranks, this job has {world}: each table is \
+                     repartitioned as it loads"
+                ),
+            };
             eprintln!(
-                "strads-ap: recovering: replaying up to loop call {agreed}{fallback} from {}",
+                "strads-ap: recovering: replaying up to loop call {agreed}{fallback} from {}{resized}",
                 root.display()
             );
         }
@@ -199,22 +208,19 @@ impl Checkpointer {
                 self.config.dir.display()
             )));
         }
-        let path = format::input_file(&self.config.dir, number, rank, world);
-        let (mut tables, _) = format::read_tables(&path).map_err(Error::Config)?;
-        let meta = match tables.iter().position(|(id, _)| *id == META) {
-            Some(i) => tables.swap_remove(i).1,
-            None => Vec::new(),
-        };
-        let state = match tables.into_iter().find(|(id, _)| *id == record.id) {
-            Some((_, state)) => state,
-            None => {
-                return Err(Error::Config(format!(
-                    "{}: no state of DDS {}",
-                    path.display(),
-                    record.id
-                )))
-            }
-        };
+        let root = &self.config.dir;
+        let path = |part, of| format::input_file(root, number, part, of);
+        // Checked when the ranks agreed; checked again in case it changed since.
+        let mut parts =
+            format::Parts::read(&record.checksums, rank, world, path).map_err(Error::Config)?;
+        let meta = parts.first(META).unwrap_or_default();
+        let state = parts.take(record.id).ok_or_else(|| {
+            Error::Config(format!(
+                "{}: no state of DDS {}",
+                format::input_file(root, number, rank, record.checksums.len()).display(),
+                record.id
+            ))
+        })?;
         self.inputs_loaded += 1;
         Ok(Input::Load {
             id: record.id,
@@ -328,32 +334,24 @@ impl Checkpointer {
             }
         }
         for (f, ids) in by_file {
-            let path = format::rank_file(&root, f, rank, world);
-            let (tables, sum) = format::read_tables(&path).map_err(Error::Config)?;
             // Checked when the ranks agreed; checked again in case it changed since.
-            let want = files.get(&f).and_then(|sums| sums.get(rank));
-            if want != Some(&sum) {
-                return Err(Error::Config(format!(
-                    "{}: not the file checkpoint {f} committed (its checksum changed since \
-                     the ranks agreed to resume from it)",
-                    path.display()
-                )));
-            }
+            let sums = files.get(&f).map_or(&[][..], Vec::as_slice);
+            let path = |part, of| format::rank_file(&root, f, part, of);
+            let mut parts = format::Parts::read(sums, rank, world, path).map_err(Error::Config)?;
             for id in ids {
-                let data = tables
-                    .iter()
-                    .find(|(t, _)| *t == id)
-                    .map(|(_, d)| d)
-                    .ok_or_else(|| {
-                        Error::Config(format!("{}: no state of DDS {id}", path.display()))
-                    })?;
+                let state = parts.take(id).ok_or_else(|| {
+                    Error::Config(format!(
+                        "{}: no state of DDS {id}",
+                        format::rank_file(&root, f, rank, sums.len()).display()
+                    ))
+                })?;
                 let table = lookup_handle(id).ok_or_else(|| {
                     Error::Config(format!(
                         "recovery: DDS {id} of checkpoint {f} does not exist at this point of \
                          the replay (the program changed since the checkpoint?)"
                     ))
                 })?;
-                table.restore("recovery", data)?;
+                state.restore("recovery", &*table)?;
                 self.loaded.insert(id, f);
             }
         }
@@ -487,6 +485,7 @@ impl Checkpointer {
             seq: p.seq,
             tables: self.latest.clone(),
             synced: p.synced,
+            world,
         });
         Ok(())
     }

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dds::persist::Saved;
+
 const MAGIC: &[u8; 8] = b"STRADSCK";
 const TRAILER: &[u8; 4] = b"END!";
 /// 4: manifests record every rank's checksum of every file they refer to.
@@ -120,6 +122,103 @@ pub(super) fn rank_file(root: &Path, seq: u64, rank: usize, world: usize) -> Pat
 pub(super) fn input_file(root: &Path, number: u64, rank: usize, world: usize) -> PathBuf {
     root.join(format!("input-{number:06}"))
         .join(format!("rank-{rank}-of-{world}.bin"))
+}
+
+/// The parts of a file written by a job of `written_by` ranks that `rank` of a job of
+/// `world` ranks reads: its own when the sizes agree; every part when they differ (the
+/// tables are repartitioned as they load).
+pub(super) fn parts_read(rank: usize, world: usize, written_by: usize) -> std::ops::Range<usize> {
+    match written_by == world {
+        true => rank..rank + 1,
+        false => 0..written_by,
+    }
+}
+
+/// Why the file at `path` is not the one committed with checksum `want`, if it is not.
+pub(super) fn check_file(path: &Path, want: u32) -> Option<String> {
+    match read_tables(path) {
+        Err(e) => Some(e),
+        Ok((_, sum)) if sum != want => Some(format!(
+            "{}: a well-formed file, but not the one committed (checksum {sum:08x}, the \
+             manifest says {want:08x}): stale or replaced",
+            path.display()
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// The parts of one checkpointed file that a rank reads (see [`parts_read`]), each
+/// checked against the checksum committed for it.
+pub(super) struct Parts {
+    /// The tables of each part read, in rank order.
+    parts: Vec<Tables>,
+    /// Written by a job of this size: the one part is this rank's own.
+    own: bool,
+}
+
+impl Parts {
+    /// Reads the parts `rank` of a job of `world` ranks needs of a file whose parts the
+    /// job of `sums.len()` ranks that wrote it committed with checksums `sums`; `path`
+    /// names part `r` of `n`.
+    pub(super) fn read(
+        sums: &[u32],
+        rank: usize,
+        world: usize,
+        path: impl Fn(usize, usize) -> PathBuf,
+    ) -> Result<Parts, String> {
+        let written_by = sums.len();
+        if written_by == 0 {
+            return Err(format!(
+                "{}: the manifest records no checksum for it",
+                path(rank, world).display()
+            ));
+        }
+        let mut parts = Vec::new();
+        for r in parts_read(rank, world, written_by) {
+            let file = path(r, written_by);
+            let (tables, sum) = read_tables(&file)?;
+            if sum != sums[r] {
+                return Err(format!(
+                    "{}: not the file committed (its checksum changed since the ranks agreed \
+                     to resume from it)",
+                    file.display()
+                ));
+            }
+            parts.push(tables);
+        }
+        Ok(Parts {
+            parts,
+            own: written_by == world,
+        })
+    }
+
+    /// Takes the saved state of table `id` out of every part read; `None` if a part
+    /// lacks it.
+    pub(super) fn take(&mut self, id: u64) -> Option<Saved> {
+        let take = |tables: &mut Tables| {
+            tables
+                .iter_mut()
+                .find(|(t, _)| *t == id)
+                .map(|(_, bytes)| std::mem::take(bytes))
+        };
+        match self.own {
+            true => self.parts.first_mut().and_then(take).map(Saved::Own),
+            false => self
+                .parts
+                .iter_mut()
+                .map(take)
+                .collect::<Option<_>>()
+                .map(Saved::Parts),
+        }
+    }
+
+    /// Bytes `id` holds in the first part read (an operator's extra outcome, the same
+    /// on every rank).
+    pub(super) fn first(&mut self, id: u64) -> Option<Vec<u8>> {
+        let tables = self.parts.first_mut()?;
+        let i = tables.iter().position(|(t, _)| *t == id)?;
+        Some(tables.swap_remove(i).1)
+    }
 }
 
 /// Writes `tables` (id, encoded state) to `out` framed as a table file; returns the

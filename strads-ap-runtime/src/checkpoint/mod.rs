@@ -22,6 +22,13 @@
 //! call after it runs normally. Non-DDS variables (counters, hyper-parameters, RNGs in
 //! driver code) are rebuilt by the replay itself.
 //!
+//! A job may recover with another number of ranks than made the checkpoint (a machine
+//! lost for good). The manifest records a checksum per rank that wrote each file, so a
+//! file's job size is known; a rank reads every part of a file written by a job of
+//! another size, checks each, and takes its share (`Snapshot::restore_parts`: a DVector
+//! its balanced range, a map each key's value from its old owner). Manifests written
+//! after such a recovery refer to files of both sizes.
+//!
 //! *Input* DDSs — those made by [`crate::read_from_file`], `DVector::from_fn`, `from_vec`
 //! and `load`, `DMap::from_pairs` and `load`, and `DMultiMap::from_pairs` — are
 //! checkpointed once, at creation, to `DIR/input-N/rank-R-of-W.bin` (N counts these

@@ -168,7 +168,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
             Input::Load { id, state, .. } => {
                 let table = MapTable::create(Entries::new());
                 persist::check_input_id(id, table.id, &persist::input_site(op, at))?;
-                table.restore(op, &state)?;
+                state.restore(op, &*table)?;
                 Ok(table)
             }
             record @ Input::Record { .. } => {
@@ -368,6 +368,45 @@ impl<K: MapKey, V: Element> Snapshot for MapTable<K, V> {
         Ok(())
     }
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
+        let (keys, values) = self.decode_snapshot(op, bytes)?;
+        self.install(op, keys, values)
+    }
+    fn restore_parts(&self, op: &'static str, parts: &[&[u8]]) -> Result<()> {
+        // Every rank kept every key, at the same positions, and a current value for the
+        // keys it owned: each position takes its value from its old owner's part.
+        let Some((first, others)) = parts.split_first() else {
+            return Err(Error::invalid(
+                op,
+                format!("no snapshot parts of map {}", self.id),
+            ));
+        };
+        let (keys, mut values) = self.decode_snapshot(op, first)?;
+        let old = crate::store::HashPartition::new(parts.len());
+        for (r, part) in others.iter().enumerate() {
+            let (their_keys, their_values) = self.decode_snapshot(op, part)?;
+            if their_keys != keys {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "the snapshot parts of map {} by ranks 0 and {} hold other keys",
+                        self.id,
+                        r + 1
+                    ),
+                ));
+            }
+            for (i, v) in their_values.into_iter().enumerate() {
+                if old.owner(&keys[i]) == r + 1 {
+                    values[i] = v;
+                }
+            }
+        }
+        self.install(op, keys, values)
+    }
+}
+
+impl<K: MapKey, V: Element> MapTable<K, V> {
+    /// Decodes a [`Snapshot::snapshot_into`] of this map: keys and values by position.
+    fn decode_snapshot(&self, op: &'static str, bytes: &[u8]) -> Result<(Vec<K>, Vec<V>)> {
         let (keys, values): (Vec<K>, Vec<V>) =
             postcard::from_bytes(bytes).map_err(|e| Error::Codec {
                 what: format!("a snapshot of map {}", self.id),
@@ -379,6 +418,11 @@ impl<K: MapKey, V: Element> Snapshot for MapTable<K, V> {
                 format!("the snapshot of map {} is inconsistent", self.id),
             ));
         }
+        Ok((keys, values))
+    }
+
+    /// Replaces the entries with `keys[i]` → `values[i]`.
+    fn install(&self, op: &'static str, keys: Vec<K>, values: Vec<V>) -> Result<()> {
         let mut data = self.write(op)?;
         let before: Vec<&K> = data.keys.iter().collect();
         let same_keys =
@@ -1057,5 +1101,53 @@ impl<K: MapKey, V, W: IndexMut<usize, Output = Vec<V>>> MultiMapView<'_, K, W> {
     #[doc(hidden)]
     pub fn __strads_bind(&mut self) -> &mut Self {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::simulate;
+
+    /// A map checkpointed by a job of one size loads on a job of another: every rank kept
+    /// every key, but only its own keys' values were current, and each value is taken from
+    /// the part of its old owner.
+    #[test]
+    fn a_snapshot_repartitions_to_another_number_of_ranks() {
+        let pairs =
+            || -> Vec<(String, u64)> { (0..40u64).map(|k| (format!("key {k}"), k * 10)).collect() };
+        for (from, to) in [(3, 2), (2, 3), (1, 2), (3, 1)] {
+            let parts = simulate(from, || {
+                let m = DMap::from_pairs(pairs()).unwrap();
+                // What a rank holds for keys it does not own may be stale.
+                {
+                    let mut data = m.table.data.write();
+                    let Entries { keys, values, .. } = &mut *data;
+                    for (k, v) in keys.iter().zip(values.iter_mut()) {
+                        if m.table.owner(k) != m.table.ctx.rank() {
+                            *v = u64::MAX;
+                        }
+                    }
+                }
+                let mut out = Vec::new();
+                m.table.snapshot_into(&mut out).unwrap();
+                out
+            });
+            let got = simulate(to, || {
+                let m =
+                    DMap::from_pairs(pairs().into_iter().map(|(k, _)| (k, 0)).collect()).unwrap();
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                m.table.restore_parts("test", &parts).unwrap();
+                let data = m.table.data.read();
+                data.keys
+                    .iter()
+                    .cloned()
+                    .zip(data.values.iter().copied())
+                    .collect::<Vec<_>>()
+            });
+            for (rank, entries) in got.into_iter().enumerate() {
+                assert_eq!(entries, pairs(), "{from} ranks to {to}, rank {rank}");
+            }
+        }
     }
 }

@@ -40,9 +40,36 @@ pub(crate) enum Input {
     /// extra outcome, `meta`) instead.
     Load {
         id: u64,
-        state: Vec<u8>,
+        state: Saved,
         meta: Vec<u8>,
     },
+}
+
+/// A table's saved state, as a job of this size or of another saved it.
+pub(crate) enum Saved {
+    /// This rank's part ([`Snapshot::snapshot_into`](super::table::Snapshot)), saved by a
+    /// job of as many ranks as this one.
+    Own(Vec<u8>),
+    /// Every rank's part, in rank order, saved by a job of another size: the table is
+    /// repartitioned as it loads ([`Snapshot::restore_parts`](super::table::Snapshot)).
+    Parts(Vec<Vec<u8>>),
+}
+
+impl Saved {
+    /// Replaces `table`'s part on this rank with this state.
+    pub(crate) fn restore(
+        &self,
+        op: &'static str,
+        table: &dyn super::table::Snapshot,
+    ) -> Result<()> {
+        match self {
+            Saved::Own(bytes) => table.restore(op, bytes),
+            Saved::Parts(parts) => {
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                table.restore_parts(op, &parts)
+            }
+        }
+    }
 }
 
 /// A rank's hook, if any (see [`RankCtx::local`](crate::cluster::RankCtx::local)).
@@ -140,7 +167,7 @@ mod tests {
             Ok(match (*inputs, self.load.lock().take()) {
                 (2, Some((id, state))) => Input::Load {
                     id,
-                    state,
+                    state: Saved::Own(state),
                     meta: postcard::to_stdvec(&()).unwrap(),
                 },
                 (number, _) => Input::Record { number, site },

@@ -212,6 +212,11 @@ pub(crate) trait Snapshot {
     fn gate(&self) -> &Gate;
     /// Replaces this rank's part of the table with a [`Snapshot::snapshot_into`].
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()>;
+    /// Replaces this rank's part of the table with its share of a snapshot taken by a job
+    /// of another size: `parts` holds every rank's [`Snapshot::snapshot_into`] of that
+    /// job, in rank order (vectors take their new balanced range, maps the values each key's
+    /// old owner held).
+    fn restore_parts(&self, op: &'static str, parts: &[&[u8]]) -> Result<()>;
 }
 
 /// What a distributed loop leaves current in a table's shadow.
@@ -558,6 +563,21 @@ impl<T: super::Element> Snapshot for VectorTable<T> {
         *self.write(op)? = data;
         Ok(())
     }
+    fn restore_parts(&self, op: &'static str, parts: &[&[u8]]) -> Result<()> {
+        let what = format!("DVector {}", self.id);
+        let (len, data) = decode_parts::<T>(op, &what, parts, &self.ctx)?;
+        if len != self.len {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the snapshot of {what} has {len} elements, the DVector {}",
+                    self.len
+                ),
+            ));
+        }
+        *self.write(op)? = data;
+        Ok(())
+    }
 }
 
 /// Decodes a DVector's snapshot ([`TableHandle::snapshot_into`]): its length and this
@@ -589,6 +609,72 @@ pub(crate) fn decode_range_snapshot<T: super::Element>(
         ));
     }
     Ok((len, data))
+}
+
+/// Decodes a DVector's snapshot taken by a job of another size: `parts` holds every rank's
+/// [`TableHandle::snapshot_into`] of that job, in rank order. Returns the length and this
+/// rank's elements under this job's balanced ranges.
+///
+/// Each part's header (length, first index, element count) is read first; only the parts
+/// whose range meets this rank's are decoded whole, so a rank holds at most its own range
+/// and one old part at a time. The parts must cover the table exactly, each being its
+/// rank's balanced range of the same length, or the checkpoint is refused (`what` names
+/// the DVector).
+pub(crate) fn decode_parts<T: super::Element>(
+    op: &'static str,
+    what: &str,
+    parts: &[&[u8]],
+    ctx: &crate::cluster::RankCtx,
+) -> Result<(usize, Vec<T>)> {
+    let codec = |e: postcard::Error| Error::Codec {
+        what: format!("a snapshot of {what}"),
+        message: e.to_string(),
+    };
+    let mut len = None;
+    let mut out: Vec<T> = Vec::new();
+    let mut own = 0..0;
+    for (r, part) in parts.iter().enumerate() {
+        // The elements are a sequence: its count is a varint, as a `u64`'s.
+        let ((part_len, offset, count), _): ((u64, u64, u64), _) =
+            postcard::take_from_bytes(part).map_err(codec)?;
+        let part_len = part_len as usize;
+        let len = *len.get_or_insert_with(|| {
+            own = crate::store::RangePartition::new(part_len, ctx.world_size()).range(ctx.rank());
+            out.reserve_exact(own.len());
+            part_len
+        });
+        let want = crate::store::RangePartition::new(len, parts.len()).range(r);
+        if part_len != len || offset as usize != want.start || count as usize != want.len() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the snapshot of {what} by rank {r} of {} holds {count} elements from \
+                     {offset} of {part_len}; that rank held {} from {} of {len}",
+                    parts.len(),
+                    want.len(),
+                    want.start
+                ),
+            ));
+        }
+        let (from, to) = (want.start.max(own.start), want.end.min(own.end));
+        if from >= to {
+            continue;
+        }
+        let (_, _, data): (u64, u64, Vec<T>) = postcard::from_bytes(part).map_err(codec)?;
+        out.extend(data.into_iter().skip(from - want.start).take(to - from));
+    }
+    let len = len.ok_or_else(|| Error::invalid(op, format!("no snapshot parts of {what}")))?;
+    if out.len() != own.len() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the snapshot parts of {what} gave {} of this rank's {} elements",
+                out.len(),
+                own.len()
+            ),
+        ));
+    }
+    Ok((len, out))
 }
 
 /// Appends the encoded elements at `keys` of the `T`s at `ptr` (table `id`, for errors).

@@ -138,10 +138,17 @@ impl<T: Element> DVector<T> {
 
     /// A DVector made from a checkpoint of this rank's range
     /// ([`super::table::TableHandle::snapshot_into`]).
-    fn from_snapshot(op: &'static str, bytes: &[u8]) -> Result<Self> {
+    fn from_snapshot(op: &'static str, saved: &super::persist::Saved) -> Result<Self> {
+        use super::persist::Saved;
         let ctx = crate::cluster::here();
         let what = format!("the DVector made by {op}");
-        let (len, data) = super::table::decode_range_snapshot::<T>(op, &what, bytes, &ctx)?;
+        let (len, data) = match saved {
+            Saved::Own(bytes) => super::table::decode_range_snapshot::<T>(op, &what, bytes, &ctx)?,
+            Saved::Parts(parts) => {
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                super::table::decode_parts::<T>(op, &what, &parts, &ctx)?
+            }
+        };
         Ok(Self::from_local(ctx, len, data))
     }
 
@@ -631,6 +638,7 @@ impl<'de, T: Element> serde::Deserialize<'de> for VectorRef<T> {
 mod tests {
     use super::*;
     use crate::cluster::{here, simulate};
+    use crate::dds::table::Snapshot;
 
     /// A rank claiming `usize::MAX` elements overflowed the sum of the counts (a panic in
     /// debug builds, a wrapped length in release); it is refused, naming the rank.
@@ -656,6 +664,64 @@ mod tests {
                  than a DVector can hold with the others'",
                 usize::MAX
             ))
+        );
+    }
+
+    /// Each rank's snapshot of a DVector on `from` ranks.
+    fn parts(from: usize, len: usize) -> Vec<Vec<u8>> {
+        simulate(from, || {
+            let v = DVector::from_fn(len, |i| vec![i as u32; 3]).unwrap();
+            let mut out = Vec::new();
+            v.table.snapshot_into(&mut out).unwrap();
+            out
+        })
+    }
+
+    /// A checkpoint of a job of one size loads on a job of another: each rank takes its
+    /// balanced range from the old ranks' parts, whether ranks were lost or added.
+    #[test]
+    fn a_snapshot_repartitions_to_another_number_of_ranks() {
+        for (from, to) in [(3, 2), (2, 3), (1, 4), (4, 1), (5, 2)] {
+            let parts = parts(from, 23);
+            let got = simulate(to, || {
+                let v = DVector::from_fn(23, |_| Vec::<u32>::new()).unwrap();
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                v.table.restore_parts("test", &parts).unwrap();
+                v.to_vec().unwrap()
+            });
+            let want: Vec<Vec<u32>> = (0..23).map(|i| vec![i; 3]).collect();
+            for (rank, all) in got.into_iter().enumerate() {
+                assert_eq!(all, want, "{from} ranks to {to}, rank {rank}");
+            }
+        }
+    }
+
+    /// Parts that do not cover the DVector as its old ranks held it are refused, saying
+    /// which part is wrong; so is a length other than the DVector's.
+    #[test]
+    fn parts_that_do_not_tile_the_dvector_are_refused() {
+        let three = parts(3, 23);
+        let got = simulate(2, || {
+            let v = DVector::from_fn(23, |_| Vec::<u32>::new()).unwrap();
+            let missing: Vec<&[u8]> = vec![&three[0], &three[2]];
+            let swapped: Vec<&[u8]> = vec![&three[1], &three[0], &three[2]];
+            let other = parts(2, 24);
+            let longer: Vec<&[u8]> = other.iter().map(Vec::as_slice).collect();
+            [missing, swapped, longer]
+                .map(|p| v.table.restore_parts("test", &p).unwrap_err().to_string())
+        });
+        let [missing, swapped, longer] = &got[0];
+        assert!(
+            missing.contains("by rank 0 of 2 holds 8 elements from 0 of 23; that rank held 12"),
+            "{missing}"
+        );
+        assert!(
+            swapped.contains("by rank 0 of 3 holds 8 elements from 8 of 23"),
+            "{swapped}"
+        );
+        assert!(
+            longer.contains("has 24 elements, the DVector 23"),
+            "{longer}"
         );
     }
 }

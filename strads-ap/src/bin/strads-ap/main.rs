@@ -43,7 +43,8 @@
 //! recovery mode (not when a rank had left early, or exited 0 mid-job and the others
 //! lost it: that would happen again): the program replays from the top, skipping the loop calls the newest
 //! valid checkpoint covers. `--resume C` starts in recovery mode from the checkpoints in
-//! C (after the launcher itself died, for example).
+//! C (after the launcher itself died, for example), with any number of ranks: a job that
+//! lost a machine for good resumes on fewer, its tables repartitioned as they load.
 //!
 //! The pieces: [`job`] decides the processes and their variables (local, [`ssh`],
 //! [`slurm`]); [`supervise`] starts, watches and stops them; [`sys`] holds the system
@@ -188,7 +189,8 @@ struct RunArgs {
     #[arg(long, value_name = "R", default_value_t = 0)]
     max_restarts: usize,
 
-    /// Resume a job from the checkpoints in C (recovery mode from the first start).
+    /// Resume a job from the checkpoints in C (recovery mode from the first start), with
+    /// `-n` ranks whatever number made them.
     #[arg(long, value_name = "C")]
     resume: Option<PathBuf>,
 
