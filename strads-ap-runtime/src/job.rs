@@ -43,6 +43,9 @@ pub fn init() -> Result<()> {
 pub fn init_with(config: Config) -> Result<()> {
     check_threads(config.threads)?;
     let fresh = cluster::start(&config)?;
+    if config.gather_limit.is_some() {
+        crate::dds::set_gather_limit(config.gather_limit);
+    }
     if fresh && config.checkpoint.is_some() {
         checkpoint::configure(config.checkpoint.clone());
     }

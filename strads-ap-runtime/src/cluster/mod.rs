@@ -30,6 +30,8 @@ pub mod env {
     pub const SEED: &str = "STRADS_SEED";
     /// `1` to print what the runtime does (reconnaissance, plans) to stderr.
     pub const VERBOSE: &str = "STRADS_VERBOSE";
+    /// [`Config::gather_limit`](super::Config::gather_limit), in bytes.
+    pub const GATHER_LIMIT: &str = "STRADS_GATHER_LIMIT";
     /// Slurm's rank, read when `STRADS_RANK` is not set.
     pub const SLURM_PROCID: &str = "SLURM_PROCID";
     /// The job's output directory, set by the launcher.
@@ -64,6 +66,10 @@ pub struct Config {
     /// Checkpoints after loop operators and recovery (see [`crate::checkpoint`]), turned
     /// on by [`crate::init_with`].
     pub checkpoint: Option<CheckpointConfig>,
+    /// Most bytes a driver operator may copy whole onto a rank (`to_vec`, `iter`, and
+    /// `with_all` across ranks): past it they fail with an error rather than exhaust
+    /// the memory. `None`: half the machine's memory. `STRADS_GATHER_LIMIT` sets it.
+    pub gather_limit: Option<u64>,
 }
 
 impl Default for Config {
@@ -75,6 +81,7 @@ impl Default for Config {
             seed: 0x5eed_5eed,
             verbose: false,
             checkpoint: None,
+            gather_limit: None,
         }
     }
 }
@@ -113,6 +120,12 @@ impl Config {
     /// The same, printing what the runtime does to stderr.
     pub fn verbose(mut self, verbose: bool) -> Self {
         self.verbose = verbose;
+        self
+    }
+
+    /// The same job with a gather limit of `bytes` (see [`Config::gather_limit`]).
+    pub fn with_gather_limit(mut self, bytes: u64) -> Self {
+        self.gather_limit = Some(bytes);
         self
     }
 
@@ -155,6 +168,9 @@ impl Config {
         }
         if let Some(verbose) = read(env::VERBOSE)? {
             config.verbose = verbose != 0;
+        }
+        if let Some(limit) = read(env::GATHER_LIMIT)? {
+            config.gather_limit = Some(limit);
         }
         config.checkpoint = CheckpointConfig::from_env()?;
         if config.world_size == 0 || config.rank >= config.world_size {

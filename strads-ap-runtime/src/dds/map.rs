@@ -597,11 +597,22 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     }
 
     /// All pairs, sorted by the stable hash of the key (the same order on every rank).
+    ///
+    /// Fails, on every rank, if that copy would be larger than the gather limit (by
+    /// default half the machine's memory; see [`set_gather_limit`](super::set_gather_limit)).
     pub fn to_vec(&self) -> Result<Vec<(K, V)>> {
         let op = "DMap::to_vec";
         let mut pairs: Vec<(K, V)> = {
             let data = self.table.read(op)?;
-            match self.table.dist(op)? {
+            let comm = self.table.dist(op)?;
+            // Every rank holds every entry; each counts its share of the copy's size.
+            let n = data.values.len();
+            let whole = super::table::estimate_bytes(&data.values, n)
+                + super::table::estimate_bytes(&data.keys, n);
+            let share = whole / comm.map_or(1, |c| c.world_size());
+            let what = format!("map {}", self.table.id);
+            super::gather::check_gather(op, &what, n, share as u64, comm)?;
+            match comm {
                 None => data.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 Some(comm) => {
                     let me = self.table.ctx.rank();

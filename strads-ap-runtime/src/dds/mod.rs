@@ -8,6 +8,7 @@
 
 pub mod body;
 mod direct;
+mod gather;
 mod lock_view;
 mod map;
 pub(crate) mod persist;
@@ -20,6 +21,7 @@ mod view;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
 pub use direct::{DirectFallback, DirectView};
+pub use gather::set_gather_limit;
 pub use lock_view::{LockFallback, LockView};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use table::{table_memory, TableMemory};

@@ -329,9 +329,24 @@ impl<T: Element> DVector<T> {
     }
 
     /// All elements, in order, as a `Vec` (on every rank).
+    ///
+    /// Fails, on every rank, if that copy would be larger than the gather limit (by
+    /// default half the machine's memory; see [`set_gather_limit`](super::set_gather_limit)).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let local = self.table.read("DVector::to_vec")?.clone();
-        match self.dist("DVector::to_vec")? {
+        self.gathered("DVector::to_vec")
+    }
+
+    /// [`DVector::to_vec`] for operator `op`.
+    fn gathered(&self, op: &'static str) -> Result<Vec<T>> {
+        let comm = self.dist(op)?;
+        let local = {
+            let data = self.table.read(op)?;
+            let bytes = super::table::estimate_bytes(&data, data.len()) as u64;
+            let what = format!("DVector {}", self.table.id);
+            super::gather::check_gather(op, &what, self.table.len, bytes, comm)?;
+            data.clone()
+        };
+        match comm {
             None => Ok(local),
             Some(comm) => Ok(comm.allgather(local)?.concat()),
         }
@@ -339,7 +354,8 @@ impl<T: Element> DVector<T> {
 
     /// Runs `f` on all elements, read-only, without copying them in a world of one (the
     /// cheap way to evaluate a model in driver code). In a job of several ranks every rank
-    /// first gathers a copy of all elements.
+    /// first gathers a copy of all elements, which fails as [`DVector::to_vec`] does past
+    /// the gather limit.
     ///
     /// ```
     /// use strads_ap_runtime::DVector;
@@ -350,16 +366,17 @@ impl<T: Element> DVector<T> {
     /// ```
     pub fn with_all<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
         if self.dist("DVector::with_all")?.is_some() {
-            let all = self.to_vec()?;
+            let all = self.gathered("DVector::with_all")?;
             return Ok(f(&all));
         }
         let data = self.table.read("DVector::with_all")?;
         Ok(f(&data))
     }
 
-    /// An iterator over copies of the elements (a snapshot taken now).
+    /// An iterator over copies of the elements (a snapshot taken now; past the gather
+    /// limit, an error as for [`DVector::to_vec`]).
     pub fn iter(&self) -> Result<std::vec::IntoIter<T>> {
-        Ok(self.to_vec()?.into_iter())
+        Ok(self.gathered("DVector::iter")?.into_iter())
     }
 
     /// A new DVector with `f` applied to every element (in parallel; each rank maps its
@@ -524,20 +541,53 @@ impl<T: Element> DVector<T> {
 
     /// Reads a DVector written by [`DVector::save`]; checks the element type and checksum.
     ///
-    /// In a job of several ranks rank 0 reads the file and every rank keeps its range.
+    /// In a job of several ranks rank 0 reads the file and sends every other rank just
+    /// its range.
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DVector::load";
         Self::made(op, || {
             let ctx = crate::cluster::here();
-            let comm = match ctx.is_distributed() {
-                true => Some(ctx.comm_for(op)?),
-                false => None,
-            };
-            let data: Vec<T> = super::snapshot::on_driver(comm, op, || {
-                super::snapshot::load_snapshot(path.as_ref(), "DVector")
+            if !ctx.is_distributed() {
+                let data = super::snapshot::load_snapshot(path.as_ref(), "DVector")?;
+                return Ok(Self::from_data(data));
+            }
+            let comm = ctx.comm_for(op)?;
+            let world = comm.world_size();
+            let mut read = None;
+            // Every rank learns the length (or rank 0's error)...
+            let len = super::snapshot::on_driver(Some(comm), op, || {
+                let data: Vec<T> = super::snapshot::load_snapshot(path.as_ref(), "DVector")?;
+                let len = data.len();
+                read = Some(data);
+                Ok(len)
             })?;
-            Ok(Self::from_data(data))
+            // ...and its range, cut from the end of rank 0's copy.
+            let partition = RangePartition::new(len, world);
+            let parts: Vec<Vec<T>> = match read {
+                Some(mut all) => {
+                    let mut parts: Vec<Vec<T>> = (0..world)
+                        .rev()
+                        .map(|r| all.split_off(partition.range(r).start))
+                        .collect();
+                    parts.reverse();
+                    parts
+                }
+                None => (0..world).map(|_| Vec::new()).collect(),
+            };
+            let local = comm.all_to_all(parts)?.swap_remove(0);
+            let own = partition.range(comm.rank());
+            if local.len() != own.len() {
+                return Err(Error::BadPeerData {
+                    rank: 0,
+                    what: format!(
+                        "the range of {} loaded for this rank",
+                        path.as_ref().display()
+                    ),
+                    message: format!("{} elements; this rank holds {}", local.len(), own.len()),
+                });
+            }
+            Ok(Self::from_local(ctx, len, local))
         })
     }
 

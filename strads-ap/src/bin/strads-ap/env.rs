@@ -15,6 +15,8 @@ pub const THREADS: &str = "STRADS_THREADS";
 pub const SEED: &str = "STRADS_SEED";
 /// `1` to make the runtime print what it does. Forwarded like [`SEED`].
 pub const VERBOSE: &str = "STRADS_VERBOSE";
+/// Most bytes a driver operator may copy whole onto a rank. Forwarded like [`SEED`].
+pub const GATHER_LIMIT: &str = "STRADS_GATHER_LIMIT";
 /// `host:port` where rank 0 listens and every other rank first connects.
 pub const RENDEZVOUS: &str = "STRADS_RENDEZVOUS";
 /// The job's secret: 32 random bytes as 64 hex digits. A process without it cannot join
@@ -68,6 +70,7 @@ mod tests {
         assert_eq!(super::THREADS, cluster::THREADS);
         assert_eq!(super::SEED, cluster::SEED);
         assert_eq!(super::VERBOSE, cluster::VERBOSE);
+        assert_eq!(super::GATHER_LIMIT, cluster::GATHER_LIMIT);
         assert_eq!(super::RENDEZVOUS, quic::RENDEZVOUS);
         assert_eq!(super::SECRET, quic::SECRET);
         assert_eq!(super::SECRET_FILE, quic::SECRET_FILE);
