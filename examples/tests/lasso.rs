@@ -129,3 +129,21 @@ fn a_malformed_data_file_is_named() {
     assert!(err.contains("bad.csv") && err.contains("line 2"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Across two processes over QUIC (one worker each), the dynamic loop reaches the serial
+/// twin's objective and support, every rank holding the same model (rank 0 prints it).
+#[test]
+fn two_processes_give_the_serial_objective() {
+    let Some(launcher) = common::launcher(env!("CARGO_BIN_EXE_lasso")) else {
+        return;
+    };
+    let size = ["--rows", "300", "--features", "800", "--density", "0.05"];
+    let serial = run(env!("CARGO_BIN_EXE_lasso-serial"), &size);
+    let logs = std::env::temp_dir().join(format!("strads-lasso-ranks-{}", std::process::id()));
+    let args = common::launch_args(2, 1, &logs, &[], env!("CARGO_BIN_EXE_lasso"), &size);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (strads, _) = run_json(&launcher.display().to_string(), &args, TIMEOUT);
+    assert_eq!(num(&strads, "ranks"), 2.0, "{strads}");
+    assert_same_solution(&serial, &strads);
+    let _ = std::fs::remove_dir_all(&logs);
+}

@@ -472,21 +472,129 @@ fn a_priority_on_a_table_the_body_does_not_use_is_refused() {
     assert!(e.contains("has 3 elements and the range ends at 10"), "{e}");
 }
 
+/// Across ranks every rank keeps the same scheduler and the same tables: the rounds
+/// converge where the serial program does, and every rank ends with the same model, bit
+/// for bit.
 #[test]
-fn across_ranks_the_dynamic_loop_is_refused_with_a_reason() {
+fn across_ranks_priority_rounds_converge_to_the_serial_objective() {
+    let pr = problem(400, 120);
+    let order: Vec<usize> = (0..300).flat_map(|_| 0..120).collect();
+    let (r, beta) = serial(&pr, &order);
+    let best = objective(&r, &beta, pr.lambda);
+    let support = |b: &[f64]| b.iter().map(|v| v.abs() > 1e-6).collect::<Vec<_>>();
+    for (ranks, depends) in [(2, Depends::overlap(0.3)), (3, Depends::none())] {
+        let results = simulate(ranks, || {
+            converge(&pr, 1, |beta| {
+                Dynamic::new(Priority::change(beta))
+                    .depends(depends.clone())
+                    .round(24)
+            })
+        });
+        let (obj, b, stats) = &results[0];
+        assert!(
+            (obj - best).abs() <= 1e-6 * best,
+            "{ranks} ranks, {depends:?}: {obj} against the serial {best} ({stats:?})"
+        );
+        assert_eq!(support(b), support(&beta), "{ranks} ranks, {depends:?}");
+        assert_eq!(stats.reconnaissance, 1, "{stats:?}");
+        for (rank, other) in results.iter().enumerate().skip(1) {
+            assert_eq!((other.0, &other.1), (*obj, b), "rank {rank} of {ranks}");
+            assert_eq!(other.2.updates, stats.updates, "rank {rank} of {ranks}");
+        }
+    }
+}
+
+/// Across ranks a written table shared by indices stays serializable (each counter's
+/// indices go to one rank's group of a round), and relaxed sums lose no change, at keys
+/// reconnaissance foresaw or not.
+#[test]
+fn across_ranks_written_tables_are_exact_and_relaxed_sums_lose_nothing() {
+    let n = 600;
+    let results = simulate(3, || {
+        let counts = DVector::from_vec(vec![0u64; 3])?;
+        let marks = DVector::from_vec(vec![0u32; n])?;
+        let long = DVector::from_vec(vec![0.0f64; 5_000])?.relaxed(Relaxed::Sum);
+        let shift = DVector::from_vec(vec![0usize; 1])?;
+        let schedule = Dynamic::new(Priority::uniform()).round(32);
+        for call in 0..4 {
+            shift.set(0, call * 7)?;
+            async_for!(
+                0..n,
+                |k| {
+                    counts[k % 3] += 1;
+                    marks[k] += 1;
+                    long[(k * 97 + shift[0]) % 5_000] += 1.0;
+                },
+                Opts::new().threads(1).dynamic(schedule.clone())
+            )?;
+        }
+        Ok((
+            counts.to_vec()?,
+            marks.to_vec()?,
+            long.to_vec()?.iter().sum::<f64>(),
+            schedule.stats(),
+        ))
+    });
+    let results: Vec<_> = results.into_iter().map(|r: Result<_>| r.unwrap()).collect();
+    let (counts, marks, long, stats) = &results[0];
+    assert_eq!(stats.updates, 4 * n as u64, "{stats:?}");
+    assert_eq!(counts.iter().sum::<u64>(), 4 * n as u64);
+    assert_eq!(marks.iter().map(|&m| m as u64).sum::<u64>(), 4 * n as u64);
+    assert_eq!(*long, 4.0 * n as f64);
+    for other in &results[1..] {
+        assert_eq!((&other.0, &other.1, other.2), (counts, marks, *long));
+    }
+}
+
+/// A body that panics on one rank in a round fails the call on every rank (no rank waits
+/// for a round that will not come), naming the rank; the loop runs again afterwards.
+#[test]
+fn across_ranks_a_panicking_index_is_an_error_on_every_rank() {
     let results = simulate(2, || {
         let beta = DVector::from_vec(vec![0.0f64; 64])?;
-        async_for!(
-            0..64,
-            |j| beta[j] += 1.0,
-            Opts::new().dynamic(Dynamic::new(Priority::change(&beta)))
-        )
+        let trip = DVector::from_vec(vec![false])?;
+        let schedule = Dynamic::new(Priority::cyclic());
+        let run = |beta: &DVector<f64>, trip: &DVector<bool>| {
+            async_for!(
+                0..64,
+                |j| {
+                    if trip[0] && j == 40 {
+                        panic!("index 40 trips");
+                    }
+                    beta[j] += 1.0;
+                },
+                Opts::new().dynamic(schedule.clone())
+            )
+        };
+        // The first call reconnoitres every index on every rank: untripped.
+        trip.set(0, false)?;
+        run(&beta, &trip)?;
+        trip.set(0, true)?;
+        let failed = run(&beta, &trip).map_err(|e| e.to_string());
+        trip.set(0, false)?;
+        run(&beta, &trip)?;
+        Ok::<_, strads_ap::Error>((failed, beta.to_vec()?))
     });
+    let mut messages = Vec::new();
     for r in results {
-        let e = r.unwrap_err().to_string();
-        assert!(
-            e.contains("Opts::dynamic runs in a world of one process for now"),
-            "{e}"
-        );
+        let (failed, beta) = r.unwrap();
+        messages.push(failed.unwrap_err());
+        // The calls before and after the failure ran every index.
+        assert!(beta.iter().all(|&b| b >= 2.0), "{beta:?}");
     }
+    // The rank whose group held index 40 says why; the other names that rank.
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m.contains("index 40 trips"))
+            .count(),
+        2,
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("failed in a round of the loop")),
+        "{messages:?}"
+    );
 }

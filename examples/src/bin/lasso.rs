@@ -15,6 +15,7 @@
 //! cargo run --release -p strads-ap-examples --bin lasso -- --threads 2
 //! cargo run --release -p strads-ap-examples --bin lasso -- --data ../shared/data/lasso/diabetes.csv
 //! cargo run --release -p strads-ap-examples --bin lasso -- --compare-orders
+//! strads-ap run -n 2 --threads 1 -- target/release/lasso    # across two processes
 //! ```
 
 use std::time::Instant;
@@ -60,14 +61,14 @@ impl Tables {
 }
 
 /// The schedule `--order`, `--depends`, `--round` and `--eta` describe, for the
-/// coefficients `beta`.
+/// coefficients `beta`, run by `workers` workers in all (threads times ranks).
 #[allow(clippy::too_many_arguments)]
 fn schedule(
     order: OrderArg,
     depends: &str,
     round: Option<usize>,
     eta: Option<f64>,
-    threads: usize,
+    workers: usize,
     beta: &DVector<f64>,
     cols: &[Column],
     rows: usize,
@@ -81,7 +82,7 @@ fn schedule(
         None if depends == "none" => Depends::none(),
         Some(("overlap", t)) => Depends::overlap(t.parse().context("--depends overlap:T")?),
         // One worker runs each round in order: nothing to test.
-        Some(_) if threads == 1 => Depends::none(),
+        Some(_) if workers == 1 => Depends::none(),
         Some(("corr", rho)) => {
             // STRADS's test, |x_jᵀx_k| ≥ R, listed once for all pairs.
             let rho: f64 = rho.parse().context("--depends corr:R")?;
@@ -189,7 +190,7 @@ fn solve(args: &LassoArgs, p: &Problem, threads: usize) -> Result<()> {
         &args.depends,
         args.round,
         args.eta,
-        threads,
+        threads * strads_ap::world_size(),
         &t.beta,
         &p.cols,
         p.rows(),

@@ -23,6 +23,12 @@
 //! so the result is exactly that of the serial loop visiting the indices in the order
 //! the rounds chose.
 //!
+//! Across ranks, each rank runs one share of every round on one worker, and the ranks
+//! exchange the round's changes before the next: the written tables' elements each share
+//! touched, and the relaxed tables' changes summed in rank order from the round's start.
+//! Every rank keeps the same scheduler, so the same guarantees hold with ranks for
+//! workers, and every rank ends the call with the same tables.
+//!
 //! # Examples
 //! Coordinate descent that updates the coordinates whose last change was largest first:
 //! ```

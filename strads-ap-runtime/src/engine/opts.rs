@@ -84,7 +84,7 @@ impl Opts {
     /// indices by the schedule's [`Priority`](super::Priority), leaves out those that
     /// [`Depends`](super::Depends) on one already taken, runs the rest on all workers and
     /// updates the priorities. See [`Dynamic`](super::Dynamic) for what a round
-    /// guarantees. (A world of one process for now.)
+    /// guarantees. Across ranks each rank runs one share of every round on one worker.
     pub fn dynamic(mut self, schedule: super::Dynamic) -> Self {
         self.dynamic = Some(schedule);
         self

@@ -28,13 +28,13 @@ use crate::recon::{AccessLog, LogShape};
 
 /// What every rank says about itself when entering a distributed `async_for!`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Entry {
-    threads: usize,
-    cached: bool,
+pub(super) struct Entry {
+    pub threads: usize,
+    pub cached: bool,
     /// Per slot: the table has a shadow here.
-    has: Vec<bool>,
+    pub has: Vec<bool>,
     /// Per slot: the shadow is current for the cached plan.
-    fresh: Vec<bool>,
+    pub fresh: Vec<bool>,
 }
 
 /// Most worker threads a rank may say it has: more is taken for a malformed entry (the
@@ -192,7 +192,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
 
 /// The ranks agree on how they enter the call: threads, whether all have the plan cached
 /// (the cached plan is dropped otherwise), which shadows all hold.
-fn agree<Task, I>(
+pub(super) fn agree<Task, I>(
     l: &Loop<'_, '_, Task, I>,
     comm: &Comm,
     cached: Option<Cached>,
@@ -409,9 +409,9 @@ fn run_steps<Task: Sync, I: LoopIndex>(
 
 /// Cuts tables back to this rank's range when a distributed loop ends, however it ends,
 /// keeping the full-length elements as shadows.
-struct Shrink<'a> {
-    tables: Vec<&'a dyn TableHandle>,
-    validity: Vec<ShadowValidity>,
+pub(super) struct Shrink<'a> {
+    pub tables: Vec<&'a dyn TableHandle>,
+    pub validity: Vec<ShadowValidity>,
 }
 
 impl Drop for Shrink<'_> {

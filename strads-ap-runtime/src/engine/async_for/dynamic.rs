@@ -16,6 +16,7 @@
 //! as they come free; the first worker chooses the next round from priorities one round
 //! old while the others start on this one. One worker in a world of one runs the rounds
 //! in order on the tables directly, each chosen from the priorities of all before it.
+//! Across ranks, `ranks` runs one group per rank and exchanges each round's changes.
 //!
 //! [`Opts::dynamic`]: crate::Opts::dynamic
 
@@ -39,6 +40,8 @@ use crate::plan::{self, SlotMode};
 use crate::sync::{Mutex, RwLock};
 use crate::util::panic_message;
 
+mod ranks;
+
 /// Runs the call in rounds chosen by `dynamic`'s scheduler.
 pub(super) fn run<Task: Sync, I: LoopIndex>(
     l: &Loop<'_, '_, Task, I>,
@@ -46,13 +49,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
 ) -> Result<Ran> {
     let site = l.call.site;
     if l.call.here.is_distributed() {
-        return Err(Error::invalid(
-            "async_for!",
-            format!(
-                "{site}: Opts::dynamic runs in a world of one process for now (any number of \
-                 threads); across ranks, run the loop without it"
-            ),
-        ));
+        let comm = l.call.here.comm_for(site.operator())?;
+        return ranks::run(l, dynamic, comm);
     }
     let locked = l.call.lock()?;
     let bases = &locked.bases;
@@ -81,7 +79,12 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let mut step = Step {
         start: l.start,
         n: l.n,
-        threads,
+        // Several workers pull groups as they come free: more groups than workers keep
+        // them busy while the first one chooses the next round.
+        groups: match threads {
+            1 => 1,
+            t => (2 * t).min(64),
+        },
         bases,
         config: &config,
         priority,
@@ -136,10 +139,11 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
 
 /// What choosing and closing a round needs, besides the scheduler's state.
 struct Step<'s> {
-    /// The loop's first index, its number of indices, and the call's workers.
+    /// The loop's first index and its number of indices.
     start: usize,
     n: usize,
-    threads: usize,
+    /// Groups per round: one worker's own, or one per rank across ranks.
+    groups: usize,
     bases: &'s [Base],
     config: &'s Config,
     priority: Option<(usize, ReadF64)>,
@@ -170,15 +174,9 @@ impl Step<'_> {
         if self.chosen >= self.budget || self.n == 0 {
             return false;
         }
-        // Several workers pull groups as they come free: more groups than workers keep
-        // them busy while the first one chooses the next round.
-        let groups = match self.threads {
-            1 => 1,
-            t => (2 * t).min(64),
-        };
         let want = self.max.min(self.budget - self.chosen);
         let sched = state.sched.as_mut().expect("made");
-        state.stats.deferred += sched.choose(want, groups, self.config);
+        state.stats.deferred += sched.choose(want, self.groups, self.config);
         self.chosen += sched.round.len();
         !sched.round.is_empty()
     }
