@@ -799,6 +799,31 @@ pub(crate) trait Merger: Send + Sync {
         start: &(dyn Any + Send),
         count: Option<usize>,
     ) -> Result<()>;
+    /// Appends this rank's change to the master since `start` (a [`Merger::snapshot`]),
+    /// encoded for [`Merger::add_changes`]: the master less the snapshot, element by
+    /// element.
+    ///
+    /// # Safety
+    /// As for [`Merger::replica`], with the snapshot's length.
+    unsafe fn encode_change(
+        &self,
+        master: *const u8,
+        start: &(dyn Any + Send),
+        out: &mut Vec<u8>,
+    ) -> Result<()>;
+    /// Makes the master `start` plus the sum of `changes`, every rank's
+    /// [`Merger::encode_change`] in rank order: ranks that add the same changes in the
+    /// same order end with the same values, bit for bit. A change that does not decode
+    /// is an error naming its position as the rank that sent it.
+    ///
+    /// # Safety
+    /// As for [`Merger::push`]; `start` is a snapshot of this table's master.
+    unsafe fn add_changes(
+        &self,
+        master: *mut u8,
+        start: &(dyn Any + Send),
+        changes: &[&[u8]],
+    ) -> Result<()>;
 }
 
 /// A worker's copy of a table: the values it started from and the values it works on.
@@ -1010,6 +1035,86 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             }
             m.clone_from(s);
             m.add_delta(d);
+        }
+        Ok(())
+    }
+
+    unsafe fn encode_change(
+        &self,
+        master: *const u8,
+        start: &(dyn Any + Send),
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let start = start
+            .downcast_ref::<Vec<T>>()
+            .expect("strads-ap internal error: snapshot of another element type");
+        // SAFETY: the caller guarantees as many initialised `T`s as the snapshot holds,
+        // which no one writes now.
+        let master = unsafe { std::slice::from_raw_parts(master as *const T, start.len()) };
+        let change: Vec<T> = master
+            .iter()
+            .zip(start)
+            .map(|(m, s)| {
+                let mut d = m.clone();
+                d.sub_delta(s);
+                d
+            })
+            .collect();
+        *out = postcard::to_extend(&change, std::mem::take(out)).map_err(|e| Error::Codec {
+            what: format!("the changes to {}", self.table.describe()),
+            message: e.to_string(),
+        })?;
+        Ok(())
+    }
+
+    unsafe fn add_changes(
+        &self,
+        master: *mut u8,
+        start: &(dyn Any + Send),
+        changes: &[&[u8]],
+    ) -> Result<()> {
+        if let Aggregation::Custom(_) = self.aggregation() {
+            return Err(Error::Config(format!(
+                "{} has a custom aggregation, which is not supported across ranks yet \
+                 (use Average or Sum)",
+                self.table.describe()
+            )));
+        }
+        let start = start
+            .downcast_ref::<Vec<T>>()
+            .expect("strads-ap internal error: snapshot of another element type");
+        let decoded = changes
+            .iter()
+            .enumerate()
+            .map(|(rank, bytes)| {
+                let change: Vec<T> =
+                    postcard::from_bytes(bytes).map_err(|e| Error::BadPeerData {
+                        rank,
+                        what: format!("the changes to {}", self.table.describe()),
+                        message: e.to_string(),
+                    })?;
+                match change.len() == start.len() {
+                    true => Ok(change),
+                    false => Err(Error::BadPeerData {
+                        rank,
+                        what: format!("the changes to {}", self.table.describe()),
+                        message: format!(
+                            "{} elements; the table has {}",
+                            change.len(),
+                            start.len()
+                        ),
+                    }),
+                }
+            })
+            .collect::<Result<Vec<Vec<T>>>>()?;
+        // SAFETY: the caller guarantees exclusive access to the master's initialised `T`s,
+        // as many as the snapshot holds.
+        let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, start.len()) };
+        for (i, (m, s)) in master.iter_mut().zip(start).enumerate() {
+            m.clone_from(s);
+            for change in &decoded {
+                m.add_delta(&change[i]);
+            }
         }
         Ok(())
     }

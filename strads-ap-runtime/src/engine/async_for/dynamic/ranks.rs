@@ -7,7 +7,7 @@
 //! the elements of written tables that their tasks touch (no two groups share one, by the
 //! scheduler's choice, and the views refuse any a task's reconnaissance did not show), and
 //! the relaxed tables' changes, added in rank order to the values the round started from
-//! (`Merger::combine_ranks`). So every rank ends each round with the same tables, reads the
+//! (`Merger::add_changes`), all in one all-gather. So every rank ends each round with the same tables, reads the
 //! same priorities, and draws the same next round. A call ends with every rank holding the
 //! tables whole and current: their shadows serve the next call without a gather.
 //!
@@ -287,8 +287,18 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
             };
             packed.push(out);
         }
+        // And the relaxed tables' changes: one message per rank and round for all.
+        let mut changes = Vec::with_capacity(self.relaxed.len());
+        for (&slot, start) in self.relaxed.iter().zip(&starts) {
+            let merger = registry.entries[slot].merger.as_ref().expect("merger");
+            let mut out = Vec::new();
+            // SAFETY: the table is locked by this engine, no body runs now, and `start` is
+            // its snapshot from the round's start.
+            unsafe { merger.encode_change(bases[slot].ptr, &**start, &mut out)? };
+            changes.push(out);
+        }
         let said = failed.as_ref().map(ToString::to_string);
-        let all = comm.allgather((said, packed))?;
+        let all = comm.allgather((said, packed, changes))?;
         for &t in &sched.round {
             for (slot, key) in sched.checked_keys(t) {
                 self.tags[slot][key].store(UNTOUCHED, Ordering::Relaxed);
@@ -297,7 +307,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
         if let Some(e) = failed {
             return Err(e);
         }
-        if let Some((r, (Some(why), _))) = all.iter().enumerate().find(|(_, a)| a.0.is_some()) {
+        if let Some((r, (Some(why), _, _))) = all.iter().enumerate().find(|(_, a)| a.0.is_some()) {
             return Err(Error::invalid(
                 "async_for!",
                 format!(
@@ -306,16 +316,18 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
                 ),
             ));
         }
-        for (r, (_, parts)) in all.iter().enumerate().filter(|(r, _)| *r != me) {
+        for (r, (_, parts, changes)) in all.iter().enumerate().filter(|(r, _)| *r != me) {
             let theirs = Self::group(sched, r);
-            if parts.len() != self.checked.len() {
+            if parts.len() != self.checked.len() || changes.len() != self.relaxed.len() {
                 return Err(Error::BadPeerData {
                     rank: r,
                     what: format!("the changes of a round of {}", l.call.site),
                     message: format!(
-                        "{} written tables; the loop writes {}",
+                        "{} written and {} relaxed tables; the loop has {} and {}",
                         parts.len(),
-                        self.checked.len()
+                        changes.len(),
+                        self.checked.len(),
+                        self.relaxed.len()
                     ),
                 });
             }
@@ -331,11 +343,11 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
                 };
             }
         }
-        for (&slot, start) in self.relaxed.iter().zip(&starts) {
+        for (i, (&slot, start)) in self.relaxed.iter().zip(&starts).enumerate() {
             let merger = registry.entries[slot].merger.as_ref().expect("merger");
-            // SAFETY: the table is locked by this engine, no body runs now, and `start` is
-            // its snapshot from the round's start.
-            unsafe { merger.combine_ranks(comm, bases[slot].ptr, &**start, None)? };
+            let changes: Vec<&[u8]> = all.iter().map(|a| a.2[i].as_slice()).collect();
+            // SAFETY: as above.
+            unsafe { merger.add_changes(bases[slot].ptr, &**start, &changes)? };
         }
         Ok(())
     }
