@@ -430,6 +430,44 @@ fn a_parameter_dependent_access_is_detected_across_ranks() {
     assert_eq!(outside, 1);
 }
 
+/// Across ranks, a group skips tag checks for the keys of its block of a table whose
+/// blocks stay on their rank, where the rank owns them: no other rank touches them during
+/// the call, and they are current. In a rotation over users (even ids only) and items, a
+/// write to a user reconnaissance saw no task touch (task 40 now writes the odd user
+/// beside its own, in its block) is then no error, and the result is a world of one's.
+#[test]
+fn an_unforeseen_write_in_a_ranks_own_staying_block_is_exact() {
+    let job = |threads: usize| {
+        let users = DVector::from_fn(2000, |k| (k * 7) % 100 * 2)?;
+        let items = DVector::from_fn(2000, |k| k % 20)?;
+        let w = DVector::from_fn(200, |_| 0u32)?;
+        let h = DVector::from_fn(20, |_| 0u32)?;
+        let run = || {
+            async_for!(
+                0..users.len(),
+                |k| {
+                    w[users[k]] += 1;
+                    h[items[k]] += 1;
+                },
+                Opts::new().threads(threads)
+            )
+        };
+        run()?;
+        let u = users.get(40)?;
+        users.set(40, u + 1)?;
+        run()?;
+        let strategies: Vec<&str> = strads_ap::loop_stats().iter().map(|s| s.strategy).collect();
+        Ok::<_, Error>((w.to_vec()?, h.to_vec()?, strategies))
+    };
+    let alone = job(2).unwrap();
+    assert_eq!(alone.0.iter().sum::<u32>(), 4000);
+    for r in on_ranks(2, move || job(1)) {
+        let dist = r.unwrap();
+        assert_eq!((&dist.0, &dist.1), (&alone.0, &alone.1));
+        assert!(dist.2.contains(&"rotation"), "{:?}", dist.2);
+    }
+}
+
 /// Under `recheck(true)` across ranks, a body whose writes follow values other tasks of the
 /// same call change (write only while a condition holds, as a hinge loss does) fails with
 /// an error that says so and names the fixes, not with advice to pass `recheck(true)`.

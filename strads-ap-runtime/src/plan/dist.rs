@@ -24,7 +24,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use super::{Plan, Schedule, SlotMode};
+use super::{Plan, Rotation, Schedule, SlotMode};
 use crate::store::RangePartition;
 
 /// Ranks an `async_for!` can span: element holders are tracked in a 64-bit set.
@@ -158,6 +158,31 @@ impl DistPlan {
 
 /// Which work each rank runs in each step (see the module docs), hashing the cutting into
 /// `hasher`.
+/// Whether a rotation has one dimension only (no column table, or one column block): its
+/// row blocks are spread over the ranks and nothing moves.
+fn one_dim(rot: &Rotation) -> bool {
+    rot.col_slot.is_none() || rot.cols == 1
+}
+
+/// Whether a rotation's column blocks stay on their ranks across ranks (and its row
+/// blocks move): the larger rotated table stays, the other moves around the ring.
+fn col_stays(rot: &Rotation, lens: &[usize]) -> bool {
+    match rot.col_slot {
+        Some(c) if !one_dim(rot) => lens[c] > lens[rot.row_slot],
+        _ => false,
+    }
+}
+
+/// The slots of a rotation windowed by the blocks that stay on their ranks across ranks
+/// (see [`DistPlan::new`]): every task that touches a key of such a block runs on the
+/// block's rank, so a rank holds the keys of its blocks alone for the whole call.
+pub(crate) fn staying_slots<'r>(rot: &'r Rotation, lens: &[usize]) -> &'r [usize] {
+    match col_stays(rot, lens) {
+        true => &rot.col_windowed,
+        false => &rot.row_windowed,
+    }
+}
+
 fn cut_steps(
     plan: &Plan,
     lens: &[usize],
@@ -168,16 +193,12 @@ fn cut_steps(
     match &plan.schedule {
         Schedule::Rotation(rot) => {
             let share = |b: u32, blocks: usize| b as usize * world / blocks.max(1);
-            let one_dim = rot.col_slot.is_none() || rot.cols == 1;
+            let one_dim = one_dim(rot);
             let steps = if one_dim { 1 } else { world };
             for w in &mut per_rank {
                 *w = vec![Work::Cells(Vec::new()); steps];
             }
-            // The larger rotated table stays; the other moves around the ring.
-            let col_stays = match rot.col_slot {
-                Some(c) if !one_dim => lens[c] > lens[rot.row_slot],
-                _ => false,
-            };
+            let col_stays = col_stays(rot, lens);
             for (i, cell) in rot.cells.iter().enumerate() {
                 let (stay, stay_blocks, moving, moving_blocks) = if col_stays {
                     (cell.col, rot.cols, cell.row, rot.rows)

@@ -13,25 +13,56 @@ use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, Schedule, SlotMode, Work};
 use crate::sync::{Condvar, Mutex};
 
-/// Points a worker's checked bindings at `group`: the tag it may access and, in a world of
-/// one (`alone`), the key window it holds alone. (Not across ranks: there a key no task
-/// touched in reconnaissance may not have been fetched to this rank.)
+/// Points a worker's checked bindings at `group`: the tag it may access and the key
+/// window it holds alone, where its views skip the tag (within `safe[slot]`; see
+/// [`safe_windows`]).
 fn bind_group(
     bindings: &mut [Binding],
     modes: &[SlotMode],
     schedule: &Schedule,
     group: GroupRef,
-    alone: bool,
+    safe: &[Range<usize>],
 ) {
     for (slot, b) in bindings.iter_mut().enumerate() {
         if modes[slot] == SlotMode::Checked {
             b.allowed = schedule.allowed(slot, group);
-            if alone {
-                let window = schedule.window(slot, group);
-                (b.window_start, b.window_len) = (window.start, window.len());
-            }
+            let window = schedule.window(slot, group);
+            let within = &safe[slot];
+            let (lo, hi) = (window.start.max(within.start), window.end.min(within.end));
+            (b.window_start, b.window_len) = (lo, hi.saturating_sub(lo));
         }
     }
+}
+
+/// Per slot, the keys within which a group's window may stand in for its tags. In a
+/// world of one, all of them. Across ranks, a key no task touched in reconnaissance may
+/// not have been fetched to this rank, nor a write to it sent back: only keys this rank
+/// owns (current when the call starts) of a table windowed by the rotation blocks that
+/// stay on their ranks (so no other rank touches them during the call) qualify.
+fn safe_windows(
+    l: &Loop<'_, '_, impl Sync, impl LoopIndex>,
+    bases: &[Base],
+    schedule: &Schedule,
+) -> Vec<Range<usize>> {
+    let here = &l.call.here;
+    if !here.is_distributed() {
+        return bases.iter().map(|b| 0..b.len).collect();
+    }
+    let Schedule::Rotation(rot) = schedule else {
+        return vec![0..0; bases.len()];
+    };
+    let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
+    let staying = plan::dist::staying_slots(rot, &lens);
+    (0..bases.len())
+        .map(|slot| {
+            let vector = !l.call.registry.entries[slot].table.is_map();
+            match vector && staying.contains(&slot) {
+                true => crate::store::RangePartition::new(bases[slot].len, here.world_size())
+                    .range(here.rank()),
+                false => 0..0,
+            }
+        })
+        .collect()
 }
 
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
@@ -71,7 +102,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         ..
     } = plan;
     let modes: &[SlotMode] = modes;
-    let alone = !l.call.here.is_distributed();
+    let safe = safe_windows(l, bases, schedule);
     let new_worker = |tags: &[Vec<u32>]| -> Worker<Task, I> {
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
             if modes[slot] == SlotMode::Checked {
@@ -92,7 +123,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     };
     let run_group = |w: &mut Worker<Task, I>, group: GroupRef, unit: u64, tasks: &[u32]| {
         let t0 = std::time::Instant::now();
-        bind_group(&mut w.ctx.bindings, modes, schedule, group, alone);
+        bind_group(&mut w.ctx.bindings, modes, schedule, group, &safe);
         w.ctx.unit.set(unit);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             (w.body)(task, &w.ctx, Indices::list(start, tasks, &w.ctx));
