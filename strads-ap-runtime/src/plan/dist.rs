@@ -173,14 +173,18 @@ fn col_stays(rot: &Rotation, lens: &[usize]) -> bool {
     }
 }
 
-/// The slots of a rotation windowed by the blocks that stay on their ranks across ranks
-/// (see [`DistPlan::new`]): every task that touches a key of such a block runs on the
-/// block's rank, so a rank holds the keys of its blocks alone for the whole call.
-pub(crate) fn staying_slots<'r>(rot: &'r Rotation, lens: &[usize]) -> &'r [usize] {
-    match col_stays(rot, lens) {
-        true => &rot.col_windowed,
-        false => &rot.row_windowed,
+/// The slots of a rotation whose blocks travel whole across ranks: those windowed by a
+/// dimension the steps split over the ranks (rows, and columns too unless the rotation
+/// has one dimension). A rank that runs a cell first fetches every key of the cell's
+/// blocks of them and then holds the blocks as written (see `Simulation::step`), so within
+/// a cell's window every key is current and any write goes on, and home, with its block:
+/// views may skip the tags there, as in a world of one.
+pub(crate) fn whole_block_slots(rot: &Rotation) -> Vec<usize> {
+    let mut slots = rot.row_windowed.clone();
+    if !one_dim(rot) {
+        slots.extend(&rot.col_windowed);
     }
+    slots
 }
 
 fn cut_steps(
@@ -339,6 +343,25 @@ impl<'p> Simulation<'p> {
     fn step(&mut self, per_rank: &[Vec<Work>], step: usize) -> Exchange {
         let plan = self.plan;
         let mut exchange = self.empty();
+        if let Schedule::Rotation(rot) = &plan.schedule {
+            let whole: Vec<usize> = whole_block_slots(rot)
+                .into_iter()
+                .filter(|&s| self.tracked[s])
+                .collect();
+            for (q, works) in per_rank.iter().enumerate() {
+                let Work::Cells(cells) = &works[step] else {
+                    continue;
+                };
+                for &c in cells {
+                    for &slot in &whole {
+                        let window = plan.schedule.window(slot, super::GroupRef::Cell(c));
+                        for key in window.start..window.end.min(self.lens[slot]) {
+                            self.touch(&mut exchange, slot, key, q, true);
+                        }
+                    }
+                }
+            }
+        }
         let mut count = 0usize;
         for works in per_rank {
             for_tasks(plan, &works[step], |_| count += 1);
@@ -382,13 +405,21 @@ impl<'p> Simulation<'p> {
     /// Task `t`, run by rank `q`: fetches what `q` does not hold, then `q` alone holds
     /// what the task writes.
     fn visit(&mut self, exchange: &mut Exchange, t: usize, q: usize) {
-        let bit = 1u64 << q;
         let plan = self.plan;
         for a in plan.log.task(t) {
             let (slot, key) = (a.slot(), a.key() as usize);
             if !self.tracked[slot] || key >= self.lens[slot] {
                 continue;
             }
+            self.touch(exchange, slot, key, q, a.write());
+        }
+    }
+
+    /// Rank `q` touches element `key` of `slot` (tracked, below its length): it fetches
+    /// the element if it does not hold it, and alone holds it if it writes it.
+    fn touch(&mut self, exchange: &mut Exchange, slot: usize, key: usize, q: usize, write: bool) {
+        let bit = 1u64 << q;
+        {
             let held = &mut self.holders[slot][key];
             if *held & bit == 0 {
                 let sources = *held & !self.arriving[slot][key];
@@ -412,7 +443,7 @@ impl<'p> Simulation<'p> {
                 }
                 self.arriving[slot][key] |= bit;
             }
-            if a.write() {
+            if write {
                 *held = bit;
             }
         }

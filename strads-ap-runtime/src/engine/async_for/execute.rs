@@ -35,32 +35,26 @@ fn bind_group(
 }
 
 /// Per slot, the keys within which a group's window may stand in for its tags. In a
-/// world of one, all of them. Across ranks, a key no task touched in reconnaissance may
-/// not have been fetched to this rank, nor a write to it sent back: only keys this rank
-/// owns (current when the call starts) of a table windowed by the rotation blocks that
-/// stay on their ranks (so no other rank touches them during the call) qualify.
+/// world of one, all of them. Across ranks, a key no task touched in reconnaissance would
+/// be neither fetched nor sent back, unless its block travels whole: only the slots whose
+/// rotation blocks do (`plan::dist::whole_block_slots`) get windows, and no other slot.
 fn safe_windows(
     l: &Loop<'_, '_, impl Sync, impl LoopIndex>,
     bases: &[Base],
     schedule: &Schedule,
 ) -> Vec<Range<usize>> {
-    let here = &l.call.here;
-    if !here.is_distributed() {
-        return bases.iter().map(|b| 0..b.len).collect();
+    let all = || bases.iter().map(|b| 0..b.len).collect();
+    if !l.call.here.is_distributed() {
+        return all();
     }
     let Schedule::Rotation(rot) = schedule else {
         return vec![0..0; bases.len()];
     };
-    let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-    let staying = plan::dist::staying_slots(rot, &lens);
+    let whole = plan::dist::whole_block_slots(rot);
     (0..bases.len())
-        .map(|slot| {
-            let vector = !l.call.registry.entries[slot].table.is_map();
-            match vector && staying.contains(&slot) {
-                true => crate::store::RangePartition::new(bases[slot].len, here.world_size())
-                    .range(here.rank()),
-                false => 0..0,
-            }
+        .map(|slot| match whole.contains(&slot) {
+            true => 0..bases[slot].len,
+            false => 0..0,
         })
         .collect()
 }
