@@ -550,22 +550,22 @@ impl<T: super::Element> Snapshot for VectorTable<T> {
     }
     fn restore(&self, op: &'static str, bytes: &[u8]) -> Result<()> {
         let what = format!("DVector {}", self.id);
-        let (len, data) = decode_range_snapshot::<T>(op, &what, bytes, &self.ctx)?;
-        if len != self.len {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "the snapshot of {what} has {len} elements, the DVector {}",
-                    self.len
-                ),
-            ));
-        }
-        *self.write(op)? = data;
-        Ok(())
+        self.install(
+            op,
+            &what,
+            decode_range_snapshot::<T>(op, &what, bytes, &self.ctx)?,
+        )
     }
     fn restore_parts(&self, op: &'static str, parts: &[&[u8]]) -> Result<()> {
         let what = format!("DVector {}", self.id);
-        let (len, data) = decode_parts::<T>(op, &what, parts, &self.ctx)?;
+        self.install(op, &what, decode_parts::<T>(op, &what, parts, &self.ctx)?)
+    }
+}
+
+impl<T: super::Element> VectorTable<T> {
+    /// Makes this rank's elements `data`, decoded from a snapshot of `len` elements of
+    /// `what`, which must be the table's length.
+    fn install(&self, op: &'static str, what: &str, (len, data): (usize, Vec<T>)) -> Result<()> {
         if len != self.len {
             return Err(Error::invalid(
                 op,
@@ -630,21 +630,25 @@ pub(crate) fn decode_parts<T: super::Element>(
         what: format!("a snapshot of {what}"),
         message: e.to_string(),
     };
-    let mut len = None;
-    let mut out: Vec<T> = Vec::new();
-    let mut own = 0..0;
-    for (r, part) in parts.iter().enumerate() {
-        // The elements are a sequence: its count is a varint, as a `u64`'s.
-        let ((part_len, offset, count), _): ((u64, u64, u64), _) =
+    // A part's header: the length, its first index, and its count of elements (a varint,
+    // as a `u64`'s).
+    let header = |part: &[u8]| -> Result<(usize, usize, usize)> {
+        let ((len, offset, count), _): ((u64, u64, u64), _) =
             postcard::take_from_bytes(part).map_err(codec)?;
-        let part_len = part_len as usize;
-        let len = *len.get_or_insert_with(|| {
-            own = crate::store::RangePartition::new(part_len, ctx.world_size()).range(ctx.rank());
-            out.reserve_exact(own.len());
-            part_len
-        });
+        Ok((len as usize, offset as usize, count as usize))
+    };
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::invalid(op, format!("no snapshot parts of {what}")))?;
+    let len = header(first)?.0;
+    let own = crate::store::RangePartition::new(len, ctx.world_size()).range(ctx.rank());
+    let mut out: Vec<T> = Vec::with_capacity(own.len());
+    for (r, part) in parts.iter().enumerate() {
+        let (part_len, offset, count) = header(part)?;
+        // The parts tile the table, each its old rank's range: then `out` ends with
+        // exactly this rank's range.
         let want = crate::store::RangePartition::new(len, parts.len()).range(r);
-        if part_len != len || offset as usize != want.start || count as usize != want.len() {
+        if part_len != len || offset != want.start || count != want.len() {
             return Err(Error::invalid(
                 op,
                 format!(
@@ -657,22 +661,10 @@ pub(crate) fn decode_parts<T: super::Element>(
             ));
         }
         let (from, to) = (want.start.max(own.start), want.end.min(own.end));
-        if from >= to {
-            continue;
+        if from < to {
+            let (_, _, data): (u64, u64, Vec<T>) = postcard::from_bytes(part).map_err(codec)?;
+            out.extend(data.into_iter().skip(from - want.start).take(to - from));
         }
-        let (_, _, data): (u64, u64, Vec<T>) = postcard::from_bytes(part).map_err(codec)?;
-        out.extend(data.into_iter().skip(from - want.start).take(to - from));
-    }
-    let len = len.ok_or_else(|| Error::invalid(op, format!("no snapshot parts of {what}")))?;
-    if out.len() != own.len() {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "the snapshot parts of {what} gave {} of this rank's {} elements",
-                out.len(),
-                own.len()
-            ),
-        ));
     }
     Ok((len, out))
 }
@@ -892,6 +884,15 @@ impl<T: Aggregate> VectorMerger<T> {
     fn aggregation(&self) -> Aggregation<T> {
         self.table.aggregation().unwrap_or(Aggregation::Average)
     }
+
+    /// The error for combining ranks' changes under a custom aggregation.
+    fn custom_across_ranks(&self) -> Error {
+        Error::Config(format!(
+            "{} has a custom aggregation, which is not supported across ranks yet (use \
+             Average or Sum)",
+            self.table.describe()
+        ))
+    }
 }
 
 impl<T: Aggregate> Merger for VectorMerger<T> {
@@ -995,13 +996,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         let average = match aggregation {
             Aggregation::Average => count.is_some(),
             Aggregation::Sum => false,
-            Aggregation::Custom(_) => {
-                return Err(Error::Config(format!(
-                    "{} has a custom aggregation, which is not supported across ranks yet \
-                     (use Average or Sum)",
-                    self.table.describe()
-                )))
-            }
+            Aggregation::Custom(_) => return Err(self.custom_across_ranks()),
         };
         // This rank's delta, weighted by its workers for an average.
         let delta: Vec<T> = master
@@ -1074,11 +1069,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         changes: &[&[u8]],
     ) -> Result<()> {
         if let Aggregation::Custom(_) = self.aggregation() {
-            return Err(Error::Config(format!(
-                "{} has a custom aggregation, which is not supported across ranks yet \
-                 (use Average or Sum)",
-                self.table.describe()
-            )));
+            return Err(self.custom_across_ranks());
         }
         let start = start
             .downcast_ref::<Vec<T>>()

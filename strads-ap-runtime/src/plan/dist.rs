@@ -419,33 +419,31 @@ impl<'p> Simulation<'p> {
     /// the element if it does not hold it, and alone holds it if it writes it.
     fn touch(&mut self, exchange: &mut Exchange, slot: usize, key: usize, q: usize, write: bool) {
         let bit = 1u64 << q;
-        {
-            let held = &mut self.holders[slot][key];
-            if *held & bit == 0 {
-                let sources = *held & !self.arriving[slot][key];
-                let home = self.owner_of[slot][key] as usize;
-                let src = if sources >> home & 1 == 1 {
-                    home
-                } else {
-                    sources.trailing_zeros() as usize
-                };
-                debug_assert!(src < self.world, "an element with no holder");
-                if src == self.me {
-                    exchange.send[q][slot].push(key as u64);
-                }
-                if q == self.me {
-                    exchange.recv[src][slot].push(key as u64);
-                    self.received += 1;
-                }
-                *held |= bit;
-                if self.arriving[slot][key] == 0 {
-                    self.arrived.push((slot, key));
-                }
-                self.arriving[slot][key] |= bit;
+        let held = &mut self.holders[slot][key];
+        if *held & bit == 0 {
+            let sources = *held & !self.arriving[slot][key];
+            let home = self.owner_of[slot][key] as usize;
+            let src = if sources >> home & 1 == 1 {
+                home
+            } else {
+                sources.trailing_zeros() as usize
+            };
+            debug_assert!(src < self.world, "an element with no holder");
+            if src == self.me {
+                exchange.send[q][slot].push(key as u64);
             }
-            if write {
-                *held = bit;
+            if q == self.me {
+                exchange.recv[src][slot].push(key as u64);
+                self.received += 1;
             }
+            *held |= bit;
+            if self.arriving[slot][key] == 0 {
+                self.arrived.push((slot, key));
+            }
+            self.arriving[slot][key] |= bit;
+        }
+        if write {
+            *held = bit;
         }
     }
 

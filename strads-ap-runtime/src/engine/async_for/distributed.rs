@@ -192,16 +192,30 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
 
 /// The ranks agree on how they enter the call: threads, whether all have the plan cached
 /// (the cached plan is dropped otherwise), which shadows all hold.
-pub(super) fn agree<Task, I>(
+fn agree<Task, I>(
     l: &Loop<'_, '_, Task, I>,
     comm: &Comm,
     cached: Option<Cached>,
 ) -> Result<(Entry, Option<Cached>)> {
-    let registry = &l.call.registry;
     let fingerprint = cached
         .as_ref()
         .and_then(|c| c.dist.as_ref())
         .map(|d| d.fingerprint);
+    let entry = agree_entry(l, comm, fingerprint, cached.is_some())?;
+    let cached = cached.filter(|_| entry.cached);
+    Ok((entry, cached))
+}
+
+/// Joins every rank's entry to a call (a collective): its threads, whether it keeps what
+/// serves the call (`kept`: a plan, a scheduler; `cached` is true when every rank does),
+/// and its shadows' states for the plan `fingerprint`.
+pub(super) fn agree_entry<Task, I>(
+    l: &Loop<'_, '_, Task, I>,
+    comm: &Comm,
+    fingerprint: Option<u64>,
+    kept: bool,
+) -> Result<Entry> {
+    let registry = &l.call.registry;
     let states: Vec<(bool, bool)> = registry
         .entries
         .iter()
@@ -209,21 +223,19 @@ pub(super) fn agree<Task, I>(
         .collect();
     let mine = Entry {
         threads: l.call.threads,
-        cached: cached.is_some(),
+        cached: kept,
         has: states.iter().map(|s| s.0).collect(),
         fresh: states.iter().map(|s| s.1).collect(),
     };
     // Every rank checks and joins every rank's entry (in rank order, so alike everywhere).
     let what = || format!("entry to {}", l.call.site);
-    let entry = join_entries(comm.allgather(mine)?, registry.entries.len()).map_err(
-        |(rank, message)| Error::BadPeerData {
+    join_entries(comm.allgather(mine)?, registry.entries.len()).map_err(|(rank, message)| {
+        Error::BadPeerData {
             rank,
             what: what(),
             message,
-        },
-    )?;
-    let cached = cached.filter(|_| entry.cached);
-    Ok((entry, cached))
+        }
+    })
 }
 
 /// Makes every table full-length here until the call ends; returns which were gathered

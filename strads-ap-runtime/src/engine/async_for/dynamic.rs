@@ -20,6 +20,7 @@
 //!
 //! [`Opts::dynamic`]: crate::Opts::dynamic
 
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -56,49 +57,20 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let bases = &locked.bases;
     let config = dynamic.config.clone();
     let mut state = dynamic.lock();
-    let key: SchedKey = (
-        site as *const CallSite as usize,
-        l.start,
-        l.n,
-        bases.iter().map(|b| (b.id, b.shape)).collect(),
-    );
+    let key = sched_key(l);
     let priority = priority_slot(l, bases, &config.priority.kind)?;
     if state.sched.as_ref().is_none_or(|s| s.key != key) {
-        let (log, took) = l.reconnoitre(bases)?;
-        let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
-        let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-        state.sched = Some(Scheduler::new(key, &log, modes, &lens, &config));
-        state.stats.reconnaissance += 1;
-        l.call.note(|f| {
-            f.recon += took;
-            f.first_call = true;
-        });
+        make_scheduler(l, bases, key, &config, &mut state)?;
     }
     let t0 = Instant::now();
     let threads = l.call.threads;
-    let mut step = Step {
-        start: l.start,
-        n: l.n,
-        // Several workers pull groups as they come free: more groups than workers keep
-        // them busy while the first one chooses the next round.
-        groups: match threads {
-            1 => 1,
-            t => (2 * t).min(64),
-        },
-        bases,
-        config: &config,
-        priority,
-        max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * threads),
-        budget: config.updates.unwrap_or(l.n),
-        chosen: 0,
-        site,
-        broken: false,
-        next_before: Vec::new(),
-        ran: Vec::new(),
-        before: Vec::new(),
-        after: Vec::new(),
-        pending: false,
+    // Several workers pull groups as they come free: more groups than workers keep them
+    // busy while the first one chooses the next round.
+    let groups = match threads {
+        1 => 1,
+        t => (2 * t).min(64),
     };
+    let mut step = Step::new(l, bases, &config, priority, threads, groups);
     let rounds = Rounds::new(l, bases, state.sched.as_ref().expect("made").modes.clone());
     let ran_rounds = match threads {
         1 => {
@@ -137,6 +109,50 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     Ok(Ran::new(outcome, written_slots(&modes)))
 }
 
+/// What identifies the scheduler a call can use: its site, range and tables.
+fn sched_key<Task, I>(l: &Loop<'_, '_, Task, I>) -> SchedKey {
+    let tables = l.call.registry.entries.iter();
+    (
+        l.call.site as *const CallSite as usize,
+        l.start,
+        l.n,
+        tables.map(|e| (e.table.id(), e.table.shape())).collect(),
+    )
+}
+
+/// Makes the call's scheduler (as `key`) from a reconnaissance of its tasks.
+fn make_scheduler<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    bases: &[Base],
+    key: SchedKey,
+    config: &Config,
+    state: &mut State,
+) -> Result<()> {
+    let (log, took) = l.reconnoitre(bases)?;
+    let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
+    let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
+    state.sched = Some(Scheduler::new(key, &log, modes, &lens, config));
+    state.stats.reconnaissance += 1;
+    l.call.note(|f| {
+        f.recon += took;
+        f.first_call = true;
+    });
+    Ok(())
+}
+
+/// Per slot, a tag per key for a written (checked) table, none for the others: the group
+/// allowed each key in the round being run.
+fn new_tags(modes: &[SlotMode], bases: &[Base]) -> Vec<Vec<AtomicU32>> {
+    modes
+        .iter()
+        .zip(bases)
+        .map(|(m, b)| match m {
+            SlotMode::Checked => (0..b.len).map(|_| AtomicU32::new(UNTOUCHED)).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
 /// What choosing and closing a round needs, besides the scheduler's state.
 struct Step<'s> {
     /// The loop's first index and its number of indices.
@@ -167,7 +183,36 @@ struct Step<'s> {
     pending: bool,
 }
 
-impl Step<'_> {
+impl<'s> Step<'s> {
+    /// For a call of `l` run by `workers` workers in all, in rounds of `groups` groups.
+    fn new<Task, I>(
+        l: &Loop<'_, '_, Task, I>,
+        bases: &'s [Base],
+        config: &'s Config,
+        priority: Option<(usize, ReadF64)>,
+        workers: usize,
+        groups: usize,
+    ) -> Self {
+        Step {
+            start: l.start,
+            n: l.n,
+            groups,
+            bases,
+            config,
+            priority,
+            max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * workers),
+            budget: config.updates.unwrap_or(l.n),
+            chosen: 0,
+            site: l.call.site,
+            broken: false,
+            next_before: Vec::new(),
+            ran: Vec::new(),
+            before: Vec::new(),
+            after: Vec::new(),
+            pending: false,
+        }
+    }
+
     /// Chooses the next round into the scheduler; false when the call's budget is spent
     /// or nothing is left to run.
     fn choose(&mut self, state: &mut State) -> bool {
@@ -314,7 +359,7 @@ struct Rounds<'r, 'c, 'a, Task, I> {
 #[derive(Default)]
 struct Published {
     round: Vec<u32>,
-    groups: Vec<std::ops::Range<usize>>,
+    groups: Vec<Range<usize>>,
     /// Per group, the relaxed keys its tasks touch (empty when merges are dense).
     keys: Vec<Vec<(usize, usize)>>,
     /// Whether replicas are merged whole (the round touches about as many keys as the
@@ -333,14 +378,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         });
         let tags = match lone {
             Some(_) => Vec::new(),
-            None => modes
-                .iter()
-                .zip(bases)
-                .map(|(m, b)| match m {
-                    SlotMode::Checked => (0..b.len).map(|_| AtomicU32::new(UNTOUCHED)).collect(),
-                    _ => Vec::new(),
-                })
-                .collect(),
+            None => new_tags(&modes, bases),
         };
         Rounds {
             l,
@@ -400,7 +438,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
             let sched = state.sched.as_ref().expect("made");
             let mut first = published[0].write();
             publish(modes, bases, sched, &mut first);
-            tag(tags, sched, &first);
+            tag(tags, sched, &first.round, &first.groups);
             step.starting(&first.round);
         }
         // The scheduling worker's part: the step, the scheduler's state, the rounds run.
@@ -481,10 +519,10 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                     *ran += 1;
                     step.ended(&p.round);
                     let sched = state.sched.as_ref().expect("made");
-                    untag(tags, sched, &p);
+                    untag(tags, sched, &p.round);
                     let following = published[(number + 1) % 2].read();
                     if !following.stop {
-                        tag(tags, sched, &following);
+                        tag(tags, sched, &following.round, &following.groups);
                         step.starting(&following.round);
                     }
                     next.store(0, Ordering::Relaxed);
@@ -531,10 +569,10 @@ fn publish(modes: &[SlotMode], bases: &[Base], sched: &Scheduler, p: &mut Publis
     p.stop = false;
 }
 
-/// Tags the written keys of round `p` with their groups (between rounds).
-fn tag(tags: &[Vec<AtomicU32>], sched: &Scheduler, p: &Published) {
-    for (g, range) in p.groups.iter().enumerate() {
-        for &t in &p.round[range.clone()] {
+/// Tags the written keys of `round`, cut into `groups`, with their groups (between rounds).
+fn tag(tags: &[Vec<AtomicU32>], sched: &Scheduler, round: &[u32], groups: &[Range<usize>]) {
+    for (g, range) in groups.iter().enumerate() {
+        for &t in &round[range.clone()] {
             for (slot, key) in sched.checked_keys(t) {
                 tags[slot][key].store(g as u32, Ordering::Relaxed);
             }
@@ -542,9 +580,9 @@ fn tag(tags: &[Vec<AtomicU32>], sched: &Scheduler, p: &Published) {
     }
 }
 
-/// Clears the tags of round `p` (between rounds).
-fn untag(tags: &[Vec<AtomicU32>], sched: &Scheduler, p: &Published) {
-    for &t in &p.round {
+/// Clears the tags of `round` (between rounds).
+fn untag(tags: &[Vec<AtomicU32>], sched: &Scheduler, round: &[u32]) {
+    for &t in round {
         for (slot, key) in sched.checked_keys(t) {
             tags[slot][key].store(UNTOUCHED, Ordering::Relaxed);
         }

@@ -13,50 +13,41 @@ use crate::error::{Error, Result};
 use crate::plan::{self, GroupRef, Plan, Schedule, SlotMode, Work};
 use crate::sync::{Condvar, Mutex};
 
-/// Points a worker's checked bindings at `group`: the tag it may access and the key
-/// window it holds alone, where its views skip the tag (within `safe[slot]`; see
-/// [`safe_windows`]).
+/// Points a worker's checked bindings at `group`: the tag it may access and, where
+/// `windowed[slot]` (see [`windowed_slots`]), the key window it holds alone, inside which
+/// its views skip the tags.
 fn bind_group(
     bindings: &mut [Binding],
     modes: &[SlotMode],
     schedule: &Schedule,
     group: GroupRef,
-    safe: &[Range<usize>],
+    windowed: &[bool],
 ) {
     for (slot, b) in bindings.iter_mut().enumerate() {
         if modes[slot] == SlotMode::Checked {
             b.allowed = schedule.allowed(slot, group);
-            let window = schedule.window(slot, group);
-            let within = &safe[slot];
-            let (lo, hi) = (window.start.max(within.start), window.end.min(within.end));
-            (b.window_start, b.window_len) = (lo, hi.saturating_sub(lo));
+            let window = match windowed[slot] {
+                true => schedule.window(slot, group),
+                false => 0..0,
+            };
+            (b.window_start, b.window_len) = (window.start, window.len());
         }
     }
 }
 
-/// Per slot, the keys within which a group's window may stand in for its tags. In a
-/// world of one, all of them. Across ranks, a key no task touched in reconnaissance would
-/// be neither fetched nor sent back, unless its block travels whole: only the slots whose
-/// rotation blocks do (`plan::dist::whole_block_slots`) get windows, and no other slot.
-fn safe_windows(
-    l: &Loop<'_, '_, impl Sync, impl LoopIndex>,
-    bases: &[Base],
-    schedule: &Schedule,
-) -> Vec<Range<usize>> {
-    let all = || bases.iter().map(|b| 0..b.len).collect();
-    if !l.call.here.is_distributed() {
-        return all();
+/// Per slot, whether a group's window may stand in for its tags. In a world of one, for
+/// every slot. Across ranks, a key no task touched in reconnaissance would be neither
+/// fetched nor sent back unless its block travels whole: only the slots whose rotation
+/// blocks do (`plan::dist::whole_block_slots`).
+fn windowed_slots(distributed: bool, bases: &[Base], schedule: &Schedule) -> Vec<bool> {
+    match (distributed, schedule) {
+        (false, _) => vec![true; bases.len()],
+        (true, Schedule::Rotation(rot)) => {
+            let whole = plan::dist::whole_block_slots(rot);
+            (0..bases.len()).map(|slot| whole.contains(&slot)).collect()
+        }
+        (true, Schedule::Components(_)) => vec![false; bases.len()],
     }
-    let Schedule::Rotation(rot) = schedule else {
-        return vec![0..0; bases.len()];
-    };
-    let whole = plan::dist::whole_block_slots(rot);
-    (0..bases.len())
-        .map(|slot| match whole.contains(&slot) {
-            true => 0..bases[slot].len,
-            false => 0..0,
-        })
-        .collect()
 }
 
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
@@ -96,7 +87,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         ..
     } = plan;
     let modes: &[SlotMode] = modes;
-    let safe = safe_windows(l, bases, schedule);
+    let windowed = windowed_slots(l.call.here.is_distributed(), bases, schedule);
     let new_worker = |tags: &[Vec<u32>]| -> Worker<Task, I> {
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
             if modes[slot] == SlotMode::Checked {
@@ -117,7 +108,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     };
     let run_group = |w: &mut Worker<Task, I>, group: GroupRef, unit: u64, tasks: &[u32]| {
         let t0 = std::time::Instant::now();
-        bind_group(&mut w.ctx.bindings, modes, schedule, group, &safe);
+        bind_group(&mut w.ctx.bindings, modes, schedule, group, &windowed);
         w.ctx.unit.set(unit);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             (w.body)(task, &w.ctx, Indices::list(start, tasks, &w.ctx));

@@ -17,22 +17,22 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
-use super::super::distributed::{agree, Shrink};
+use super::super::distributed::{agree_entry, Shrink};
 use super::super::execute::refuse_writes;
-use super::super::{table_infos, written_slots, Loop};
-use super::{priority_slot, Step};
-use crate::access::{ExecCtx, Indices, LoopIndex, UNTOUCHED};
+use super::super::{written_slots, Loop};
+use super::{make_scheduler, new_tags, priority_slot, sched_key, tag, untag, Step};
+use crate::access::{ExecCtx, Indices, LoopIndex};
 use crate::cluster::collective::Comm;
 use crate::dds::table::ShadowValidity;
-use crate::engine::dynamic::{Dynamic, SchedKey, Scheduler, DEFAULT_ROUND_PER_WORKER};
+use crate::engine::dynamic::{Dynamic, Scheduler};
 use crate::engine::pipeline::Ran;
 use crate::engine::registry::Registry;
 use crate::engine::{body_error, Base, FirstError};
 use crate::error::{Error, Result};
-use crate::plan::{self, SlotMode};
+use crate::plan::SlotMode;
 
 /// Most ranks a dynamic loop runs on: a round has at most 64 groups.
 const MAX_RANKS: usize = 64;
@@ -53,21 +53,12 @@ pub(in crate::engine::async_for) fn run<Task: Sync, I: LoopIndex>(
     let registry = &l.call.registry;
     let config = dynamic.config.clone();
     let mut state = dynamic.lock();
-    let key: SchedKey = (
-        site as *const _ as usize,
-        l.start,
-        l.n,
-        registry
-            .entries
-            .iter()
-            .map(|e| (e.table.id(), e.table.shape()))
-            .collect(),
-    );
+    let key = sched_key(l);
     // The ranks agree on the shadows they hold, and on whether their schedulers serve the
     // call: if one rank has none, all make theirs again (from the same log, alike).
-    let (entry, _) = agree(l, comm, None)?;
     let kept = state.sched.as_ref().is_some_and(|s| s.key == key);
-    let planning = comm.allgather(kept)?.contains(&false);
+    let entry = agree_entry(l, comm, None, kept)?;
+    let planning = !entry.cached;
     // From here on, however the call ends, every table goes back to this rank's range.
     let mut shrink = Shrink {
         tables: registry.entries.iter().map(|e| &*e.table).collect(),
@@ -85,37 +76,12 @@ pub(in crate::engine::async_for) fn run<Task: Sync, I: LoopIndex>(
     let locked = l.call.lock()?;
     let bases = &locked.bases;
     if planning {
-        let (log, took) = l.reconnoitre(bases)?;
-        let modes = plan::slot_modes(&log, &table_infos(registry, bases));
-        let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-        state.sched = Some(Scheduler::new(key, &log, modes, &lens, &config));
-        state.stats.reconnaissance += 1;
-        l.call.note(|f| {
-            f.recon += took;
-            f.first_call = true;
-        });
+        make_scheduler(l, bases, key, &config, &mut state)?;
     }
     let priority = priority_slot(l, bases, &config.priority.kind)?;
     let modes = state.sched.as_ref().expect("made").modes.clone();
     let t0 = Instant::now();
-    let mut step = Step {
-        start: l.start,
-        n: l.n,
-        groups: world,
-        bases,
-        config: &config,
-        priority,
-        max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * world),
-        budget: config.updates.unwrap_or(l.n),
-        chosen: 0,
-        site,
-        broken: false,
-        next_before: Vec::new(),
-        ran: Vec::new(),
-        before: Vec::new(),
-        after: Vec::new(),
-        pending: false,
-    };
+    let mut step = Step::new(l, bases, &config, priority, world, world);
     let mut rounds = RankRounds::new(l, comm, bases, &modes);
     let errors = FirstError::new();
     let mut ran = 0usize;
@@ -180,14 +146,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
         let slots = |mode: SlotMode| -> Vec<usize> {
             (0..modes.len()).filter(|&s| modes[s] == mode).collect()
         };
-        let tags: Vec<Vec<AtomicU32>> = modes
-            .iter()
-            .zip(bases)
-            .map(|(m, b)| match m {
-                SlotMode::Checked => (0..b.len).map(|_| AtomicU32::new(UNTOUCHED)).collect(),
-                _ => Vec::new(),
-            })
-            .collect();
+        let tags = new_tags(modes, bases);
         let bindings = bases
             .iter()
             .enumerate()
@@ -242,13 +201,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
     fn round(&mut self, sched: &Scheduler, number: usize) -> Result<()> {
         let (comm, registry, bases) = (self.comm, self.registry, self.bases);
         let me = comm.rank();
-        for (g, range) in sched.groups.iter().enumerate() {
-            for &t in &sched.round[range.clone()] {
-                for (slot, key) in sched.checked_keys(t) {
-                    self.tags[slot][key].store(g as u32, Ordering::Relaxed);
-                }
-            }
-        }
+        tag(&self.tags, sched, &sched.round, &sched.groups);
         // The relaxed tables' values as the round starts, the same on every rank.
         let starts: Vec<Box<dyn Any + Send>> = self
             .relaxed
@@ -299,11 +252,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
         }
         let said = failed.as_ref().map(ToString::to_string);
         let all = comm.allgather((said, packed, changes))?;
-        for &t in &sched.round {
-            for (slot, key) in sched.checked_keys(t) {
-                self.tags[slot][key].store(UNTOUCHED, Ordering::Relaxed);
-            }
-        }
+        untag(&self.tags, sched, &sched.round);
         if let Some(e) = failed {
             return Err(e);
         }
