@@ -256,7 +256,7 @@ const PREFETCH_DISTANCE: usize = 12;
 
 /// Hints the CPU to load the cache line at `p`.
 #[inline(always)]
-fn prefetch_read(p: *const u8) {
+pub(crate) fn prefetch_read(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults and has no effect on the program's
     // memory, whatever the address.

@@ -5,6 +5,8 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use rayon::prelude::*;
+
 use crate::cluster::collective::Comm;
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -147,6 +149,25 @@ pub(crate) trait TableHandle: Spread + Snapshot + Send + Sync {
     fn describe_key(&self, key: u64) -> String {
         format!("[{key}]")
     }
+    /// Moves the heap memory of the locked elements at `ptr` so that the elements at
+    /// `keys`, in that order, own consecutive allocations: a plan that runs its tasks in
+    /// that order then reads a task table's strings and rows sequentially rather than
+    /// across the heap (see `engine::async_for::execute::lay_out_task_tables`). Values do
+    /// not change; elements that own no heap memory, maps, and tables whose copy would not
+    /// stay well inside the gather limit are left as they are. Returns whether it moved
+    /// anything.
+    ///
+    /// # Safety
+    /// `ptr` must point to the table's `len` initialised elements, locked by the caller,
+    /// that no one else reads or writes during the call.
+    unsafe fn lay_out(
+        &self,
+        _ptr: *mut u8,
+        _len: usize,
+        _keys: &mut dyn Iterator<Item = usize>,
+    ) -> bool {
+        false
+    }
 }
 
 /// How a table spreads across the ranks of a job for a loop, and moves between them.
@@ -261,6 +282,11 @@ impl Gate {
         }
     }
 }
+
+/// How many elements ahead [`TableHandle::lay_out`] prefetches.
+const LAY_OUT_AHEAD: usize = 16;
+/// Keys [`TableHandle::lay_out`] clones in one piece on a worker.
+const LAY_OUT_RUN: usize = 4096;
 
 /// A table's shadow: the full-length elements kept between distributed loops.
 pub(crate) struct Shadow<T> {
@@ -408,6 +434,72 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(VectorLock(self.write(op)?)))
+    }
+    unsafe fn lay_out(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        keys: &mut dyn Iterator<Item = usize>,
+    ) -> bool {
+        if !std::mem::needs_drop::<T>() {
+            return false;
+        }
+        let data = ptr.cast::<T>();
+        let keys: Vec<usize> = keys.filter(|&k| k < len).collect();
+        // SAFETY: the caller's guarantee: `len` initialised elements, ours alone.
+        let elems = unsafe { std::slice::from_raw_parts_mut(data, len) };
+        let step = (keys.len() / 16).max(1);
+        let sample: Vec<T> = keys
+            .iter()
+            .step_by(step)
+            .take(16)
+            .map(|&k| elems[k].clone())
+            .collect();
+        let bytes = estimate_bytes(&sample, keys.len()) as u64;
+        if super::gather::gather_limit().is_some_and(|limit| bytes > limit / 2) {
+            return false;
+        }
+        // Every clone first, so that the allocator hands out fresh memory in order (a
+        // clone made after its old element was freed would reuse that element's place).
+        // The reads follow the plan's order across the table, so the workers share them,
+        // each cloning runs of consecutive keys (from its own arena, in order), with the
+        // records prefetched a few ahead.
+        let shared: &[T] = elems;
+        let mut fresh: Vec<Option<T>> = Vec::with_capacity(keys.len());
+        keys.par_iter()
+            .enumerate()
+            .with_min_len(LAY_OUT_RUN)
+            .map(|(i, &k)| {
+                if let Some(&next) = keys.get(i + LAY_OUT_AHEAD) {
+                    crate::access::prefetch_read((&shared[next] as *const T).cast());
+                }
+                Some(shared[k].clone())
+            })
+            .collect_into_vec(&mut fresh);
+        // Then each clone takes its element's place in key order, so that the old values
+        // are freed in the order they were allocated (in plan order, every free would
+        // touch another part of the heap).
+        let mut at = vec![u32::MAX; len];
+        for (i, &k) in keys.iter().enumerate() {
+            // Plans number their tasks in `u32`s.
+            at[k] = u32::try_from(i).unwrap_or(u32::MAX);
+        }
+        let placed: Vec<(usize, usize)> = at
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| i != u32::MAX)
+            .map(|(k, &i)| (k, i as usize))
+            .collect();
+        drop(at);
+        for (j, &(k, i)) in placed.iter().enumerate() {
+            if let Some(&(_, next)) = placed.get(j + LAY_OUT_AHEAD) {
+                crate::access::prefetch_read((&fresh[next] as *const Option<T>).cast());
+            }
+            if let Some(value) = fresh[i].take() {
+                elems[k] = value;
+            }
+        }
+        true
     }
 }
 

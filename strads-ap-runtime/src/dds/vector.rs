@@ -774,4 +774,60 @@ mod tests {
             "{longer}"
         );
     }
+
+    /// Laying a table out in a plan's order moves every element's heap memory (each
+    /// element gets a fresh allocation, made while the old ones still live) and changes no
+    /// value; elements without heap memory, and tables past half the gather limit, are
+    /// left alone.
+    #[test]
+    fn laying_out_moves_heap_memory_and_keeps_values() {
+        use crate::dds::table::TableHandle;
+        let names: Vec<String> = (0..10_000).map(|i| format!("id{i}")).collect();
+        let v = DVector::from_vec(names.clone()).unwrap();
+        let before: Vec<usize> = v
+            .table
+            .read("test")
+            .unwrap()
+            .iter()
+            .map(|s| s.as_ptr() as usize)
+            .collect();
+        // A plan's order: every 7th key, then the next residue, ...
+        let order: Vec<usize> = (0..7).flat_map(|r| (r..10_000).step_by(7)).collect();
+        let moved = {
+            let mut data = v.table.write("test").unwrap();
+            let (ptr, len) = (data.as_mut_ptr().cast::<u8>(), data.len());
+            // SAFETY: the write guard holds the table's elements for this call alone.
+            unsafe { v.table.lay_out(ptr, len, &mut order.iter().copied()) }
+        };
+        assert!(moved);
+        let data = v.table.read("test").unwrap();
+        assert_eq!(*data, names);
+        assert!(data
+            .iter()
+            .zip(&before)
+            .all(|(s, &p)| s.as_ptr() as usize != p));
+        drop(data);
+
+        let plain = DVector::from_vec((0..100u64).collect()).unwrap();
+        let mut data = plain.table.write("test").unwrap();
+        let (ptr, len) = (data.as_mut_ptr().cast::<u8>(), data.len());
+        // SAFETY: as above.
+        assert!(!unsafe { plain.table.lay_out(ptr, len, &mut (0..100).rev()) });
+        drop(data);
+
+        // The limit is the rank's: set on a simulated one, not on the test process.
+        let moved = simulate(1, || {
+            let v = DVector::from_vec(names.clone()).unwrap();
+            crate::dds::set_gather_limit(Some(1000));
+            let mut data = v.table.write("test").unwrap();
+            let (ptr, len) = (data.as_mut_ptr().cast::<u8>(), data.len());
+            // SAFETY: as above.
+            unsafe { v.table.lay_out(ptr, len, &mut order.iter().copied()) }
+        });
+        assert_eq!(
+            moved,
+            vec![false],
+            "a table past half the gather limit is left alone"
+        );
+    }
 }

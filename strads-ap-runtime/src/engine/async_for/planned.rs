@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::execute::execute;
+use super::execute::{execute, lay_out_task_tables};
 use super::{lone, on_one_worker, table_infos, written_slots, Loop};
 use crate::access::LoopIndex;
 use crate::cluster::context;
@@ -27,7 +27,11 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             let (log, took) = l.reconnoitre(bases)?;
             let recon = LogSource::Reconnoitred(took);
             let tables = table_infos(&l.call.registry, bases);
-            make_plan(l, log, recon, tables, l.call.threads)
+            let plan = make_plan(l, log, recon, tables, l.call.threads);
+            if !l.on_one_worker() {
+                lay_out_task_tables(l, bases, &plan);
+            }
+            plan
         }
     };
     let one = l.on_one_worker();

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
+use super::execute::lay_out_task_tables;
 use super::planned::{make_plan, LogSource};
 use super::reconnoitre::chunk_ranges;
 use super::{table_infos, written_slots, Loop};
@@ -20,7 +21,7 @@ use crate::plan::{self, TableInfo};
 use crate::recon::{AccessLog, LogRoom, RecordIndices, Recorder};
 
 /// A recorded run whose log plans the later calls.
-pub(super) fn run_for_plan<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
+pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
     let locked = l.call.lock()?;
     let bases = &locked.bases;
     let tables = table_infos(&l.call.registry, bases);
@@ -28,6 +29,10 @@ pub(super) fn run_for_plan<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Res
     drop(locked);
     let (log, ahead) = log?;
     let plan = make_plan(l, log, LogSource::Recorded(ahead), tables, l.call.threads);
+    if !l.on_one_worker() {
+        let locked = l.call.lock()?;
+        lay_out_task_tables(l, &locked.bases, &plan);
+    }
     let written = written_slots(&plan.modes);
     let cached = Cached { plan, dist: None };
     Ok(Ran::new(Ok(()), written).keeping(Keep::Plan(l.key.clone(), Box::new(cached))))
