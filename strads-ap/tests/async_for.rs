@@ -340,3 +340,48 @@ fn a_captured_arc_is_shared_not_copied() {
     assert_eq!(out.get(3).unwrap(), 61.0);
     assert!(seen.to_vec().unwrap().iter().all(|&p| p == at));
 }
+
+/// A rotation over a task table of string records lays the table out in plan order after
+/// planning (each record's strings get fresh memory in the order the workers read them):
+/// the records must come out unchanged, and every task must still see its own record.
+#[test]
+fn a_task_table_of_strings_laid_out_in_plan_order_keeps_its_records() {
+    let (users, items, n) = (300usize, 200usize, 30_000usize);
+    let record = |k: usize| {
+        (
+            format!("u{}", (k * 7919) % users),
+            format!("i{}", (k * 104_729) % items),
+        )
+    };
+    let records: Vec<(String, String)> = (0..n).map(record).collect();
+    let pairs = DVector::from_vec(records.clone()).unwrap();
+    let per_user = DVector::from_fn(users, |_| 0u64).unwrap();
+    let per_item = DVector::from_fn(items, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (u, i) = &pairs[k];
+                let u: usize = u[1..].parse().unwrap();
+                let i: usize = i[1..].parse().unwrap();
+                per_user[u] += 1;
+                per_item[i] += 1;
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+    }
+    assert_eq!(pairs.to_vec().unwrap(), records);
+    let (mut users_seen, mut items_seen) = (vec![0u64; users], vec![0u64; items]);
+    for (u, i) in &records {
+        users_seen[u[1..].parse::<usize>().unwrap()] += 3;
+        items_seen[i[1..].parse::<usize>().unwrap()] += 3;
+    }
+    assert_eq!(per_user.to_vec().unwrap(), users_seen);
+    assert_eq!(per_item.to_vec().unwrap(), items_seen);
+    let stats = strads_ap::loop_stats();
+    let here = format!("async_for.rs:{line}:");
+    let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
+    assert_eq!(site.strategy, "rotation", "{site:?}");
+}
