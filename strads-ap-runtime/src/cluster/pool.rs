@@ -1,8 +1,8 @@
 //! A rank's worker threads: rayon pools by size, that stay awake between operators.
 
 use std::ops::Deref;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,18 +34,28 @@ impl Pool {
     /// The caller works at once instead of waiting for sleeping pool threads to wake.
     ///
     /// Afterwards the pool threads stay awake for a moment ([`Pool::linger`]).
-    pub fn on_workers(&self, threads: usize, work: &(dyn Fn() + Sync)) {
+    ///
+    /// Returns how long after the call the last pool thread started its `work`: a thread
+    /// woken from sleep can start after the others have done everything.
+    pub fn on_workers(&self, threads: usize, work: &(dyn Fn() + Sync)) -> Duration {
         if threads <= 1 {
             work();
-            return;
+            return Duration::ZERO;
         }
+        let began = Instant::now();
+        let latest = AtomicU64::new(0);
         self.threads.in_place_scope(|s| {
             for _ in 1..threads {
-                s.spawn(|_| work());
+                s.spawn(|_| {
+                    let after = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    latest.fetch_max(after, Relaxed);
+                    work();
+                });
             }
             work();
         });
         self.linger(threads - 1);
+        Duration::from_nanos(latest.load(Relaxed))
     }
 
     /// Keeps up to `threads` pool threads awake for [`LINGER`] after their last job,

@@ -144,7 +144,16 @@ pub(crate) struct Pace {
     /// again (0: [`RETIME_AFTER`]).
     since: u32,
     again_after: u32,
+    /// Cold starts on all workers in a row, not counted (see [`Pace::all_workers`]).
+    cold: u32,
 }
+
+/// A call on all workers that waited this share of its time for a late worker started
+/// cold (see [`Pace::all_workers`]).
+pub(crate) const COLD_SHARE: f64 = 0.25;
+
+/// Cold starts in a row that [`Pace::all_workers`] leaves uncounted.
+pub(crate) const COLD_CALLS: u32 = 2;
 
 /// The faster of a way's last two calls.
 fn figure(times: [Option<f64>; 2]) -> Option<f64> {
@@ -158,7 +167,19 @@ impl Pace {
     /// Notes a call on all workers that ran `secs`, its workers busy `busy` seconds in
     /// all; `locks`: an element-locking run (whose accesses cost far more than plain ones
     /// whatever the workers' busy time).
-    pub fn all_workers(&mut self, secs: f64, busy: f64, locks: bool) {
+    ///
+    /// A call whose steps waited for a late worker (`late` seconds, summed over the steps)
+    /// more than [`COLD_SHARE`] of its time is a cold start, not the loop's pace: a pool
+    /// thread asleep since the last operator can take a millisecond to wake on a virtual
+    /// machine, by which time the other worker has done a small call alone. Up to
+    /// [`COLD_CALLS`] such calls in a row are not counted (a loop whose every call starts
+    /// cold is timed as it is).
+    pub fn all_workers(&mut self, secs: f64, busy: f64, late: f64, locks: bool) {
+        if late > COLD_SHARE * secs && self.cold < COLD_CALLS {
+            self.cold += 1;
+            return;
+        }
+        self.cold = 0;
         self.count(false);
         self.all = [Some(secs), self.all[0]];
         let idle = locks || busy < TRY_ONE_BELOW * secs;
@@ -326,7 +347,7 @@ mod tests {
             let mut p = Pace::default();
             for _ in 0..2 {
                 if let Some((secs, busy, locks)) = all {
-                    p.all_workers(secs, busy, locks);
+                    p.all_workers(secs, busy, 0.0, locks);
                 }
             }
             for _ in 0..2 {
@@ -389,7 +410,7 @@ mod tests {
         let timed = |all: (f64, f64), one: f64| {
             let mut p = Pace::default();
             for _ in 0..2 {
-                p.all_workers(all.0, all.1, false);
+                p.all_workers(all.0, all.1, 0.0, false);
             }
             for _ in 0..2 {
                 p.one_worker(one);
@@ -406,7 +427,7 @@ mod tests {
                 true => p.one_worker(0.05),
                 false => {
                     all_at.push(i);
-                    p.all_workers(0.1, 0.1, false);
+                    p.all_workers(0.1, 0.1, 0.0, false);
                 }
             }
         }
@@ -417,23 +438,23 @@ mod tests {
             p.one_worker(0.05);
         }
         assert!(!run_on_one_worker(Measure, Some(p)));
-        p.all_workers(0.01, 0.02, false);
+        p.all_workers(0.01, 0.02, 0.0, false);
         for _ in 0..20 {
             assert!(!run_on_one_worker(Measure, Some(p)));
-            p.all_workers(0.01, 0.02, false);
+            p.all_workers(0.01, 0.02, 0.0, false);
         }
         // All workers faster and busy on their last call: one worker is not timed again.
         let mut p = timed((0.05, 0.1), 0.1);
         for _ in 0..20 {
             assert!(!run_on_one_worker(Measure, Some(p)));
-            p.all_workers(0.05, 0.1, false);
+            p.all_workers(0.05, 0.1, 0.0, false);
         }
         // One slow call does not decide a close call: each way is timed twice and counts
         // as the faster of its last two calls (biased MF: one call on two workers took
         // 13.3 ms where the others took 9.3, and one worker's 11.1 ms won for hundreds of
         // calls).
         let mut p = Pace::default();
-        p.all_workers(0.0133, 0.013, false);
+        p.all_workers(0.0133, 0.013, 0.0, false);
         assert!(
             run_on_one_worker(Measure, Some(p)),
             "idle enough to try one worker"
@@ -448,10 +469,10 @@ mod tests {
             !run_on_one_worker(Measure, Some(p)),
             "close: all workers again"
         );
-        p.all_workers(0.0093, 0.018, false);
+        p.all_workers(0.0093, 0.018, 0.0, false);
         for _ in 0..40 {
             assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
-            p.all_workers(0.0093, 0.018, false);
+            p.all_workers(0.0093, 0.018, 0.0, false);
         }
         // A way several times slower waits longer before it is timed again.
         assert_eq!(retime_after(0, 3.4), 24);
@@ -460,11 +481,42 @@ mod tests {
         assert_eq!(retime_after(0, 1.2), RETIME_AFTER);
         // A clear difference decides at once: one call each way.
         let mut p = Pace::default();
-        p.all_workers(0.03, 0.03, false);
+        p.all_workers(0.03, 0.03, 0.0, false);
         p.one_worker(0.01);
         assert!(run_on_one_worker(Measure, Some(p)));
         p.one_worker(0.01);
         assert!(run_on_one_worker(Measure, Some(p)));
+    }
+
+    /// A call on all workers that waited most of its time for a worker to wake is not the
+    /// loop's pace: up to two in a row are not counted, the third is.
+    #[test]
+    fn cold_starts_are_not_taken_for_the_loops_pace() {
+        use Fallback::Measure;
+        let mut p = Pace::default();
+        // A cold call: 2 ms, the second worker started after 1.9 ms (busy as one worker).
+        p.all_workers(0.002, 0.0019, 0.0019, false);
+        assert_eq!(p.all(), None);
+        assert!(
+            !run_on_one_worker(Measure, Some(p)),
+            "nothing timed yet: all workers"
+        );
+        // A warm call counts.
+        p.all_workers(0.001, 0.0019, 0.0, false);
+        assert_eq!(p.all(), Some(0.001));
+        assert!(!run_on_one_worker(Measure, Some(p)));
+        // Every call cold: the third in a row is timed as it is.
+        let mut p = Pace::default();
+        for _ in 0..COLD_CALLS {
+            p.all_workers(0.002, 0.0019, 0.0019, false);
+        }
+        assert_eq!(p.all(), None);
+        p.all_workers(0.002, 0.0019, 0.0019, false);
+        assert_eq!(p.all(), Some(0.002));
+        assert!(
+            run_on_one_worker(Measure, Some(p)),
+            "idle workers: one is worth a try"
+        );
     }
 
     #[test]

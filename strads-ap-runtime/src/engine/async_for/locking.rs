@@ -83,7 +83,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         }
     });
     if outcome.is_ok() {
-        l.paced(one, ran, std::time::Duration::ZERO, true);
+        let zero = std::time::Duration::ZERO;
+        l.paced(one, ran, zero, zero, true);
     }
     drop(locked);
     let ran = Ran::new(outcome.map(|_| ()), written_slots(&modes));

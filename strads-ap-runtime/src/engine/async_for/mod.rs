@@ -79,7 +79,7 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
     /// Notes how long a call ran (`one`: on one worker; `busy`: the workers' time in
     /// bodies; `locks`: with element locks), for the next call's choice, and the figures
     /// of a call that ran on one worker because that was faster.
-    fn paced(&self, one: bool, ran: Duration, busy: Duration, locks: bool) {
+    fn paced(&self, one: bool, ran: Duration, busy: Duration, late: Duration, locks: bool) {
         let kept = kept();
         let mut pace = kept.pace.get(&self.key).unwrap_or_default();
         let secs = ran.as_secs_f64();
@@ -102,7 +102,7 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
                     self.call.note(|f| f.one_worker = Some(figures));
                 }
             }
-            false => pace.all_workers(secs, busy.as_secs_f64(), locks),
+            false => pace.all_workers(secs, busy.as_secs_f64(), late.as_secs_f64(), locks),
         }
         kept.pace.put(self.key.clone(), pace);
     }

@@ -46,7 +46,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         }
     };
     let ran = t0.elapsed();
-    let busy = l.call.note(|f| {
+    let (busy, late) = l.call.note(|f| {
         f.ran = true;
         f.running += ran;
         f.replans_by_design = l.opts.recheck;
@@ -54,10 +54,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             f.strategy = Some(on_one_worker(plan.stats.strategy));
             f.workers = Some(1);
         }
-        f.busy
+        (f.busy, f.late)
     });
     if outcome.is_ok() {
-        l.paced(one, ran, busy, false);
+        l.paced(one, ran, busy, late, false);
     }
     drop(locked);
     let ran = Ran::new(outcome, written_slots(&plan.modes));
