@@ -11,6 +11,8 @@ pub(crate) struct Pool {
     threads: rayon::ThreadPool,
     /// Pool threads kept awake by [`Pool::linger`] right now.
     lingering: Arc<AtomicUsize>,
+    /// Nanoseconds (see [`Pool::take_late`]).
+    late: AtomicU64,
 }
 
 /// How long pool threads stay awake after an operator.
@@ -27,6 +29,7 @@ impl Pool {
         Pool {
             threads,
             lingering: Arc::default(),
+            late: AtomicU64::new(0),
         }
     }
 
@@ -35,12 +38,12 @@ impl Pool {
     ///
     /// Afterwards the pool threads stay awake for a moment ([`Pool::linger`]).
     ///
-    /// Returns how long after the call the last pool thread started its `work`: a thread
-    /// woken from sleep can start after the others have done everything.
-    pub fn on_workers(&self, threads: usize, work: &(dyn Fn() + Sync)) -> Duration {
+    /// Adds to [`Pool::take_late`] how long after the call the last pool thread started its
+    /// `work`: a thread woken from sleep can start after the others have done everything.
+    pub fn on_workers(&self, threads: usize, work: &(dyn Fn() + Sync)) {
         if threads <= 1 {
             work();
-            return Duration::ZERO;
+            return;
         }
         let began = Instant::now();
         let latest = AtomicU64::new(0);
@@ -55,7 +58,14 @@ impl Pool {
             work();
         });
         self.linger(threads - 1);
-        Duration::from_nanos(latest.load(Relaxed))
+        self.late.fetch_add(latest.load(Relaxed), Relaxed);
+    }
+
+    /// How late the last pool thread of each [`Pool::on_workers`] since the last call
+    /// started its work, summed; starts the sum again. The loop engines read it after a
+    /// call, which has the pool to itself (operators do not nest).
+    pub fn take_late(&self) -> Duration {
+        Duration::from_nanos(self.late.swap(0, Relaxed))
     }
 
     /// Keeps up to `threads` pool threads awake for [`LINGER`] after their last job,

@@ -149,8 +149,9 @@ pub(crate) struct Pace {
 }
 
 /// A call on all workers that waited this share of its time for a late worker started
-/// cold (see [`Pace::all_workers`]).
-pub(crate) const COLD_SHARE: f64 = 0.25;
+/// cold (see [`Pace::all_workers`]). A warm pool starts its workers within microseconds,
+/// under 1% of a millisecond call.
+pub(crate) const COLD_SHARE: f64 = 0.1;
 
 /// Cold starts in a row that [`Pace::all_workers`] leaves uncounted.
 pub(crate) const COLD_CALLS: u32 = 2;

@@ -207,9 +207,6 @@ pub(crate) struct Figures {
     pub range: Option<(usize, usize)>,
     /// Time the workers spent running groups of tasks, summed over the workers.
     pub busy: Duration,
-    /// Summed over the steps: how long after a step began its last worker started (a
-    /// worker woken from sleep can start after the others have done the step).
-    pub late: Duration,
     /// Steps of groups run (each ends with the workers synchronising).
     pub steps: usize,
     /// Time from the call to its return (set by `pipeline::finish`).

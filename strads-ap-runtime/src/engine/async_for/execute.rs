@@ -3,8 +3,7 @@
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Loop;
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex};
@@ -76,10 +75,8 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     let merges = Merges::default();
     let errors = FirstError::new();
     // Nanoseconds the workers spent running groups, for the diagnoses.
-    let busy = AtomicU64::new(0);
+    let busy = std::sync::atomic::AtomicU64::new(0);
     let mut ran_steps = 0;
-    // How late the last worker of each step started, summed (see `Figures::late`).
-    let mut late = Duration::ZERO;
     // Disjoint borrows: components re-tag between batches while the schedule is read.
     let Plan {
         modes,
@@ -110,7 +107,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         }
     };
     let run_group = |w: &mut Worker<Task, I>, group: GroupRef, unit: u64, tasks: &[u32]| {
-        let t0 = Instant::now();
+        let t0 = std::time::Instant::now();
         bind_group(&mut w.ctx.bindings, modes, schedule, group, &windowed);
         w.ctx.unit.set(unit);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -150,7 +147,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
                         sched.finish(unit.row, unit.col);
                     }
                 };
-                late += pool.on_workers(threads, &work);
+                pool.on_workers(threads, &work);
             }
             (Schedule::Components(batches), Work::Groups { batch: b, groups }) => {
                 if groups.is_empty() {
@@ -179,7 +176,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
                         run_group(&mut w, group, key, &batch.groups[g].tasks);
                     }
                 };
-                late += pool.on_workers(threads.min(groups.len()), &work);
+                pool.on_workers(threads.min(groups.len()), &work);
             }
             _ => unreachable!("steps do not match the schedule"),
         }
@@ -187,8 +184,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
     l.call.note(|f| {
         f.merging += merges.spent();
         f.workers = Some(threads);
-        f.busy += Duration::from_nanos(busy.load(Ordering::Relaxed));
-        f.late += late;
+        f.busy += std::time::Duration::from_nanos(busy.load(Ordering::Relaxed));
         f.steps += ran_steps;
     });
     if !stopped {

@@ -35,6 +35,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         }
     };
     let one = l.on_one_worker();
+    // How late the pool's threads start this call's steps (what earlier operators left in
+    // the count is dropped first).
+    let pool = l.call.here.pool(l.call.threads);
+    pool.take_late();
     let t0 = Instant::now();
     let outcome = match one {
         true => lone::run_in_order(l, bases, &plan.modes),
@@ -46,7 +50,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         }
     };
     let ran = t0.elapsed();
-    let (busy, late) = l.call.note(|f| {
+    let late = pool.take_late();
+    let busy = l.call.note(|f| {
         f.ran = true;
         f.running += ran;
         f.replans_by_design = l.opts.recheck;
@@ -54,7 +59,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             f.strategy = Some(on_one_worker(plan.stats.strategy));
             f.workers = Some(1);
         }
-        (f.busy, f.late)
+        f.busy
     });
     if outcome.is_ok() {
         l.paced(one, ran, busy, late, false);
