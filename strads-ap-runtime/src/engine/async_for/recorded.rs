@@ -32,6 +32,11 @@ pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) 
     if !l.on_one_worker() {
         let locked = l.call.lock()?;
         lay_out_task_tables(l, &locked.bases, &plan);
+        // The next call runs the plan on every worker: wake the pool's threads now, while
+        // the driver works between calls, rather than at that call's first step (a thread
+        // asleep since the program started can take a millisecond or two to wake).
+        let threads = l.call.threads;
+        l.call.here.pool(threads).linger(threads - 1);
     }
     let written = written_slots(&plan.modes);
     let cached = Cached { plan, dist: None };
