@@ -448,14 +448,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
         let keys: Vec<usize> = keys.filter(|&k| k < len).collect();
         // SAFETY: the caller's guarantee: `len` initialised elements, ours alone.
         let elems = unsafe { std::slice::from_raw_parts_mut(data, len) };
-        let step = (keys.len() / 16).max(1);
-        let sample: Vec<T> = keys
-            .iter()
-            .step_by(step)
-            .take(16)
-            .map(|&k| elems[k].clone())
-            .collect();
-        let bytes = estimate_bytes(&sample, keys.len()) as u64;
+        let bytes = estimate_bytes(elems, keys.len()) as u64;
         if super::gather::gather_limit().is_some_and(|limit| bytes > limit / 2) {
             return false;
         }
