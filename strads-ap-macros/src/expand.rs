@@ -399,13 +399,22 @@ impl<'a> Generator<'a> {
         let bindings: Vec<TokenStream> = bindings.collect();
         let body = &self.input.body;
         let each = for_each(&body.param, body.param_ty.as_ref(), &items, &body.body);
+        // Made in a `const` block, where the enclosing function's variables are out of
+        // reach: a variable the body uses but the analysis did not capture (a closure
+        // called by name, a name inside a format string) is refused at its use by one
+        // resolution error, instead of a type error about the generated function's
+        // signature for each of the body's versions.
         quote! {
-            |#t, #ctx, #arg| {
-                #[allow(unused_imports)]
-                use #private::{#fallback as _, CommitFallback as _, MapMethods as _};
-                #(#bindings)*
-                #each
-                #(#commits)*
+            const {
+                |#t, #ctx, #arg| {
+                    #[allow(unused_imports)]
+                    use #private::{
+                        #fallback as _, CommitFallback as _, MapMethods as _, CaptureRefused as _,
+                    };
+                    #(#bindings)*
+                    #each
+                    #(#commits)*
+                }
             }
         }
     }

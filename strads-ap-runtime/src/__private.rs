@@ -4,7 +4,8 @@ pub use serde;
 
 pub use crate::dds::body::{capture, Capturable, MapMethods, NestedDdsIsNotCapturable};
 pub use crate::dds::{
-    DirectFallback, EnterFallback, LockFallback, NoteFallback, Plain, RecordFallback,
+    CaptureRefused, DirectFallback, EnterFallback, LockFallback, NoteFallback, Plain,
+    RecordFallback,
 };
 pub use crate::engine::reduce::{
     reduction, CaptureDds, CaptureSummed, CommitFallback, Reduction, Summed, TakeDds, TakeSummed,

@@ -145,13 +145,14 @@ impl<T> IndexMut<usize> for DirectView<'_, T> {
 /// Fallback of `__strads_direct` for captured plain values: an owned copy.
 #[doc(hidden)]
 pub trait DirectFallback {
-    #[inline(always)]
     fn __strads_direct<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> super::Plain<Self>
     where
-        Self: Sized + Capturable,
-    {
+        Self: Sized;
+}
+
+impl<T: Capturable> DirectFallback for T {
+    #[inline(always)]
+    fn __strads_direct<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> super::Plain<Self> {
         super::Plain::new(Capturable::__strads_copy(self))
     }
 }
-
-impl<T> DirectFallback for T {}

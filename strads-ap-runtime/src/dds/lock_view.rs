@@ -247,13 +247,14 @@ impl<T> Undo<T> {
 /// Fallback of `__strads_lock` for captured plain values: an owned copy.
 #[doc(hidden)]
 pub trait LockFallback {
-    #[inline(always)]
     fn __strads_lock<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
-        Self: Sized + Capturable,
-    {
+        Self: Sized;
+}
+
+impl<T: Capturable> LockFallback for T {
+    #[inline(always)]
+    fn __strads_lock<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self> {
         Plain::new(Capturable::__strads_copy(self))
     }
 }
-
-impl<T> LockFallback for T {}

@@ -27,4 +27,7 @@ pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use table::{table_memory, TableMemory};
 pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};
-pub use view::{EnterFallback, NoteFallback, Plain, RecordFallback, RecordVectorView, VectorView};
+pub use view::{
+    CaptureRefused, EnterFallback, NoteFallback, Plain, RecordFallback, RecordVectorView,
+    VectorView,
+};

@@ -67,6 +67,25 @@ pub enum Relaxed {
     Sum,
 }
 
+// Shape and identity need no bound on the element type, so that a vector of a type that
+// is not an element is refused once, where it is made, not again at each use.
+impl<T> DVector<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.table.len
+    }
+
+    /// Whether the DVector has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.table.len == 0
+    }
+
+    /// The table id (the same on every rank of a job).
+    pub fn id(&self) -> u64 {
+        self.table.id
+    }
+}
+
 impl<T: Element> DVector<T> {
     /// A DVector made by every rank from the same full `data` (SPMD): each keeps its range.
     pub(crate) fn from_data(data: Vec<T>) -> Self {
@@ -262,21 +281,6 @@ impl<T: Element> DVector<T> {
             }
             Ok(Self::from_data(v))
         })
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.table.len
-    }
-
-    /// Whether the DVector has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.table.len == 0
-    }
-
-    /// The table id (the same on every rank of a job).
-    pub fn id(&self) -> u64 {
-        self.table.id
     }
 
     fn check_index(&self, op: &'static str, i: usize) -> Result<()> {

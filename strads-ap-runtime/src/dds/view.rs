@@ -469,43 +469,86 @@ impl<T> Plain<T> {
 /// Fallback of `__strads_enter` for captured plain values: an owned copy.
 #[doc(hidden)]
 pub trait EnterFallback {
-    #[inline(always)]
     fn __strads_enter<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
-        Self: Sized + Capturable,
-    {
+        Self: Sized;
+}
+
+impl<T: Capturable> EnterFallback for T {
+    #[inline(always)]
+    fn __strads_enter<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self> {
         Plain(Some(Capturable::__strads_copy(self)))
     }
 }
-
-impl<T> EnterFallback for T {}
 
 /// Fallback of `__strads_note` for captured plain values: an owned copy.
 #[doc(hidden)]
 pub trait NoteFallback {
-    #[inline(always)]
     fn __strads_note<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
-        Self: Sized + Capturable,
-    {
+        Self: Sized;
+}
+
+impl<T: Capturable> NoteFallback for T {
+    #[inline(always)]
+    fn __strads_note<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> Plain<Self> {
         Plain(Some(Capturable::__strads_copy(self)))
     }
 }
-
-impl<T> NoteFallback for T {}
 
 /// Fallback of `__strads_record` for captured plain values: an owned copy.
 #[doc(hidden)]
 pub trait RecordFallback {
     fn __strads_record<C: ?Sized>(&self, _rec: &C, _name: &'static str) -> Plain<Self>
     where
-        Self: Sized + Capturable,
-    {
+        Self: Sized;
+}
+
+impl<T: Capturable> RecordFallback for T {
+    fn __strads_record<C: ?Sized>(&self, _rec: &C, _name: &'static str) -> Plain<Self> {
         Plain(Some(Capturable::__strads_copy(self)))
     }
 }
 
-impl<T> RecordFallback for T {}
+/// The bodies' binding of a capture whose type cannot be captured at all. Its capture is
+/// refused already, with the error that says why; the fallbacks above need the type to
+/// be [`Capturable`], so without this last choice (found after them: it takes `&mut
+/// self`) each version of the body would refuse it a second time.
+#[doc(hidden)]
+pub trait CaptureRefused {
+    fn __strads_enter<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized,
+    {
+        unreachable!("a body that captures a value it cannot capture does not compile")
+    }
+    fn __strads_note<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized,
+    {
+        unreachable!("a body that captures a value it cannot capture does not compile")
+    }
+    fn __strads_record<C: ?Sized>(&mut self, _rec: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized,
+    {
+        unreachable!("a body that captures a value it cannot capture does not compile")
+    }
+    fn __strads_direct<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized,
+    {
+        unreachable!("a body that captures a value it cannot capture does not compile")
+    }
+    fn __strads_lock<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized,
+    {
+        unreachable!("a body that captures a value it cannot capture does not compile")
+    }
+}
+
+impl<T> CaptureRefused for T {}
 
 #[cfg(test)]
 mod tests {

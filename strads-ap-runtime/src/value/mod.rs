@@ -29,6 +29,9 @@ pub trait Element:
 {
 }
 
+// Not recommended: a type that is not an element gets one error, this trait's, rather
+// than one per missing serde trait.
+#[diagnostic::do_not_recommend]
 impl<T> Element for T where
     T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static
 {

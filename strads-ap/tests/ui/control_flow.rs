@@ -1,3 +1,4 @@
+// mistakes: 2
 use strads_ap::prelude::*;
 
 fn parse(s: &str) -> Result<f32, std::num::ParseFloatError> {

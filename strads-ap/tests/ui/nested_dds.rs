@@ -1,3 +1,4 @@
+// mistakes: 2
 use strads_ap::prelude::*;
 
 fn main() -> strads_ap::Result<()> {
