@@ -397,8 +397,26 @@ impl<'a> Generator<'a> {
             }
         });
         let bindings: Vec<TokenStream> = bindings.collect();
+        // A recording body starts each task on its views (they remember the task's last
+        // access; see `RecordVectorView::note`); a plain value has nothing to start.
+        let starts: Vec<TokenStream> = match pass {
+            Pass::Record => self
+                .captures
+                .iter()
+                .zip(&self.names)
+                .filter(|(_, name)| self.reduction(name).is_none())
+                .map(|(c, _)| quote_spanned!(at(c.span())=> #c.__strads_task();))
+                .collect(),
+            _ => Vec::new(),
+        };
         let body = &self.input.body;
-        let each = for_each(&body.param, body.param_ty.as_ref(), &items, &body.body);
+        let each = for_each(
+            &body.param,
+            body.param_ty.as_ref(),
+            &items,
+            &body.body,
+            &starts,
+        );
         // Made in a `const` block, where the enclosing function's variables are out of
         // reach: a variable the body uses but the analysis did not capture (a closure
         // called by name, a name inside a format string) is refused at its use by one
@@ -410,6 +428,7 @@ impl<'a> Generator<'a> {
                     #[allow(unused_imports)]
                     use #private::{
                         #fallback as _, CommitFallback as _, MapMethods as _, CaptureRefused as _,
+                        TaskFallback as _,
                     };
                     #(#bindings)*
                     #each
@@ -423,11 +442,22 @@ impl<'a> Generator<'a> {
 /// `for PARAM in ITEMS { BODY }`, with the parameter's type annotation, if any, on a
 /// `let` inside the loop. The loop makes `continue` in the body skip to the next index
 /// or mini-batch, as it does in the serial loop.
-fn for_each(param: &Pat, param_ty: Option<&Type>, items: &TokenStream, body: &Expr) -> TokenStream {
+/// `starts` run first in each iteration, outside the body's block.
+fn for_each(
+    param: &Pat,
+    param_ty: Option<&Type>,
+    items: &TokenStream,
+    body: &Expr,
+    starts: &[TokenStream],
+) -> TokenStream {
     let item = local("__strads_item");
     let block = match body {
         Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() => b.block.to_token_stream(),
         _ => quote!({ #body; }),
+    };
+    let block = match starts {
+        [] => block,
+        _ => quote!({ #(#starts)* #block }),
     };
     match param_ty {
         None => quote!(for #param in #items #block),

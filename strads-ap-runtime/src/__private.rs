@@ -5,7 +5,7 @@ pub use serde;
 pub use crate::dds::body::{capture, Capturable, MapMethods, NestedDdsIsNotCapturable};
 pub use crate::dds::{
     CaptureRefused, DirectFallback, EnterFallback, LockFallback, NoteFallback, Plain,
-    RecordFallback,
+    RecordFallback, TaskFallback,
 };
 pub use crate::engine::reduce::{
     reduction, CaptureDds, CaptureSummed, CommitFallback, Reduction, Summed, TakeDds, TakeSummed,

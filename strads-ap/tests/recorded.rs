@@ -367,3 +367,37 @@ fn a_rechecked_loop_on_one_worker_runs_in_loop_order_and_still_refuses_unlearned
     run().unwrap();
     assert_eq!(side.to_vec().unwrap(), vec![1; n]);
 }
+
+/// A recording view remembers the running task's last access so that an inner loop over
+/// one element is logged once; each task starts afresh. Here consecutive tasks touch the
+/// element the task before them touched last, through a vector and a map: were the memory
+/// kept across tasks, only the first would log it, the plan would run the rest on
+/// different workers at once, and the next call would be refused (or lose updates).
+#[test]
+fn each_task_logs_the_element_the_task_before_it_touched_last() {
+    let n = 4000usize;
+    let total = DVector::from_fn(1, |_| 0u64).unwrap();
+    let by_name = DMap::from_pairs(vec![("all".to_string(), 0u64)]).unwrap();
+    let key = "all".to_string();
+    let line = line!() + 2;
+    let run = || {
+        async_for!(
+            0..n,
+            |k| {
+                for _ in 0..3 {
+                    total[0] += k as u64;
+                    by_name[&key] += 1;
+                }
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+    };
+    for _ in 0..3 {
+        run().unwrap();
+    }
+    let each = (n * (n - 1) / 2) as u64 * 3;
+    assert_eq!(total.get(0).unwrap(), 3 * each);
+    assert_eq!(by_name.get(&key).unwrap(), Some(3 * 3 * n as u64));
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (3, 1), "{s:?}");
+}

@@ -862,17 +862,25 @@ impl<K: MapKey, W: IndexMut<usize>> MapView<'_, K, W> {
     pub fn __strads_bind(&mut self) -> &mut Self {
         self
     }
+}
 
-    #[cold]
-    #[inline(never)]
-    fn missing(&self, key: &K) -> !
-    where
-        K: std::fmt::Debug,
-    {
-        raise(Fault::MissingKey {
-            table: self.name,
-            key: format!("{key:?}"),
-        })
+/// `key` is not in map `table`. (Given the name, not the view, so that no call is handed
+/// a view's address: see `RecordVectorView::note`.)
+#[cold]
+#[inline(never)]
+fn missing<K: std::fmt::Debug>(table: &'static str, key: &K) -> ! {
+    raise(Fault::MissingKey {
+        table,
+        key: format!("{key:?}"),
+    })
+}
+
+impl<K, V: Clone> MapView<'_, K, RecordVectorView<'_, V>> {
+    /// Starts a task (see `RecordVectorView::__strads_task`).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_task(&mut self) {
+        self.values.__strads_task();
     }
 }
 
@@ -881,7 +889,7 @@ impl<K: MapKey + std::fmt::Debug, W: IndexMut<usize>> Index<&K> for MapView<'_, 
     fn index(&self, key: &K) -> &W::Output {
         match self.index.get(key) {
             Some(&i) => &self.values[i as usize],
-            None => self.missing(key),
+            None => missing(self.name, key),
         }
     }
 }
@@ -890,7 +898,7 @@ impl<K: MapKey + std::fmt::Debug, W: IndexMut<usize>> IndexMut<&K> for MapView<'
     fn index_mut(&mut self, key: &K) -> &mut W::Output {
         match self.index.get(key) {
             Some(&i) => &mut self.values[i as usize],
-            None => self.missing(key),
+            None => missing(self.name, key),
         }
     }
 }
@@ -1039,6 +1047,15 @@ impl<'de, K: MapKey, V: Element> serde::Deserialize<'de> for MultiMapRef<K, V> {
 /// A [`DMultiMap`] inside a loop body: `get_all(&k)` as a slice; `get_mut(&k)` gives the
 /// list of an existing key to change in place.
 pub struct MultiMapView<'a, K, W>(MapView<'a, K, W>);
+
+impl<K, V: Clone> MultiMapView<'_, K, RecordVectorView<'_, Vec<V>>> {
+    /// Starts a task (see `RecordVectorView::__strads_task`).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_task(&mut self) {
+        self.0.__strads_task();
+    }
+}
 
 impl<K: MapKey, V: Element> MultiMapRef<K, V> {
     #[doc(hidden)]

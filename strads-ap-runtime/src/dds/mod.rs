@@ -29,5 +29,5 @@ pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};
 pub use view::{
     CaptureRefused, EnterFallback, NoteFallback, Plain, RecordFallback, RecordVectorView,
-    VectorView,
+    TaskFallback, VectorView,
 };

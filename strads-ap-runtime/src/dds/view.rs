@@ -6,6 +6,7 @@
 //! yield an owned copy (so mutating it is a compile error rather than a lost update).
 
 use super::body::Capturable;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -225,7 +226,9 @@ impl<T, const NOTE: bool> IndexMut<usize> for VectorView<'_, T, NOTE> {
 pub struct RecordVectorView<'a, T> {
     ptr: *mut T,
     len: usize,
-    scratch: Scratch<T>,
+    /// Behind a box, so that no call is handed the view's own address: the view then
+    /// stays in registers, and `mark` with it (see [`RecordVectorView::note`]).
+    scratch: Box<Scratch<T>>,
     slot: usize,
     in_place: bool,
     rec: &'a Recorder,
@@ -233,8 +236,14 @@ pub struct RecordVectorView<'a, T> {
     /// The running task's last accesses logged through this view, kept by the recorder
     /// (see `Recorder::last_logged`).
     last: &'a crate::recon::Logged,
+    /// The running task's last access through this view (`key << 1 | written`), logged
+    /// or known to be; [`NO_MARK`] at the start of each task (see `__strads_task`).
+    mark: Cell<usize>,
     _life: PhantomData<&'a mut [T]>,
 }
+
+/// No access through a view yet in the running task: no mark is this large.
+const NO_MARK: usize = usize::MAX;
 
 impl<'a, T> RecordVectorView<'a, T> {
     /// A recording view of the elements of table `id` (a vector's, or a map's values).
@@ -243,23 +252,45 @@ impl<'a, T> RecordVectorView<'a, T> {
         RecordVectorView {
             ptr: ptr as *mut T,
             len,
-            scratch: Scratch::default(),
+            scratch: Box::default(),
             slot,
             in_place: rec.writes_in_place(),
             rec,
             name,
             last: rec.last_logged(slot),
+            mark: Cell::new(NO_MARK),
             _life: PhantomData,
         }
     }
 
     /// Logs an access of element `i`, unless the task's last access through this view
     /// was to the same element and logged as much (a write covers a read).
+    ///
+    /// The view's own `mark` answers an inner loop over one element (`v[j][f]` for every
+    /// `f`) with a compare of registers: the view is a local of the body whose address no
+    /// call is given, so the compiler keeps it out of memory and can hoist the check,
+    /// where the recorder's state (which the body's stores may alias, as far as the
+    /// compiler knows) costs a load per access. Generated code starts each task with
+    /// `__strads_task`, which forgets `mark`.
     #[inline(always)]
     fn note(&self, i: usize, write: bool) {
-        if self.last.is_new(((i as u64) << 1) | u64::from(write)) {
+        let mark = (i << 1) | usize::from(write);
+        let last = self.mark.get();
+        if mark == last || mark | 1 == last {
+            return;
+        }
+        self.mark.set(mark);
+        if self.last.is_new(mark as u64) {
             self.rec.log(self.slot, i as u64, write);
         }
+    }
+
+    /// Starts a task: its accesses are logged anew. Called by generated code before
+    /// each loop index's body.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_task(&mut self) {
+        self.mark.set(NO_MARK);
     }
 }
 
@@ -292,19 +323,21 @@ impl<'a, T: Clone> RecordVectorView<'a, T> {
     #[inline(always)]
     fn bounds(&self, i: usize) {
         if i >= self.len {
-            self.out_of_bounds(i);
+            out_of_bounds(self.name, self.len, i);
         }
     }
+}
 
-    #[cold]
-    #[inline(never)]
-    fn out_of_bounds(&self, i: usize) -> ! {
-        raise(Fault::OutOfBounds {
-            table: self.name,
-            index: i,
-            len: self.len,
-        })
-    }
+/// Index `i` of table `name` (of length `len`) is out of bounds. (Given values, not the
+/// view: see [`RecordVectorView::scratch`].)
+#[cold]
+#[inline(never)]
+fn out_of_bounds(name: &'static str, len: usize, i: usize) -> ! {
+    raise(Fault::OutOfBounds {
+        table: name,
+        index: i,
+        len,
+    })
 }
 
 impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
@@ -338,19 +371,22 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
             // this thread, and `&mut self` rules out a second reference from this view.
             return unsafe { &mut *self.ptr.add(i) };
         }
-        self.scratch_copy(i)
+        let epoch = self.rec.task_epoch();
+        // SAFETY: as in `index`: nothing writes the table during reconnaissance.
+        let src = unsafe { &*self.ptr.add(i) };
+        scratch_copy(&mut self.scratch, i, epoch, src)
     }
 }
 
-impl<T: Clone> RecordVectorView<'_, T> {
-    /// The running task's scratch copy of element `i` (`i < len`), made on first use.
-    #[inline(never)]
-    fn scratch_copy(&mut self, i: usize) -> &mut T {
-        let epoch = self.rec.task_epoch();
-        // SAFETY: as in `index`: nothing writes the table during reconnaissance.
-        self.scratch
-            .get_or_copy(i, epoch, unsafe { &*self.ptr.add(i) })
-    }
+/// The running task's (`epoch`) scratch copy of element `i`, made from `src` on first use.
+#[inline(never)]
+fn scratch_copy<'s, T: Clone>(
+    scratch: &'s mut Scratch<T>,
+    i: usize,
+    epoch: u64,
+    src: &T,
+) -> &'s mut T {
+    scratch.get_or_copy(i, epoch, src)
 }
 
 /// Stores a copy of `src` for `key` at position `at` of `items` (at most its length):
@@ -509,6 +545,16 @@ impl<T: Capturable> RecordFallback for T {
         Plain(Some(Capturable::__strads_copy(self)))
     }
 }
+
+/// `__strads_task` for the bindings of a recording body that are not recording views (plain
+/// values): nothing to start.
+#[doc(hidden)]
+pub trait TaskFallback {
+    #[inline(always)]
+    fn __strads_task(&self) {}
+}
+
+impl<T: ?Sized> TaskFallback for T {}
 
 /// The bodies' binding of a capture whose type cannot be captured at all. Its capture is
 /// refused already, with the error that says why; the fallbacks above need the type to
