@@ -566,35 +566,40 @@ pub trait CaptureRefused {
     where
         Self: Sized,
     {
-        unreachable!("a body that captures a value it cannot capture does not compile")
+        refused()
     }
     fn __strads_note<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
         Self: Sized,
     {
-        unreachable!("a body that captures a value it cannot capture does not compile")
+        refused()
     }
     fn __strads_record<C: ?Sized>(&mut self, _rec: &C, _name: &'static str) -> Plain<Self>
     where
         Self: Sized,
     {
-        unreachable!("a body that captures a value it cannot capture does not compile")
+        refused()
     }
     fn __strads_direct<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
         Self: Sized,
     {
-        unreachable!("a body that captures a value it cannot capture does not compile")
+        refused()
     }
     fn __strads_lock<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
         Self: Sized,
     {
-        unreachable!("a body that captures a value it cannot capture does not compile")
+        refused()
     }
 }
 
 impl<T> CaptureRefused for T {}
+
+/// What [`CaptureRefused`] would bind, were the body to compile.
+fn refused<T>() -> Plain<T> {
+    unreachable!("a body that captures a value it cannot capture does not compile")
+}
 
 #[cfg(test)]
 mod tests {
