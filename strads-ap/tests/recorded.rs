@@ -401,3 +401,64 @@ fn each_task_logs_the_element_the_task_before_it_touched_last() {
     let s = stats_at(line);
     assert_eq!((s.calls, s.recorded_calls), (3, 1), "{s:?}");
 }
+
+#[test]
+fn tasks_logging_more_than_their_room_are_recorded_again_or_reconnoitred_again() {
+    // A task starts with room for 8,192 accesses; these touch 20,000 elements each.
+    let width = 20_000usize;
+    let w = DVector::from_fn(width, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    let run = || {
+        async_for!(
+            0..4usize,
+            |k| {
+                for j in 0..w.len() {
+                    // Order-sensitive: the value depends on the tasks before.
+                    w[j] = w[j] * 3 + (k + j) as u64 % 7;
+                }
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+    };
+    let mut serial = vec![0u64; width];
+    for call in 1..=3u64 {
+        run().unwrap();
+        for k in 0..4usize {
+            for (j, x) in serial.iter_mut().enumerate() {
+                *x = *x * 3 + (k + j) as u64 % 7;
+            }
+        }
+        assert_eq!(w.to_vec().unwrap(), serial, "call {call}");
+        let s = stats_at(line);
+        // The first recorded run's log lacks accesses: it plans nothing, and the next
+        // call records again, with room for such tasks; the third runs by that plan.
+        let recorded = call.min(2);
+        assert_eq!((s.calls, s.recorded_calls), (call, recorded), "{s:?}");
+    }
+
+    // Reconnaissance (three workers) runs such a task again, with more room: the
+    // first call plans. These tasks log more than twice the room made above.
+    let width = 100_000usize;
+    let v = DVector::from_fn(width, |_| 0u64).unwrap();
+    let line = line!() + 1;
+    async_for!(
+        0..6usize,
+        |k| {
+            for j in 0..v.len() {
+                v[j] += (k * j) as u64 % 5;
+            }
+        },
+        Opts::new().threads(3).fallback(Fallback::Never)
+    )
+    .unwrap();
+    let want: Vec<u64> = (0..width)
+        .map(|j| (0..6).map(|k| (k * j) as u64 % 5).sum())
+        .collect();
+    assert_eq!(v.to_vec().unwrap(), want);
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (1, 0), "{s:?}");
+    assert!(
+        s.recon > Duration::ZERO && s.planning > Duration::ZERO,
+        "{s:?}"
+    );
+}

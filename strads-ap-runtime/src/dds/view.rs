@@ -7,7 +7,6 @@
 
 use super::body::Capturable;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
@@ -355,6 +354,7 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
         if self.in_place {
             return element;
         }
+        // Looked up inline, with no call: see `Scratch::get`.
         self.scratch
             .get(i, self.rec.task_epoch())
             .unwrap_or(element)
@@ -379,6 +379,7 @@ impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
 }
 
 /// The running task's (`epoch`) scratch copy of element `i`, made from `src` on first use.
+#[cold]
 #[inline(never)]
 fn scratch_copy<'s, T: Clone>(
     scratch: &'s mut Scratch<T>,
@@ -410,7 +411,7 @@ struct Scratch<T> {
     items: Vec<(usize, T)>,
     live: usize,
     epoch: u64,
-    index: Option<HashMap<usize, usize>>,
+    index: Option<KeyIndex>,
 }
 
 impl<T> Default for Scratch<T> {
@@ -427,16 +428,19 @@ impl<T> Default for Scratch<T> {
 impl<T: Clone> Scratch<T> {
     const LINEAR: usize = 16;
 
-    #[inline]
+    #[inline(always)]
     fn position(&self, key: usize) -> Option<usize> {
         match &self.index {
-            Some(map) => map.get(&key).copied(),
+            Some(index) => index.get(key),
             None => self.items[..self.live].iter().position(|(k, _)| *k == key),
         }
     }
 
-    /// The task `epoch`'s copy of `key`, if it wrote one.
-    #[inline]
+    /// The task `epoch`'s copy of `key`, if it wrote one. Inline and with no call (not
+    /// even to a hasher): the read path of a recording view, where a call (however
+    /// rarely taken, and a recorded run never takes it) makes the compiler keep the
+    /// body's values in memory across its inner loops.
+    #[inline(always)]
     fn get(&self, key: usize, epoch: u64) -> Option<&T> {
         if self.epoch != epoch {
             return None;
@@ -450,8 +454,8 @@ impl<T: Clone> Scratch<T> {
         if self.epoch != epoch {
             self.epoch = epoch;
             self.live = 0;
-            if let Some(map) = &mut self.index {
-                map.clear();
+            if let Some(index) = &mut self.index {
+                index.clear();
             }
         }
         let p = match self.position(key) {
@@ -461,17 +465,13 @@ impl<T: Clone> Scratch<T> {
                 put_copy(&mut self.items, p, key, src);
                 self.live += 1;
                 match &mut self.index {
-                    Some(map) => {
-                        map.insert(key, p);
-                    }
+                    Some(index) => index.insert(key, p),
                     None if self.live > Self::LINEAR => {
-                        self.index = Some(
-                            self.items[..self.live]
-                                .iter()
-                                .enumerate()
-                                .map(|(p, (k, _))| (*k, p))
-                                .collect(),
-                        );
+                        let mut index = KeyIndex::default();
+                        for (p, (k, _)) in self.items[..self.live].iter().enumerate() {
+                            index.insert(*k, p);
+                        }
+                        self.index = Some(index);
                     }
                     None => {}
                 }
@@ -479,6 +479,71 @@ impl<T: Clone> Scratch<T> {
             }
         };
         &mut self.items[p].1
+    }
+}
+
+/// Positions of a scratch's keys once it holds many: open addressing with linear probing
+/// over a power-of-two table at most half full, hashed by a multiply, so that a lookup
+/// is a few instructions and no call (see [`Scratch::get`]).
+#[derive(Default)]
+struct KeyIndex {
+    /// `(key + 1, position)`; a zero key marks an empty slot (keys are element indices,
+    /// below a table's length, so `key + 1` never wraps to zero).
+    slots: Vec<(usize, usize)>,
+    len: usize,
+}
+
+impl KeyIndex {
+    #[inline(always)]
+    fn home(&self, key: usize) -> usize {
+        // Fibonacci hashing: the high bits of the product, as many as the table needs.
+        let bits = self.slots.len().trailing_zeros();
+        let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - bits)) as usize
+    }
+
+    #[inline(always)]
+    fn get(&self, key: usize) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = self.home(key);
+        loop {
+            let (k, p) = self.slots[at];
+            if k == key.wrapping_add(1) {
+                return Some(p);
+            }
+            if k == 0 {
+                return None;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    fn insert(&mut self, key: usize, position: usize) {
+        if 2 * (self.len + 1) > self.slots.len() {
+            let room = (2 * self.slots.len()).max(64);
+            let old = std::mem::replace(&mut self.slots, vec![(0, 0); room]);
+            self.len = 0;
+            for (k, p) in old.into_iter().filter(|&(k, _)| k != 0) {
+                self.insert(k - 1, p);
+            }
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = self.home(key);
+        while self.slots[at].0 != 0 && self.slots[at].0 != key.wrapping_add(1) {
+            at = (at + 1) & mask;
+        }
+        if self.slots[at].0 == 0 {
+            self.len += 1;
+        }
+        self.slots[at] = (key.wrapping_add(1), position);
+    }
+
+    fn clear(&mut self) {
+        self.slots.fill((0, 0));
+        self.len = 0;
     }
 }
 

@@ -9,6 +9,7 @@
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::access::LoopIndex;
 
@@ -53,6 +54,38 @@ struct Segment {
     entries: Vec<Access>,
     /// Per slot (a bit set): whether some task of the segment writes it.
     written: [u64; 4],
+    /// Accesses of the running task that found no room (see [`Recorder::log`]).
+    lost: usize,
+}
+
+/// Room for at least this many more accesses is made in a log before each task starts,
+/// so that logging an access is a store and a compare, with no call that could grow the
+/// log: a body's inner loop then keeps its values in registers (a call there, however
+/// rarely taken, makes the compiler keep them in memory: a recorded AdaGrad MF epoch took
+/// 134-139 ms with one and 91 without). A task that logs more than this is run again with
+/// more room (reconnaissance) or leaves its call unplanned (a recorded run, whose tasks
+/// write the tables and cannot run twice): the room grows for every later task, in every
+/// loop of the process.
+static LOG_HEADROOM: AtomicUsize = AtomicUsize::new(DEFAULT_LOG_HEADROOM);
+
+/// [`LOG_HEADROOM`] to start with: 64 KiB of accesses.
+const DEFAULT_LOG_HEADROOM: usize = 8192;
+
+/// Raises [`LOG_HEADROOM`] to fit a task that logged `needed` accesses, with as much
+/// again to spare; returns the new room.
+fn grow_headroom(needed: usize) -> usize {
+    let want = needed.saturating_mul(2).max(DEFAULT_LOG_HEADROOM);
+    LOG_HEADROOM.fetch_max(want, Ordering::Relaxed).max(want)
+}
+
+/// How a task's log ended (see [`Recorder::end_task`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Its accesses are logged.
+    Logged,
+    /// It logged more than its room held: nothing of it is kept, and it must run again
+    /// (reconnaissance only: its writes went to scratch copies).
+    Again,
 }
 
 impl Segment {
@@ -61,6 +94,7 @@ impl Segment {
             offsets: vec![0],
             entries: Vec::new(),
             written: [0; 4],
+            lost: 0,
         }
     }
 
@@ -74,9 +108,14 @@ impl Segment {
     fn with_room(tasks: usize, entries: usize) -> Self {
         let mut seg = Segment::new();
         seg.offsets.reserve(tasks);
-        seg.entries.reserve(entries);
+        // With the room every task needs beyond its share (see `LOG_HEADROOM`), whose
+        // pages stay untouched until a task uses them.
+        seg.entries
+            .reserve(entries.saturating_add(LOG_HEADROOM.load(Ordering::Relaxed)));
         touch_pages(seg.offsets.spare_capacity_mut(), 0);
-        touch_pages(seg.entries.spare_capacity_mut(), Access(0));
+        let spare = seg.entries.spare_capacity_mut();
+        let share = entries.min(spare.len());
+        touch_pages(&mut spare[..share], Access(0));
         seg
     }
 
@@ -169,6 +208,7 @@ impl Segment {
     fn abort_task(&mut self) {
         let start = self.open_start();
         self.entries.truncate(start);
+        self.lost = 0;
     }
 }
 
@@ -227,6 +267,12 @@ impl AccessLog {
         for seg in &mut self.segments {
             seg.settle_all();
         }
+    }
+
+    /// Accesses logged per task, on average, rounded up (before settling: with repeats).
+    pub(crate) fn logged_per_task(&self) -> usize {
+        let logged: usize = self.segments.iter().map(|s| s.entries.len()).sum();
+        logged.div_ceil(self.tasks.max(1))
     }
 
     /// Joins the logs of consecutive chunks of `2^shift` tasks each (the last may be
@@ -620,6 +666,11 @@ pub struct Recorder {
     /// Per table slot, the running task's last accesses logged through its view (see
     /// [`Logged`]).
     last: Box<[Logged]>,
+    /// Room made for each task's accesses (see [`LOG_HEADROOM`]).
+    headroom: Cell<usize>,
+    /// A recorded run's task logged more accesses than its room held (this many): the log
+    /// misses some and must not plan.
+    overflowed: Cell<Option<usize>>,
 }
 
 /// The running task's last [`Logged::WAYS`] distinct accesses logged through a view, as
@@ -685,7 +736,7 @@ impl Logged {
     }
 
     /// Remembers a new element's access in the next way, replacing the oldest.
-    #[inline(never)]
+    #[inline(always)]
     fn remember(&self, mark: u64) {
         let at = self.next.get();
         self.ways[at].set(mark);
@@ -702,13 +753,18 @@ impl Recorder {
     /// index), in slot order, logging into `room`. The data must stay valid and unwritten
     /// while the recorder is used: views write to scratch copies.
     pub(crate) fn new(tables: Vec<(u64, *mut u8, usize, *const u8)>, room: LogRoom) -> Self {
+        let headroom = LOG_HEADROOM.load(Ordering::Relaxed);
+        let mut log = room.0;
+        log.entries.reserve(headroom);
         Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
-            log: RefCell::new(room.0),
+            log: RefCell::new(log),
             last: (0..tables.len()).map(|_| Logged::new()).collect(),
             tables,
             in_place: false,
+            headroom: Cell::new(headroom),
+            overflowed: Cell::new(None),
         }
     }
 
@@ -745,12 +801,23 @@ impl Recorder {
         (slot, t.1, t.2, t.3)
     }
 
-    #[inline]
+    /// Logs an access of the running task: into the room made at its start, with no call
+    /// (see [`LOG_HEADROOM`]); past that room it is only counted, and
+    /// [`end_task`](Recorder::end_task) deals with the task.
+    #[inline(always)]
     pub(crate) fn log(&self, slot: usize, key: u64, write: bool) {
-        self.log
-            .borrow_mut()
-            .entries
-            .push(Access::new(slot, key, write));
+        let mut log = self.log.borrow_mut();
+        if log.entries.len() < log.entries.capacity() {
+            log.entries.push(Access::new(slot, key, write));
+        } else {
+            log.lost += 1;
+        }
+    }
+
+    /// Whether a task of this recorded run logged more accesses than its room held, and
+    /// how many it needed: its log misses some (see [`Recorder::end_task`]).
+    pub(crate) fn overflowed(&self) -> Option<usize> {
+        self.overflowed.get()
     }
 
     /// The current task's number, for views' scratch.
@@ -767,6 +834,7 @@ impl Recorder {
     /// Starts recording the task of loop index `index`.
     #[inline]
     pub(crate) fn start_task(&self, index: usize) {
+        self.log.borrow_mut().entries.reserve(self.headroom.get());
         self.task_epoch.set(self.task_epoch.get() + 1);
         self.index.set(index);
         for last in self.last.iter() {
@@ -774,16 +842,30 @@ impl Recorder {
         }
     }
 
-    /// Closes the current task's set.
+    /// Closes the current task's set. A task that logged more accesses than its room held
+    /// makes more room for later tasks; in reconnaissance its accesses are dropped and it
+    /// must run again ([`Ended::Again`]); in a recorded run, which cannot run a task twice,
+    /// its partial set is kept and the log marked [`overflowed`](Recorder::overflowed).
     #[inline]
-    pub(crate) fn end_task(&self) {
+    pub(crate) fn end_task(&self) -> Ended {
         let mut log = self.log.borrow_mut();
+        if log.lost > 0 {
+            let needed = log.entries.len() - log.open_start() + std::mem::take(&mut log.lost);
+            self.headroom.set(grow_headroom(needed));
+            if !self.in_place {
+                log.abort_task();
+                return Ended::Again;
+            }
+            self.overflowed
+                .set(Some(self.overflowed.get().unwrap_or(0).max(needed)));
+        }
         if self.in_place {
             // A recorded run: settled later by a helper (see `AccessLog::settle`).
             log.push_offset();
         } else {
             log.close_task();
         }
+        Ended::Logged
     }
 
     /// Drops the accesses of a task that failed.
@@ -822,10 +904,14 @@ impl<I: LoopIndex> Iterator for RecordIndices<'_, I> {
 
     #[inline]
     fn next(&mut self) -> Option<I> {
-        if self.open {
-            self.rec.end_task();
-            self.open = false;
+        if self.open && self.rec.end_task() == Ended::Again {
+            // Reconnaissance of a task that logged more than its room held: again, with
+            // more room.
+            let i = self.rec.index();
+            self.rec.start_task(i);
+            return Some(I::from_usize(i));
         }
+        self.open = false;
         let i = self.range.next()?;
         self.rec.start_task(i);
         self.open = true;
@@ -843,6 +929,62 @@ mod tests {
         assert_eq!((a.slot(), a.key(), a.write()), (3, 12345, true));
         let b = Access::new(254, KEY_MASK, false);
         assert_eq!((b.slot(), b.key(), b.write()), (254, KEY_MASK, false));
+    }
+
+    /// Logs one more access than the running task's room holds, all distinct.
+    fn overfill(rec: &Recorder) -> usize {
+        let room = {
+            let log = rec.log.borrow();
+            log.entries.capacity() - log.entries.len()
+        };
+        for key in 0..=room as u64 {
+            rec.log(0, key, false);
+        }
+        room + 1
+    }
+
+    #[test]
+    fn a_reconnoitred_task_past_its_room_runs_again_with_more() {
+        let tables = vec![(10, std::ptr::null_mut(), 0, std::ptr::null())];
+        let rec = Recorder::new(tables, LogRoom::new(0, 0));
+        let mut indices = RecordIndices::<usize>::new(7..9, &rec);
+        assert_eq!(indices.next(), Some(7));
+        rec.log(0, 1, true);
+        assert_eq!(indices.next(), Some(8));
+        let needed = overfill(&rec);
+        // Task 8 logged past its room: nothing of it is kept, and it runs again.
+        assert_eq!(indices.next(), Some(8));
+        assert_eq!(rec.index(), 8);
+        assert!(rec.headroom.get() >= 2 * needed, "the room grew");
+        assert!(LOG_HEADROOM.load(Ordering::Relaxed) >= 2 * needed);
+        for key in 0..needed as u64 {
+            rec.log(0, key, false);
+        }
+        assert_eq!(indices.next(), None);
+        assert_eq!(
+            rec.overflowed(),
+            None,
+            "reconnaissance runs a task again instead"
+        );
+        let log = rec.into_log();
+        assert_eq!(log.tasks(), 2);
+        assert_eq!(log.task(0), &[Access::new(0, 1, true)]);
+        assert_eq!(log.task(1).len(), needed, "the second run's log, whole");
+    }
+
+    #[test]
+    fn a_recorded_task_past_its_room_marks_the_log_overflowed() {
+        let tables = vec![(10, std::ptr::null_mut(), 0, std::ptr::null())];
+        let rec = Recorder::in_place(tables, LogRoom::new(0, 0));
+        let mut indices = RecordIndices::<usize>::new(0..2, &rec);
+        assert_eq!(indices.next(), Some(0));
+        let needed = overfill(&rec);
+        // A recorded task wrote the tables: it does not run again.
+        assert_eq!(indices.next(), Some(1));
+        rec.log(0, 3, true);
+        assert_eq!(indices.next(), None);
+        assert_eq!(rec.overflowed(), Some(needed));
+        assert!(rec.headroom.get() >= 2 * needed, "later tasks get the room");
     }
 
     #[test]

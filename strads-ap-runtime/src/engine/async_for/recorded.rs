@@ -27,7 +27,9 @@ pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) 
     let tables = table_infos(&l.call.registry, bases);
     let log = recorded_call(l, bases, Some(&tables));
     drop(locked);
-    let (log, ahead) = log?;
+    let Some((log, ahead)) = log? else {
+        return Ok(unplanned(l));
+    };
     let plan = make_plan(l, log, LogSource::Recorded(ahead), tables, l.call.threads);
     if !l.on_one_worker() {
         let locked = l.call.lock()?;
@@ -49,10 +51,21 @@ pub(super) fn run_for_modes<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Re
     let log = recorded_call(l, &locked.bases, None);
     let tables = table_infos(&l.call.registry, &locked.bases);
     drop(locked);
-    let modes = plan::slot_modes(&log?.0, &tables);
+    let Some((log, _)) = log? else {
+        return Ok(unplanned(l));
+    };
+    let modes = plan::slot_modes(&log, &tables);
     l.call.note(|f| f.first_call = true);
     let written = written_slots(&modes);
     Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), modes)))
+}
+
+/// A recorded run whose log missed accesses (a task logged more than its room held; see
+/// `Recorder::end_task`): the call ran, in loop order, but plans nothing. Its next call
+/// records again, with room for such tasks. Every table may have been written.
+fn unplanned<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Ran {
+    let tables = l.call.registry.entries.len();
+    Ran::new(Ok(()), vec![true; tables])
 }
 
 /// A recorded run: every index of `start..start + n` in loop order on this thread, with
@@ -70,37 +83,44 @@ fn recorded_call<Task, I: LoopIndex>(
     l: &Loop<'_, '_, Task, I>,
     bases: &[Base],
     tables: Option<&[TableInfo]>,
-) -> Result<(AccessLog, Option<plan::GatherAhead>)> {
+) -> Result<Option<(AccessLog, Option<plan::GatherAhead>)>> {
     let (site, start, n) = (l.call.site, l.start, l.n);
     let (task, record) = (l.call.task(), l.record);
     use std::sync::mpsc::channel;
     let t0 = Instant::now();
-    const RECORDED_SHIFT: u32 = 16;
+    // Small chunks: the helper settles and gathers each while the next is recorded, and
+    // sizes the next chunks' rooms by what the finished ones logged (a factorisation
+    // machine logs ~60 accesses per task, where a first guess of one per table gives 3).
+    const RECORDED_SHIFT: u32 = 12;
     let chunks = chunk_ranges(start, n, 1 << RECORDED_SHIFT);
     let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
-    let per_task = bases.len();
+    let mut per_task = bases.len();
     let (room_tx, rooms) = channel::<LogRoom>();
     let (done, done_rx) = channel::<AccessLog>();
     let (back_tx, back) = channel::<(Vec<AccessLog>, Option<plan::GatherAhead>)>();
     let mut ahead = tables.map(|t| plan::GatherAhead::new(t, start));
     let mut outcome = Ok(());
+    // The most accesses a task logged past its room, if one did.
+    let mut overflowed = None;
     l.call.here.pool(1).in_place_scope(|scope| {
         scope.spawn(move |_| {
             // Two rooms ahead, one more for each chunk finished. The first chunk maps its
             // own: it starts before this helper can have made one.
             let mut next = 1;
-            let send_room = |next: &mut usize| {
+            let send_room = |next: &mut usize, per_task: usize| {
                 if let Some(&tasks) = sizes.get(*next) {
                     // The recording thread may have stopped (a body failed): no matter.
                     let _ = room_tx.send(LogRoom::new(tasks, per_task));
                     *next += 1;
                 }
             };
-            send_room(&mut next);
-            send_room(&mut next);
+            send_room(&mut next, per_task);
+            send_room(&mut next, per_task);
             let mut logs = Vec::with_capacity(sizes.len());
             while let Ok(mut log) = done_rx.recv() {
-                send_room(&mut next);
+                // A quarter more than the chunk just finished logged per task.
+                per_task = per_task.max(log.logged_per_task() * 5 / 4);
+                send_room(&mut next, per_task);
                 log.settle();
                 if let Some(a) = &mut ahead {
                     a.add(&log);
@@ -123,6 +143,7 @@ fn recorded_call<Task, I: LoopIndex>(
                 outcome = Err(body_error(site, rec.index(), payload));
                 break;
             }
+            overflowed = overflowed.max(rec.overflowed());
             // The helper lives until `done` is dropped below.
             let _ = done.send(rec.into_log());
         }
@@ -141,5 +162,17 @@ fn recorded_call<Task, I: LoopIndex>(
     let (logs, ahead) = back
         .recv()
         .expect("the recording helper returns the logs it was sent");
-    Ok((AccessLog::from_chunks(RECORDED_SHIFT, logs), ahead))
+    if let Some(needed) = overflowed {
+        let message = format!(
+            "{site}: a task of the recorded first call logged {needed} accesses, more than \
+             the room made for one task; the call ran, but plans nothing: its next call \
+             records again with room for such tasks"
+        );
+        if crate::cluster::context().config().verbose {
+            eprintln!("strads-ap: {message}");
+        }
+        tracing::debug!("{message}");
+        return Ok(None);
+    }
+    Ok(Some((AccessLog::from_chunks(RECORDED_SHIFT, logs), ahead)))
 }

@@ -25,7 +25,7 @@ use crate::cluster::Pool;
 use crate::dds::table::{Replica, TableHandle};
 use crate::dds::{DVector, Element};
 use crate::error::{Error, Result};
-use crate::recon::{AccessLog, LogRoom, Recorder, MAX_TABLES};
+use crate::recon::{AccessLog, Ended, LogRoom, Recorder, MAX_TABLES};
 use crate::sync::RwLock;
 
 mod bsp;
@@ -450,12 +450,17 @@ fn reconnoitre<Task, D>(
         LogRoom::new(0, 0),
     );
     for (i, batch) in batches.iter().enumerate() {
-        rec.start_task(i * minibatch);
-        let outcome = catch_unwind(AssertUnwindSafe(|| record(task, &rec, batch)));
-        if let Err(payload) = outcome {
-            return Err(body_error(site, i * minibatch, payload));
+        // A mini-batch that logs more than its room holds runs again, with more room.
+        loop {
+            rec.start_task(i * minibatch);
+            let outcome = catch_unwind(AssertUnwindSafe(|| record(task, &rec, batch)));
+            if let Err(payload) = outcome {
+                return Err(body_error(site, i * minibatch, payload));
+            }
+            if rec.end_task() == Ended::Logged {
+                break;
+            }
         }
-        rec.end_task();
     }
     Ok(rec.into_log())
 }
