@@ -404,8 +404,8 @@ fn each_task_logs_the_element_the_task_before_it_touched_last() {
 
 #[test]
 fn tasks_logging_more_than_their_room_are_recorded_again_or_reconnoitred_again() {
-    // A task starts with room for 8,192 accesses; these touch 20,000 elements each.
-    let width = 20_000usize;
+    // A task starts with room for 131,072 accesses; these touch 150,000 elements each.
+    let width = 150_000usize;
     let w = DVector::from_fn(width, |_| 0u64).unwrap();
     let line = line!() + 2;
     let run = || {
@@ -438,11 +438,11 @@ fn tasks_logging_more_than_their_room_are_recorded_again_or_reconnoitred_again()
 
     // Reconnaissance (three workers) runs such a task again, with more room: the
     // first call plans. These tasks log more than twice the room made above.
-    let width = 100_000usize;
+    let width = 400_000usize;
     let v = DVector::from_fn(width, |_| 0u64).unwrap();
     let line = line!() + 1;
     async_for!(
-        0..6usize,
+        0..3usize,
         |k| {
             for j in 0..v.len() {
                 v[j] += (k * j) as u64 % 5;
@@ -452,7 +452,7 @@ fn tasks_logging_more_than_their_room_are_recorded_again_or_reconnoitred_again()
     )
     .unwrap();
     let want: Vec<u64> = (0..width)
-        .map(|j| (0..6).map(|k| (k * j) as u64 % 5).sum())
+        .map(|j| (0..3).map(|k| (k * j) as u64 % 5).sum())
         .collect();
     assert_eq!(v.to_vec().unwrap(), want);
     let s = stats_at(line);

@@ -118,8 +118,9 @@ fn recorded_call<Task, I: LoopIndex>(
             send_room(&mut next, per_task);
             let mut logs = Vec::with_capacity(sizes.len());
             while let Ok(mut log) = done_rx.recv() {
-                // A quarter more than the chunk just finished logged per task.
-                per_task = per_task.max(log.logged_per_task() * 5 / 4);
+                // A quarter more than the chunk just finished logged per task (not the
+                // most any chunk logged: one chunk with a hub would size them all).
+                per_task = (log.logged_per_task() * 5 / 4).max(1);
                 send_room(&mut next, per_task);
                 log.settle();
                 if let Some(a) = &mut ahead {
