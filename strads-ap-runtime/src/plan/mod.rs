@@ -1030,6 +1030,19 @@ fn connected(
     uf
 }
 
+/// Tasks in the largest component of `uf`.
+fn largest_component(uf: &mut UnionFind) -> usize {
+    let n = uf.0.len();
+    let mut counts = vec![0u32; n];
+    let mut largest = 0;
+    for p in 0..n as u32 {
+        let r = uf.find(p) as usize;
+        counts[r] += 1;
+        largest = largest.max(counts[r] as usize);
+    }
+    largest
+}
+
 struct Scratch {
     epoch: u32,
     /// Per slot and key: one array of all three marks, as a key's are read together.
@@ -1092,17 +1105,23 @@ fn components(
         candidates.push(next);
     }
     let mut size = *candidates.last().expect("one");
-    for &candidate in candidates.iter().rev().skip(1) {
+    let largest_in = |batch: &[u32], scratch: &mut Scratch| {
+        largest_component(&mut connected(log, modes, batch, scratch))
+    };
+    for (tried, &candidate) in candidates.iter().rev().skip(1).enumerate() {
         let batch = &order[..candidate.min(n)];
-        let mut uf = connected(log, modes, batch, &mut scratch);
-        let mut counts = vec![0u32; batch.len()];
-        let mut largest = 0;
-        for p in 0..batch.len() as u32 {
-            let r = uf.find(p) as usize;
-            counts[r] += 1;
-            largest = largest.max(counts[r] as usize);
-        }
+        let largest = largest_in(batch, &mut scratch);
         if largest * 2 * threads > batch.len() {
+            // The smallest batch tried is one component: if the last tasks of the order
+            // are too, some key is written by (nearly) every task (a global bias, an
+            // epoch counter), and no batch would hold two components worth running apart.
+            // One group in loop order, rather than a pass over every batch to find that.
+            if tried == 0 && largest == batch.len() {
+                let tail = &order[n - batch.len()..];
+                if largest_in(tail, &mut scratch) == tail.len() {
+                    return one_group(log, modes, tags);
+                }
+            }
             break;
         }
         size = candidate;
@@ -1189,6 +1208,30 @@ fn components(
         retag(log, modes, first, tags);
     }
     (Schedule::Components(batches), stats)
+}
+
+/// A components plan of one batch of one group, every task in loop order: for a loop whose
+/// tasks all conflict.
+fn one_group(log: &AccessLog, modes: &[SlotMode], tags: &mut [Vec<u32>]) -> (Schedule, PlanStats) {
+    let n = log.tasks();
+    let group = Group {
+        id: 0,
+        tasks: (0..n as u32).collect(),
+    };
+    let batch = Batch {
+        groups: vec![group],
+    };
+    retag(log, modes, &batch, tags);
+    let stats = PlanStats {
+        strategy: "components",
+        tasks: n,
+        groups: 1,
+        batches: 1,
+        // As far as the two batches sampled tell: the planner did not look further.
+        largest_component: n,
+        largest_group: n,
+    };
+    (Schedule::Components(vec![batch]), stats)
 }
 
 /// Sets the tags of the keys a components batch touches: keys written in the batch get

@@ -389,6 +389,37 @@ fn a_groups_tasks_run_in_loop_order() {
 }
 
 #[test]
+fn a_key_every_task_writes_makes_one_group_in_loop_order() {
+    let tables = [TableInfo {
+        key_space: 5001,
+        relaxed: false,
+    }];
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 3,
+        first_index: 0,
+    };
+    // Every task writes key 0 (a global bias) and its own key.
+    let all = AccessLog::from_tasks(
+        (0..5000u64).map(|i| vec![Access::new(0, 0, true), Access::new(0, i + 1, true)]),
+    );
+    let p = plan(all.clone(), &tables, &config);
+    assert_eq!((p.stats.batches, p.stats.groups), (1, 1), "{:?}", p.stats);
+    let tasks = &groups_of(&p)[0].1;
+    assert_eq!(tasks, &(0..5000u32).collect::<Vec<_>>(), "loop order");
+    check_plan(&all, &tables, 2);
+    // Only the first half of the tasks write key 0: the others can run apart.
+    let half = AccessLog::from_tasks((0..5000u64).map(|i| match i < 2500 {
+        true => vec![Access::new(0, 0, true), Access::new(0, i + 1, true)],
+        false => vec![Access::new(0, i + 1, true)],
+    }));
+    let p = plan(half.clone(), &tables, &config);
+    assert!(p.stats.groups > 1, "{:?}", p.stats);
+    check_plan(&half, &tables, 2);
+}
+
+#[test]
 fn a_hot_key_makes_one_serial_component() {
     let log = AccessLog::from_tasks(
         (0..100u64).map(|i| vec![Access::new(0, 0, true), Access::new(0, i, true)]),
