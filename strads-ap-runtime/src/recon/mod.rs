@@ -757,12 +757,13 @@ impl Recorder {
     /// index), in slot order, logging into `room`. The data must stay valid and unwritten
     /// while the recorder is used: views write to scratch copies.
     pub(crate) fn new(tables: Vec<(u64, *mut u8, usize, *const u8)>, room: LogRoom) -> Self {
-        // `room` holds the headroom already (see `Segment::with_room`).
         let headroom = LOG_HEADROOM.load(Ordering::Relaxed);
+        let mut log = room.0;
+        log.entries.reserve(headroom);
         Recorder {
             task_epoch: Cell::new(0),
             index: Cell::new(0),
-            log: RefCell::new(room.0),
+            log: RefCell::new(log),
             last: (0..tables.len()).map(|_| Logged::new()).collect(),
             tables,
             in_place: false,
@@ -946,14 +947,10 @@ mod tests {
         room + 1
     }
 
-    /// One table (the views, and so its data, are not used).
-    fn one_table() -> Vec<(u64, *mut u8, usize, *const u8)> {
-        vec![(10, std::ptr::null_mut(), 0, std::ptr::null())]
-    }
-
     #[test]
     fn a_reconnoitred_task_past_its_room_runs_again_with_more() {
-        let rec = Recorder::new(one_table(), LogRoom::new(0, 0));
+        let tables = vec![(10, std::ptr::null_mut(), 0, std::ptr::null())];
+        let rec = Recorder::new(tables, LogRoom::new(0, 0));
         let mut indices = RecordIndices::<usize>::new(7..9, &rec);
         assert_eq!(indices.next(), Some(7));
         rec.log(0, 1, true);
@@ -981,7 +978,8 @@ mod tests {
 
     #[test]
     fn a_recorded_task_past_its_room_marks_the_log_overflowed() {
-        let rec = Recorder::in_place(one_table(), LogRoom::new(0, 0));
+        let tables = vec![(10, std::ptr::null_mut(), 0, std::ptr::null())];
+        let rec = Recorder::in_place(tables, LogRoom::new(0, 0));
         let mut indices = RecordIndices::<usize>::new(0..2, &rec);
         assert_eq!(indices.next(), Some(0));
         let needed = overfill(&rec);

@@ -60,13 +60,6 @@ pub(super) fn run_for_modes<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Re
     Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), modes)))
 }
 
-/// Accesses per task to make the next chunk's room for: a quarter more than `finished`
-/// (a chunk's log) logged per task. Not the most any chunk logged: one chunk with a hub
-/// (PageRank) would size them all, and the pages of a room are all touched beforehand.
-fn room_per_task(finished: &AccessLog) -> usize {
-    (finished.logged_per_task() * 5 / 4).max(1)
-}
-
 /// A recorded run whose log missed accesses (a task logged more than its room held; see
 /// `Recorder::end_task`): the call ran, in loop order, but plans nothing. Its next call
 /// records again, with room for such tasks. Every table may have been written.
@@ -103,9 +96,7 @@ fn recorded_call<Task, I: LoopIndex>(
     const RECORDED_SHIFT: u32 = 14;
     let chunks = chunk_ranges(start, n, 1 << RECORDED_SHIFT);
     let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
-    // Accesses per task a room is made for: one per table until a chunk tells.
-    let first_guess = bases.len();
-    let mut per_task = first_guess;
+    let mut per_task = bases.len();
     let (room_tx, rooms) = channel::<LogRoom>();
     let (done, done_rx) = channel::<AccessLog>();
     let (back_tx, back) = channel::<(Vec<AccessLog>, Option<plan::GatherAhead>)>();
@@ -125,11 +116,14 @@ fn recorded_call<Task, I: LoopIndex>(
                     *next += 1;
                 }
             };
-            send_room(&mut next, first_guess);
-            send_room(&mut next, first_guess);
+            send_room(&mut next, per_task);
+            send_room(&mut next, per_task);
             let mut logs = Vec::with_capacity(sizes.len());
             while let Ok(mut log) = done_rx.recv() {
-                send_room(&mut next, room_per_task(&log));
+                // A quarter more than the chunk just finished logged per task (not the
+                // most any chunk logged: one chunk with a hub would size them all).
+                per_task = (log.logged_per_task() * 5 / 4).max(1);
+                send_room(&mut next, per_task);
                 log.settle();
                 if let Some(a) = &mut ahead {
                     a.add(&log);
@@ -153,10 +147,8 @@ fn recorded_call<Task, I: LoopIndex>(
                 break;
             }
             overflowed = overflowed.max(rec.overflowed());
-            let log = rec.into_log();
-            per_task = room_per_task(&log);
             // The helper lives until `done` is dropped below.
-            let _ = done.send(log);
+            let _ = done.send(rec.into_log());
         }
         // Ends the helper's loop (and unblocks it if we stopped early).
         drop(done);
