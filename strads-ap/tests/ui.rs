@@ -20,11 +20,6 @@ fn expected_errors_name_nothing_internal() {
         }
         seen += 1;
         let text = std::fs::read_to_string(&path).expect("an expected-output file");
-        // The one known exception, left open in issue 24: a closure called by name is a
-        // capture the macro cannot see, and rustc refuses it against the generated
-        // function's signature. (Making the bodies in a `const` block fixes the message
-        // but made MLR's body 10% slower; see `Generator::body_fn`.)
-        let known = path.file_stem().is_some_and(|s| s == "missed_capture");
         for internal in [
             "__Strads",
             "__strads",
@@ -41,8 +36,7 @@ fn expected_errors_name_nothing_internal() {
             "CaptureRefused",
         ] {
             assert!(
-                known && ["__private", "ExecCtx", "Recorder", "RecordIndices"].contains(&internal)
-                    || !text.contains(internal),
+                !text.contains(internal),
                 "{} names `{internal}`:\n{text}",
                 path.display()
             );
