@@ -141,7 +141,13 @@ fn generate(
                 quote!(run_async_for),
                 quote!(#range),
                 gen.body_fn(Pass::Run, &idx, quote!(#idx)),
-                gen.body_fn(Pass::Record, &idx, quote!(#idx)),
+                {
+                    // Twice, the same text: the runtime's signature makes one write to
+                    // scratch copies (reconnaissance) and one in place (a recorded run).
+                    let scratch = gen.body_fn(Pass::Record, &idx, quote!(#idx));
+                    let in_place = gen.body_fn(Pass::Record, &idx, quote!(#idx));
+                    quote!(#scratch, #in_place)
+                },
                 gen.body_fn(Pass::Direct, &idx, quote!(#idx)),
                 {
                     let lock = gen.body_fn(Pass::Lock, &idx, quote!(#idx));

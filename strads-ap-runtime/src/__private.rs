@@ -14,7 +14,7 @@ pub use crate::engine::reduce::{
 pub use crate::engine::{
     run_async_for, run_sync_for, CallSite, ExecCtx, Indices, LoopKind, Opts, Registry, SyncMode,
 };
-pub use crate::recon::{RecordIndices, Recorder};
+pub use crate::recon::{InPlace, RecordIndices, Recorder, Recording};
 
 use std::sync::Arc;
 

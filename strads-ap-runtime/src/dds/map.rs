@@ -25,7 +25,7 @@ use super::view::{RecordVectorView, VectorView};
 use super::{Aggregate, Aggregation, Element, Relaxed};
 use crate::access::{raise, ExecCtx, Fault};
 use crate::error::{Error, Result};
-use crate::recon::Recorder;
+use crate::recon::{Recording, Writes};
 use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::util::{stable_hash, StableHasher};
 
@@ -816,11 +816,12 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
     }
 
     #[doc(hidden)]
-    pub fn __strads_record<'a>(
+    pub fn __strads_record<'a, R: Recording>(
         &'a self,
-        rec: &'a Recorder,
+        rec: &'a R,
         name: &'static str,
-    ) -> MapView<'a, K, RecordVectorView<'a, V>> {
+    ) -> MapView<'a, K, RecordVectorView<'a, V, R::Writes>> {
+        let rec = rec.recorder();
         let (_, _, _, index) = rec.table(self.table.id);
         self.view(
             index,
@@ -875,7 +876,7 @@ fn missing<K: std::fmt::Debug>(table: &'static str, key: &K) -> ! {
     })
 }
 
-impl<K, V: Clone> MapView<'_, K, RecordVectorView<'_, V>> {
+impl<K, V: Clone, W: Writes> MapView<'_, K, RecordVectorView<'_, V, W>> {
     /// Starts a task (see `RecordVectorView::__strads_task`).
     #[doc(hidden)]
     #[inline(always)]
@@ -1048,7 +1049,7 @@ impl<'de, K: MapKey, V: Element> serde::Deserialize<'de> for MultiMapRef<K, V> {
 /// list of an existing key to change in place.
 pub struct MultiMapView<'a, K, W>(MapView<'a, K, W>);
 
-impl<K, V: Clone> MultiMapView<'_, K, RecordVectorView<'_, Vec<V>>> {
+impl<K, V: Clone, W: Writes> MultiMapView<'_, K, RecordVectorView<'_, Vec<V>, W>> {
     /// Starts a task (see `RecordVectorView::__strads_task`).
     #[doc(hidden)]
     #[inline(always)]
@@ -1096,11 +1097,11 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
     }
 
     #[doc(hidden)]
-    pub fn __strads_record<'a>(
+    pub fn __strads_record<'a, R: Recording>(
         &'a self,
-        rec: &'a Recorder,
+        rec: &'a R,
         name: &'static str,
-    ) -> MultiMapView<'a, K, RecordVectorView<'a, Vec<V>>> {
+    ) -> MultiMapView<'a, K, RecordVectorView<'a, Vec<V>, R::Writes>> {
         MultiMapView(self.0.__strads_record(rec, name))
     }
 }

@@ -12,7 +12,7 @@ use std::ops::{Index, IndexMut};
 
 use super::vector::VectorRef;
 use crate::access::{raise, Binding, Dirty, ExecCtx, Fault, SHARED};
-use crate::recon::Recorder;
+use crate::recon::{Recorder, Recording, ToScratch, Writes};
 
 /// A DVector as a loop body sees it: indexable like a `Vec`.
 ///
@@ -64,12 +64,12 @@ impl<T: Clone> VectorRef<T> {
 
     /// Binds the captured DVector for reconnaissance.
     #[doc(hidden)]
-    pub fn __strads_record<'a>(
+    pub fn __strads_record<'a, R: Recording>(
         &'a self,
-        rec: &'a Recorder,
+        rec: &'a R,
         name: &'static str,
-    ) -> RecordVectorView<'a, T> {
-        RecordVectorView::bind(rec, self.table.id, name)
+    ) -> RecordVectorView<'a, T, R::Writes> {
+        RecordVectorView::bind(rec.recorder(), self.table.id, name)
     }
 }
 
@@ -221,15 +221,16 @@ impl<T, const NOTE: bool> IndexMut<usize> for VectorView<'_, T, NOTE> {
 
 /// A DVector as a body sees it during reconnaissance: reads return real values, writes
 /// go to a scratch copy, every access is logged. In a recorded run (a first call run in
-/// loop order on one worker) writes go to the table itself.
-pub struct RecordVectorView<'a, T> {
+/// loop order on one worker) writes go to the table itself: `W` is
+/// [`ToTables`](crate::recon::ToTables) there, a type rather than a flag so that the
+/// recorded run's body version has no scratch path on its accesses.
+pub struct RecordVectorView<'a, T, W: Writes = ToScratch> {
     ptr: *mut T,
     len: usize,
     /// Behind a box, so that no call is handed the view's own address: the view then
     /// stays in registers, and `mark` with it (see [`RecordVectorView::note`]).
     scratch: Box<Scratch<T>>,
     slot: usize,
-    in_place: bool,
     rec: &'a Recorder,
     name: &'static str,
     /// The running task's last accesses logged through this view, kept by the recorder
@@ -238,22 +239,27 @@ pub struct RecordVectorView<'a, T> {
     /// The running task's last access through this view (`key << 1 | written`), logged
     /// or known to be; [`NO_MARK`] at the start of each task (see `__strads_task`).
     mark: Cell<usize>,
-    _life: PhantomData<&'a mut [T]>,
+    _life: PhantomData<(&'a mut [T], W)>,
 }
 
 /// No access through a view yet in the running task: no mark is this large.
 const NO_MARK: usize = usize::MAX;
 
-impl<'a, T> RecordVectorView<'a, T> {
+impl<'a, T, W: Writes> RecordVectorView<'a, T, W> {
     /// A recording view of the elements of table `id` (a vector's, or a map's values).
     pub(crate) fn bind(rec: &'a Recorder, id: u64, name: &'static str) -> Self {
+        assert_eq!(
+            rec.writes_in_place(),
+            W::IN_PLACE,
+            "strads-ap internal error: a recording view and its recorder disagree on where \
+             writes go"
+        );
         let (slot, ptr, len, _) = rec.table(id);
         RecordVectorView {
             ptr: ptr as *mut T,
             len,
             scratch: Box::default(),
             slot,
-            in_place: rec.writes_in_place(),
             rec,
             name,
             last: rec.last_logged(slot),
@@ -279,9 +285,7 @@ impl<'a, T> RecordVectorView<'a, T> {
             return;
         }
         self.mark.set(mark);
-        if self.last.is_new(mark as u64) {
-            self.rec.log(self.slot, i as u64, write);
-        }
+        self.rec.note(self.last, self.slot, i as u64, write);
     }
 
     /// Starts a task: its accesses are logged anew. Called by generated code before
@@ -293,7 +297,7 @@ impl<'a, T> RecordVectorView<'a, T> {
     }
 }
 
-impl<'a, T: Clone> RecordVectorView<'a, T> {
+impl<'a, T: Clone, W: Writes> RecordVectorView<'a, T, W> {
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
@@ -339,7 +343,7 @@ fn out_of_bounds(name: &'static str, len: usize, i: usize) -> ! {
     })
 }
 
-impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
+impl<T: Clone, W: Writes> Index<usize> for RecordVectorView<'_, T, W> {
     type Output = T;
 
     #[inline(always)]
@@ -351,7 +355,7 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
         // writes them (views write to scratch); in a recorded run only this thread's
         // views do, and `&self` rules out a mutable reference from this view.
         let element = unsafe { &*self.ptr.add(i) };
-        if self.in_place {
+        if W::IN_PLACE {
             return element;
         }
         // Looked up inline, with no call: see `Scratch::get`.
@@ -361,12 +365,12 @@ impl<T: Clone> Index<usize> for RecordVectorView<'_, T> {
     }
 }
 
-impl<T: Clone> IndexMut<usize> for RecordVectorView<'_, T> {
+impl<T: Clone, W: Writes> IndexMut<usize> for RecordVectorView<'_, T, W> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
         self.note(i, true);
-        if self.in_place {
+        if W::IN_PLACE {
             // SAFETY: as in `index`; a recorded run is the only user of the table, on
             // this thread, and `&mut self` rules out a second reference from this view.
             return unsafe { &mut *self.ptr.add(i) };

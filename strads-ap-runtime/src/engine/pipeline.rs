@@ -273,7 +273,7 @@ pub(crate) fn ship_task<Task: serde::Serialize + serde::de::DeserializeOwned>(
 mod tests {
     use crate::dds::VectorRef;
     use crate::engine::{run_async_for, run_sync_for, CallSite, LoopKind, Opts, Registry};
-    use crate::recon::MAX_TABLES;
+    use crate::recon::{Recording, MAX_TABLES};
     use crate::{DVector, Error, SyncMode};
 
     fn site(kind: LoopKind) -> &'static CallSite {
@@ -310,7 +310,16 @@ mod tests {
             opts(),
             register,
             |_, _, _| {},
-            |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
+            |t, rec, _| {
+                (0..t.len()).for_each(|s| {
+                    rec.log(s, 0, true);
+                })
+            },
+            |t, rec, _| {
+                (0..t.len()).for_each(|s| {
+                    rec.recorder().log(s, 0, true);
+                })
+            },
             |_, _, _| {},
             |_, _, _| {},
         );
@@ -323,7 +332,11 @@ mod tests {
             opts(),
             register,
             |_, _, _| {},
-            |t, rec, _| (0..t.len()).for_each(|s| rec.log(s, 0, true)),
+            |t, rec, _| {
+                (0..t.len()).for_each(|s| {
+                    rec.log(s, 0, true);
+                })
+            },
             |_, _, _| {},
         );
         [async_run, sync_run]

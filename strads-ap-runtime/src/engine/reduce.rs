@@ -30,7 +30,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::access::ExecCtx;
 use crate::dds::{Aggregate, DMap, DMultiMap, DVector, Element, MapRef, MultiMapRef, VectorRef};
 use crate::error::{Error, Result};
-use crate::recon::Recorder;
+use crate::recon::{InPlace, Recorder};
 use crate::sync::Mutex;
 
 /// The unit key of runs in loop order on one worker (see the module docs).
@@ -113,10 +113,19 @@ impl UnitOf for ExecCtx {
     }
 }
 
+/// Reconnaissance: its tasks' writes are not the call's.
 impl UnitOf for Recorder {
     #[inline]
     fn __strads_unit(&self) -> Option<u64> {
-        self.writes_in_place().then_some(SERIAL_UNIT)
+        None
+    }
+}
+
+/// A recorded run: the call itself, one serial unit.
+impl UnitOf for InPlace<'_> {
+    #[inline]
+    fn __strads_unit(&self) -> Option<u64> {
+        Some(SERIAL_UNIT)
     }
 }
 
@@ -239,11 +248,11 @@ impl<X: Aggregate> Reduction<X> {
 
     /// The binding of a recording run.
     #[doc(hidden)]
-    pub fn __strads_record<'a>(
+    pub fn __strads_record<'a, R: UnitOf>(
         &'a self,
-        rec: &'a Recorder,
+        rec: &'a R,
         _: &'static str,
-    ) -> Summed<'a, X, Recorder> {
+    ) -> Summed<'a, X, R> {
         self.summed(rec)
     }
 

@@ -655,6 +655,74 @@ impl LogRoom {
     }
 }
 
+/// A recorder whose views write the tables in place (see [`Recorder::in_place`]), as the
+/// recorded first call's body version sees it. Views bound through it are
+/// `RecordVectorView<_, _, ToTables>`: with no scratch copy to look in, an access is the
+/// table's element plus its log check, which keeps a recorded run near the serial body's
+/// cost (a body version for both would carry the scratch path into every access).
+pub struct InPlace<'r>(&'r Recorder);
+
+impl<'r> InPlace<'r> {
+    /// The in-place recorder `rec`, which must be made by [`Recorder::in_place`].
+    pub(crate) fn new(rec: &'r Recorder) -> Self {
+        assert!(
+            rec.writes_in_place(),
+            "strads-ap internal error: an in-place body version given a scratch recorder"
+        );
+        InPlace(rec)
+    }
+}
+
+/// Where a recording body's writes go: [`ToScratch`] (reconnaissance: the tables stay
+/// as they are) or [`ToTables`] (a recorded run: the call itself).
+#[doc(hidden)]
+pub trait Writes {
+    /// Whether writes go to the tables.
+    const IN_PLACE: bool;
+}
+
+/// Writes go to per-task scratch copies (reconnaissance).
+#[doc(hidden)]
+pub enum ToScratch {}
+
+/// Writes go to the tables (a recorded run).
+#[doc(hidden)]
+pub enum ToTables {}
+
+impl Writes for ToScratch {
+    const IN_PLACE: bool = false;
+}
+
+impl Writes for ToTables {
+    const IN_PLACE: bool = true;
+}
+
+/// What a recording body version is given: a [`Recorder`] (reconnaissance) or an
+/// [`InPlace`] one (a recorded run).
+#[doc(hidden)]
+pub trait Recording {
+    /// Where the views' writes go.
+    type Writes: Writes;
+    /// The recorder the views log into.
+    fn recorder(&self) -> &Recorder;
+}
+
+impl Recording for Recorder {
+    type Writes = ToScratch;
+    #[inline(always)]
+    fn recorder(&self) -> &Recorder {
+        self
+    }
+}
+
+impl Recording for InPlace<'_> {
+    type Writes = ToTables;
+    #[inline(always)]
+    fn recorder(&self) -> &Recorder {
+        self.0
+    }
+}
+
 /// The recorder a recording view logs into. One per worker thread during reconnaissance.
 pub struct Recorder {
     /// Bumped at every task start; recording views drop their scratch when it changes.
@@ -677,75 +745,139 @@ pub struct Recorder {
     overflowed: Cell<Option<usize>>,
 }
 
-/// The running task's last [`Logged::WAYS`] distinct accesses logged through a view, as
-/// `key << 1 | written` ([`NOT_LOGGED`] at a task's start), replaced in turn. A body that
-/// indexes the same few elements over and over (`p[u][f]`, or `w[a][f] - w[b][f]` for
-/// two rows in a loop over `f`) logs each once per task. The access checked last is kept
-/// apart (`last`): an inner loop over one row (`v[j][f]` for every `f`) costs a load and
-/// a compare per access, where searching the ways cost up to one per way (measured on a
-/// factorisation machine, whose tasks touch a dozen rows each: its recorded first call
-/// took 0.20 s instead of 0.23-0.26 s).
+/// The elements the running task logged through a view, as `key << 1 | written` with
+/// where in the log each entry is, so that a body that touches a row many times (`p[u][f]`
+/// for every `f`, or a factorisation machine's dozen rows, read in one loop and updated
+/// in the next) logs each element once, and a write after a read turns the read's entry
+/// into a write instead of adding one. A factorisation machine's tasks so log ~36
+/// entries instead of ~100 (its sixteen rows of two tables, each read, read again and
+/// written, overflowed the four ways an earlier version kept), which the recorded run's
+/// helper then sorts.
+///
+/// Open addressing on the key, at most half full: past [`Logged::REMEMBERED`] elements a
+/// task's further new elements are logged each time they are met (the log is settled,
+/// sorted and deduplicated, later anyway). Entries of earlier tasks are told apart by
+/// their task number, so starting a task clears nothing. The access checked last is kept
+/// apart (`last`): an inner loop over one row costs a load and a compare per access.
 pub(crate) struct Logged {
     last: Cell<u64>,
-    ways: [Cell<u64>; Logged::WAYS],
-    next: Cell<usize>,
+    seen: Box<[Cell<Seen>]>,
+    /// The running task's number (entries of other numbers are free).
+    task: Cell<u64>,
+    remembered: Cell<usize>,
 }
 
+/// An element a task logged: its mark, the task's number and the entry's position.
+#[derive(Clone, Copy)]
+struct Seen {
+    mark: u64,
+    task: u64,
+    at: u32,
+}
+
+/// What a view does with an access (see [`Logged::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// The task logged it already (as written, or both are reads).
+    Known,
+    /// A new element: log it, and tell [`Logged::logged_at`] where its entry went
+    /// (`NOT_REMEMBERED`: nowhere to tell).
+    New(u32),
+    /// Read before, written now: the read's entry at this position becomes a write.
+    Upgrade(u32),
+}
+
+/// [`Check::New`] for an element past what a task remembers.
+pub(crate) const NOT_REMEMBERED: u32 = u32::MAX;
+
+/// A position for an entry that was not kept (its task's room was full; see
+/// [`Recorder::log`]).
+pub(crate) const NOT_KEPT: u32 = u32::MAX;
+
 impl Logged {
-    /// Distinct elements remembered per view and task.
-    pub(crate) const WAYS: usize = 4;
+    /// Entries in the table of a view's logged elements (a power of two).
+    const SLOTS: usize = 64;
+    /// Distinct elements remembered per view and task: the table at most half full.
+    pub(crate) const REMEMBERED: usize = Self::SLOTS / 2;
 
     fn new() -> Self {
+        let free = Seen {
+            mark: NOT_LOGGED,
+            task: 0,
+            at: NOT_KEPT,
+        };
         Logged {
             last: Cell::new(NOT_LOGGED),
-            ways: std::array::from_fn(|_| Cell::new(NOT_LOGGED)),
-            next: Cell::new(0),
+            seen: (0..Self::SLOTS).map(|_| Cell::new(free)).collect(),
+            // Entries are made with task 0: free for every task from 1 on.
+            task: Cell::new(1),
+            remembered: Cell::new(0),
         }
     }
 
     fn clear(&self) {
         self.last.set(NOT_LOGGED);
-        for w in &self.ways {
-            w.set(NOT_LOGGED);
-        }
-        self.next.set(0);
+        self.task.set(self.task.get() + 1);
+        self.remembered.set(0);
     }
 
-    /// Whether an access `mark` (`key << 1 | written`) needs logging, remembering it if
-    /// so: not when the task logged the same element already, as written or (for a read)
-    /// as read.
+    /// What an access `mark` (`key << 1 | written`) of the running task needs: nothing
+    /// when the task logged the same element already, as written or (for a read) as
+    /// read; a new entry; or the upgrade of its read's entry to a write.
     #[inline(always)]
-    pub(crate) fn is_new(&self, mark: u64) -> bool {
+    pub(crate) fn check(&self, mark: u64) -> Check {
         // `last` is a logged mark: the same access, or a read of an element logged as
         // written, needs nothing more. (`NOT_LOGGED` matches no mark: no key is as large.)
         let last = self.last.get();
         if mark == last || mark | 1 == last {
-            return false;
+            return Check::Known;
         }
-        for w in &self.ways {
-            let seen = w.get();
-            if seen | 1 == mark | 1 {
-                if seen & 1 >= mark & 1 {
-                    self.last.set(seen);
-                    return false;
-                }
-                // Read before, written now: the write is logged, in the same way.
-                w.set(mark);
-                self.last.set(mark);
-                return true;
-            }
-        }
-        self.remember(mark);
-        true
+        self.look_up(mark)
     }
 
-    /// Remembers a new element's access in the next way, replacing the oldest.
+    /// [`check`](Logged::check) past the last access: the table.
     #[inline(always)]
-    fn remember(&self, mark: u64) {
-        let at = self.next.get();
-        self.ways[at].set(mark);
-        self.next.set((at + 1) % Self::WAYS);
+    fn look_up(&self, mark: u64) -> Check {
+        let task = self.task.get();
+        let mask = Self::SLOTS - 1;
+        // Fibonacci hashing of the key: the top bits of its product.
+        let mut i = ((mark >> 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize & mask;
+        loop {
+            let e = self.seen[i].get();
+            if e.task != task {
+                break;
+            }
+            if e.mark | 1 == mark | 1 {
+                if e.mark & 1 >= mark & 1 {
+                    self.last.set(e.mark);
+                    return Check::Known;
+                }
+                self.seen[i].set(Seen { mark, ..e });
+                self.last.set(mark);
+                return Check::Upgrade(e.at);
+            }
+            i = (i + 1) & mask;
+        }
         self.last.set(mark);
+        let remembered = self.remembered.get();
+        if remembered == Self::REMEMBERED {
+            return Check::New(NOT_REMEMBERED);
+        }
+        self.remembered.set(remembered + 1);
+        self.seen[i].set(Seen {
+            mark,
+            task,
+            at: NOT_KEPT,
+        });
+        Check::New(i as u32)
+    }
+
+    /// The entry of the element [`Check::New`] answered `new` for is at `at` in the log.
+    #[inline(always)]
+    pub(crate) fn logged_at(&self, new: u32, at: u32) {
+        if let Some(e) = self.seen.get(new as usize) {
+            e.set(Seen { at, ..e.get() });
+        }
     }
 }
 
@@ -808,13 +940,40 @@ impl Recorder {
     /// Logs an access of the running task: into the room made at its start, with no call
     /// (see [`LOG_HEADROOM`]); past that room it is only counted, and
     /// [`end_task`](Recorder::end_task) deals with the task.
+    /// Returns where the entry went, or [`NOT_KEPT`].
     #[inline(always)]
-    pub(crate) fn log(&self, slot: usize, key: u64, write: bool) {
+    pub(crate) fn log(&self, slot: usize, key: u64, write: bool) -> u32 {
         let mut log = self.log.borrow_mut();
-        if log.entries.len() < log.entries.capacity() {
+        let at = log.entries.len();
+        if at < log.entries.capacity() {
             log.entries.push(Access::new(slot, key, write));
+            // A segment holds fewer than 2^32 entries (see `push_offset`).
+            at as u32
         } else {
             log.lost += 1;
+            NOT_KEPT
+        }
+    }
+
+    /// Logs an access of the running task through the view of table slot `slot`, whose
+    /// logged elements are `logged` (see [`Logged`]), unless the task logged it already.
+    #[inline(always)]
+    pub(crate) fn note(&self, logged: &Logged, slot: usize, key: u64, write: bool) {
+        match logged.check((key << 1) | u64::from(write)) {
+            Check::Known => {}
+            Check::New(new) => logged.logged_at(new, self.log(slot, key, write)),
+            Check::Upgrade(at) => self.upgrade(at),
+        }
+    }
+
+    /// Turns the running task's entry at `at` (a read, logged by [`log`](Recorder::log))
+    /// into a write. An entry that was not kept stays lost (its task is run or recorded
+    /// again: see [`end_task`](Recorder::end_task)).
+    #[inline(always)]
+    pub(crate) fn upgrade(&self, at: u32) {
+        let mut log = self.log.borrow_mut();
+        if let Some(e) = log.entries.get_mut(at as usize) {
+            e.0 |= 1;
         }
     }
 
@@ -1058,6 +1217,57 @@ mod tests {
     }
 
     #[test]
+    fn a_task_logs_each_element_once_and_a_write_after_a_read_upgrades_its_entry() {
+        let rec = Recorder::in_place(
+            vec![(10, std::ptr::null_mut(), 0, std::ptr::null())],
+            LogRoom::new(2, 64),
+        );
+        let logged = rec.last_logged(0);
+        // A factorisation machine's pattern: rows read in one loop, read again and
+        // written in the next; more rows than a handful, in no order.
+        let rows: Vec<u64> = (0..20).map(|r| (r * 7) % 20).collect();
+        for task in 0..2 {
+            rec.start_task(task);
+            for &r in &rows {
+                rec.note(logged, 0, r, false);
+            }
+            for &r in &rows {
+                rec.note(logged, 0, r, false);
+                rec.note(logged, 0, r, true);
+            }
+            rec.end_task();
+        }
+        let mut log = rec.into_log();
+        let wrote = |r: u64| Access::new(0, r, true);
+        for task in 0..2 {
+            // Before settling: one entry per row, in first-touch order, each a write.
+            let raw: Vec<Access> = rows.iter().map(|&r| wrote(r)).collect();
+            assert_eq!(log.task(task), &raw[..], "task {task}");
+        }
+        log.settle();
+        let sorted: Vec<Access> = (0..20).map(wrote).collect();
+        assert_eq!(log.task(1), &sorted[..]);
+        // Past what a task remembers, new elements are logged each time they are met;
+        // settling still leaves one entry each.
+        let rec = Recorder::new(
+            vec![(10, std::ptr::null_mut(), 0, std::ptr::null())],
+            LogRoom::new(0, 0),
+        );
+        let logged = rec.last_logged(0);
+        let many = Logged::REMEMBERED as u64 + 8;
+        rec.start_task(0);
+        for _ in 0..2 {
+            for r in 0..many {
+                rec.note(logged, 0, r, r % 2 == 0);
+            }
+        }
+        rec.end_task();
+        let log = rec.into_log();
+        let settled: Vec<Access> = (0..many).map(|r| Access::new(0, r, r % 2 == 0)).collect();
+        assert_eq!(log.task(0), &settled[..]);
+    }
+
+    #[test]
     fn ranges_walk_segments_in_order() {
         let chunk = |base: u64, n: u64| {
             AccessLog::from_tasks((0..n).map(|t| vec![Access::new(1, base + t, false)]))
@@ -1236,30 +1446,59 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The last-access shortcut changes nothing: `is_new` answers as a plain search
-        /// of the ways does, so a task logs what it logged before (each element once
-        /// while it stays among the last `WAYS`, a write after a read again).
+        /// A view's table of logged elements answers as a plain per-task set does: a
+        /// new element is logged, a write after reads upgrades the read's entry (the
+        /// position it was told), anything else needs nothing; past `REMEMBERED`
+        /// elements, new ones are logged each time. Tasks start afresh.
         #[test]
-        fn the_last_access_shortcut_answers_as_the_ways_do(
-            accesses in proptest::collection::vec((0u64..7, proptest::bool::ANY), 0..200)
+        fn logged_elements_answer_as_a_set_of_the_task_does(
+            tasks in proptest::collection::vec(
+                proptest::collection::vec((0u64..48, proptest::bool::ANY), 0..120),
+                1..4,
+            )
         ) {
+            use std::collections::HashMap;
             let logged = Logged::new();
-            let (mut ways, mut next) = ([NOT_LOGGED; Logged::WAYS], 0);
-            for (key, write) in accesses {
-                let mark = (key << 1) | u64::from(write);
-                let expected = match ways.iter().position(|&w| w | 1 == mark | 1) {
-                    Some(i) if ways[i] & 1 >= mark & 1 => false,
-                    Some(i) => {
-                        ways[i] = mark;
-                        true
+            for accesses in tasks {
+                logged.clear();
+                // Key -> (written, position told).
+                let mut set: HashMap<u64, (bool, u32)> = HashMap::new();
+                // The last access logged or found (a read of an element written counts as
+                // the write): covers one more, remembered or not.
+                let mut last = NOT_LOGGED;
+                for (n, (key, write)) in accesses.into_iter().enumerate() {
+                    let mark = (key << 1) | u64::from(write);
+                    let got = logged.check(mark);
+                    if mark == last || mark | 1 == last {
+                        proptest::prop_assert_eq!(got, Check::Known, "key {} write {}", key, write);
+                        continue;
                     }
-                    None => {
-                        ways[next] = mark;
-                        next = (next + 1) % Logged::WAYS;
-                        true
+                    last = mark;
+                    match set.get_mut(&key) {
+                        Some((w, _)) if *w || !write => {
+                            proptest::prop_assert_eq!(got, Check::Known, "key {} write {}", key, write);
+                            last = (key << 1) | u64::from(*w);
+                        }
+                        Some((w, at)) => {
+                            proptest::prop_assert_eq!(got, Check::Upgrade(*at), "key {}", key);
+                            *w = true;
+                        }
+                        None => {
+                            let Check::New(new) = got else {
+                                return Err(proptest::test_runner::TestCaseError::fail(
+                                    format!("key {key}: {got:?} for a new element"),
+                                ));
+                            };
+                            if set.len() < Logged::REMEMBERED {
+                                proptest::prop_assert_ne!(new, NOT_REMEMBERED);
+                                logged.logged_at(new, n as u32);
+                                set.insert(key, (write, n as u32));
+                            } else {
+                                proptest::prop_assert_eq!(new, NOT_REMEMBERED);
+                            }
+                        }
                     }
-                };
-                proptest::prop_assert_eq!(logged.is_new(mark), expected, "key {} write {}", key, write);
+                }
             }
         }
     }

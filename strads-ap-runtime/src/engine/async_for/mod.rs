@@ -23,7 +23,7 @@ use super::{Base, CallSite, Fallback, Opts, Registry};
 use crate::access::{ExecCtx, Indices, LoopIndex};
 use crate::error::{Error, Result};
 use crate::plan::{SlotMode, TableInfo};
-use crate::recon::{AccessLog, RecordIndices, Recorder, MAX_TABLES};
+use crate::recon::{AccessLog, InPlace, RecordIndices, Recorder, MAX_TABLES};
 
 mod distributed;
 mod dynamic;
@@ -45,7 +45,10 @@ pub(super) struct Loop<'c, 'a, Task, I> {
     pub n: usize,
     pub opts: &'c Opts,
     pub run: fn(&Task, &ExecCtx, Indices<'_, I>),
+    /// The body over recording views that write to scratch copies, for reconnaissance.
     pub record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    /// The body over recording views that write the tables, for a recorded run.
+    pub recorded: fn(&Task, &InPlace<'_>, RecordIndices<'_, I>),
     /// The body over direct views, for a lone worker.
     pub direct: fn(&Task, &ExecCtx, Indices<'_, I>),
     /// The body over lock views, for locking runs.
@@ -135,8 +138,8 @@ fn on_one_worker(strategy: &str) -> &'static str {
 
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
 ///
-/// Called by generated code (the body four times: over checked views, recording views,
-/// direct views and lock views); see the `async_for!` macro for the user-facing contract.
+/// Called by generated code (the body five times: over checked views, recording views
+/// (writing to scratch, and in place), direct views and lock views); see the `async_for!` macro for the user-facing contract.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
@@ -147,6 +150,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     register: fn(&Task, &mut Registry),
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    recorded: fn(&Task, &InPlace<'_>, RecordIndices<'_, I>),
     direct: fn(&Task, &ExecCtx, Indices<'_, I>),
     lock: fn(&Task, &ExecCtx, Indices<'_, I>),
 ) -> Result<()> {
@@ -193,6 +197,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         opts: &opts,
         run,
         record,
+        recorded,
         direct,
         lock,
         key,

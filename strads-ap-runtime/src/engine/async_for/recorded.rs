@@ -18,7 +18,7 @@ use crate::engine::pipeline::Ran;
 use crate::engine::{body_error, Base};
 use crate::error::Result;
 use crate::plan::{self, TableInfo};
-use crate::recon::{AccessLog, LogRoom, RecordIndices, Recorder};
+use crate::recon::{AccessLog, InPlace, LogRoom, RecordIndices, Recorder};
 
 /// A recorded run whose log plans the later calls.
 pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
@@ -85,7 +85,7 @@ fn recorded_call<Task, I: LoopIndex>(
     tables: Option<&[TableInfo]>,
 ) -> Result<Option<(AccessLog, Option<plan::GatherAhead>)>> {
     let (site, start, n) = (l.call.site, l.start, l.n);
-    let (task, record) = (l.call.task(), l.record);
+    let (task, record) = (l.call.task(), l.recorded);
     use std::sync::mpsc::channel;
     let t0 = Instant::now();
     // Chunks small enough that the helper sizes the next rooms by what the finished ones
@@ -140,7 +140,11 @@ fn recorded_call<Task, I: LoopIndex>(
             let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room);
             let ran = catch_unwind(AssertUnwindSafe(|| {
                 crate::progress::count(r.len());
-                record(task, &rec, RecordIndices::new(r.clone(), &rec));
+                record(
+                    task,
+                    &InPlace::new(&rec),
+                    RecordIndices::new(r.clone(), &rec),
+                );
             }));
             if let Err(payload) = ran {
                 outcome = Err(body_error(site, rec.index(), payload));
