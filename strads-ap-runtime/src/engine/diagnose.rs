@@ -41,6 +41,11 @@ pub const MERGE_SHARE: f64 = 0.3;
 pub const IDLE_PARALLELISM: f64 = 0.75;
 /// A written key is *hot* when at least this share of the tasks write it.
 pub const HOT_SHARE: f64 = 0.1;
+
+/// Bytes the parts of a log's look (see `look_at_log`) may take for their writer counts
+/// together: more parts than fit run as fewer.
+const LOOK_MEMORY: usize = 64 << 20;
+
 /// Calls after which a loop whose every call was a first call is diagnosed.
 pub const FIRST_CALLS: u64 = 3;
 
@@ -184,8 +189,12 @@ type LogLook = (Vec<(usize, u64, usize)>, Vec<(usize, usize)>);
 /// write. (Tables keyed alike need no advice: the planner rotates them as one dimension.)
 /// It runs at a first call that diagnoses a plan, so it allocates nothing per task and
 /// looks a slot up in an array: with a per-task `Vec` kept for the second pass and a hash
-/// map of slots it cost FM's first call about a third of a serial epoch.
+/// map of slots it cost FM's first call about a third of a serial epoch. Each pass runs
+/// in parts on the calling rayon pool's threads (the workers are idle between a first
+/// call's planning and its end), each part counting writers in arrays of its own, as
+/// many parts as their arrays fit in [`LOOK_MEMORY`].
 fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLook {
+    use rayon::prelude::*;
     // Position in `slots` of each slot, if it is one of them.
     let mut index: Vec<Option<usize>> = vec![None; slots.iter().max().map_or(0, |&s| s + 1)];
     for (i, &s) in slots.iter().enumerate() {
@@ -205,37 +214,73 @@ fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLoo
             }
         }
     };
-    let mut writers: Vec<Vec<u32>> = slots
-        .iter()
-        .map(|&s| vec![0; tables[s].key_space])
-        .collect();
-    let mut buf = Vec::new();
-    log.for_each_in(0..log.tasks(), |_, accesses| {
-        mine(accesses, &mut buf);
-        for &(i, key, written) in &buf {
-            if written {
-                if let Some(c) = writers[i].get_mut(key as usize) {
-                    *c += 1;
-                }
-            }
-        }
-    });
     let tasks = log.tasks();
-    let mut readers = vec![0usize; slots.len()];
-    let mut seen = vec![false; slots.len()];
-    log.for_each_in(0..log.tasks(), |_, accesses| {
-        mine(accesses, &mut buf);
-        seen.fill(false);
-        for &(i, key, written) in &buf {
-            let others = writers[i]
-                .get(key as usize)
-                .map_or(0, |&c| c - u32::from(written));
-            if !written && others > 0 && !seen[i] {
-                readers[i] += 1;
-                seen[i] = true;
+    let keys: usize = slots.iter().map(|&s| tables[s].key_space).sum();
+    let parts = rayon::current_num_threads()
+        .min(LOOK_MEMORY / (keys * 4).max(1))
+        .min(tasks / 1024)
+        .max(1);
+    let ranges: Vec<std::ops::Range<usize>> = (0..parts)
+        .map(|p| tasks * p / parts..tasks * (p + 1) / parts)
+        .collect();
+    let no_writers = || -> Vec<Vec<u32>> {
+        slots
+            .iter()
+            .map(|&s| vec![0; tables[s].key_space])
+            .collect()
+    };
+    let writers = ranges
+        .par_iter()
+        .map(|range| {
+            let mut writers = no_writers();
+            let mut buf = Vec::new();
+            log.for_each_in(range.clone(), |_, accesses| {
+                mine(accesses, &mut buf);
+                for &(i, key, written) in &buf {
+                    if written {
+                        if let Some(c) = writers[i].get_mut(key as usize) {
+                            *c += 1;
+                        }
+                    }
+                }
+            });
+            writers
+        })
+        .reduce_with(|mut a, b| {
+            for (a, b) in a.iter_mut().zip(b) {
+                a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
             }
-        }
-    });
+            a
+        })
+        .unwrap_or_else(no_writers);
+    let readers = ranges
+        .par_iter()
+        .map(|range| {
+            let mut readers = vec![0usize; slots.len()];
+            let mut seen = vec![false; slots.len()];
+            let mut buf = Vec::new();
+            log.for_each_in(range.clone(), |_, accesses| {
+                mine(accesses, &mut buf);
+                seen.fill(false);
+                for &(i, key, written) in &buf {
+                    let others = writers[i]
+                        .get(key as usize)
+                        .map_or(0, |&c| c - u32::from(written));
+                    if !written && others > 0 && !seen[i] {
+                        readers[i] += 1;
+                        seen[i] = true;
+                    }
+                }
+            });
+            readers
+        })
+        .reduce(
+            || vec![0usize; slots.len()],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                a
+            },
+        );
     let mut hot: Vec<(usize, u64, usize)> = Vec::new();
     for (i, counts) in writers.iter().enumerate() {
         for (key, &c) in counts.iter().enumerate() {

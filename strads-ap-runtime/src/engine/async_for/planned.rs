@@ -136,7 +136,11 @@ pub(super) fn make_plan<Task, I>(
     tracing::debug!("{summary}");
     // How the plan uses the workers, and why (a pass over the log for components plans
     // and plans that leave workers idle; none for a rotation that keeps them busy).
-    let shape = crate::engine::diagnose::plan_shape(&plan, &tables, threads);
+    let shape = l
+        .call
+        .here
+        .pool(ctx.config().threads.max(1))
+        .install(|| crate::engine::diagnose::plan_shape(&plan, &tables, threads));
     l.plan_made(shape.as_ref().map(|s| s.parallelism));
     l.call.note(|f| {
         f.first_call = true;
