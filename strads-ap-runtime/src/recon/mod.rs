@@ -761,7 +761,8 @@ pub struct Recorder {
 /// apart (`last`): an inner loop over one row costs a load and a compare per access.
 pub(crate) struct Logged {
     last: Cell<u64>,
-    seen: Box<[Cell<Seen>]>,
+    /// A fixed length, so that indexing it needs no bounds check.
+    seen: Box<[Cell<Seen>; Logged::SLOTS]>,
     /// The running task's number (entries of other numbers are free).
     task: Cell<u64>,
     remembered: Cell<usize>,
@@ -808,7 +809,7 @@ impl Logged {
         };
         Logged {
             last: Cell::new(NOT_LOGGED),
-            seen: (0..Self::SLOTS).map(|_| Cell::new(free)).collect(),
+            seen: Box::new(std::array::from_fn(|_| Cell::new(free))),
             // Entries are made with task 0: free for every task from 1 on.
             task: Cell::new(1),
             remembered: Cell::new(0),
