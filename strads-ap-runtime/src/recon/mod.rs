@@ -655,7 +655,7 @@ impl LogRoom {
     }
 }
 
-/// A recorder whose views write the tables in place (see [`Recorder::in_place`]), as the
+/// A recorder whose views write the tables in place (made by `Recorder::in_place`), as the
 /// recorded first call's body version sees it. Views bound through it are
 /// `RecordVectorView<_, _, ToTables>`: with no scratch copy to look in, an access is the
 /// table's element plus its log check, which keeps a recorded run near the serial body's
