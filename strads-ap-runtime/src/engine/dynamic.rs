@@ -366,6 +366,10 @@ pub(crate) type SchedKey = (usize, usize, usize, Vec<(u64, u64)>);
 pub(crate) struct Scheduler {
     pub key: SchedKey,
     pub modes: Vec<SlotMode>,
+    /// Tables (not relaxed) that every task reads or writes at its own loop index (Lasso's
+    /// `x[j]`, `norm[j]`, `beta[j]`): what workers prefetch a few tasks ahead, since a
+    /// round's tasks lie all over the range.
+    pub at_index: Vec<usize>,
     n: usize,
     /// Per task, the elements of written and relaxed tables it touches:
     /// `(slot << 48) | key`; task `t`'s are `keys[offsets[t]..offsets[t + 1]]`, those of
@@ -445,7 +449,22 @@ impl Scheduler {
         offsets.push(0);
         let relaxed = |k: u64| modes[split(k).0] != SlotMode::Checked;
         let mut task: Vec<u64> = Vec::new();
+        // Per slot: whether every task so far touched it at its own index.
+        let mut at_index: Vec<bool> = modes
+            .iter()
+            .zip(lens)
+            .map(|(&m, &len)| m != SlotMode::Relaxed && len > 0 && n > 0)
+            .collect();
+        let mut seen = vec![false; modes.len()];
         for t in 0..n {
+            let own = (key.1 + t) as u64;
+            seen.iter_mut().for_each(|s| *s = false);
+            for a in log.task(t) {
+                if a.key() == own {
+                    seen[a.slot()] = true;
+                }
+            }
+            at_index.iter_mut().zip(&seen).for_each(|(at, &s)| *at &= s);
             task.clear();
             task.extend(
                 log.task(t)
@@ -486,6 +505,7 @@ impl Scheduler {
         Scheduler {
             key,
             modes,
+            at_index: (0..at_index.len()).filter(|&s| at_index[s]).collect(),
             n,
             shared,
             offsets,
@@ -1103,5 +1123,38 @@ mod tests {
         for (i, c) in counts.iter().enumerate() {
             assert_eq!(*c, if [1, 4, 9].contains(&i) { 10 } else { 0 }, "{i}");
         }
+    }
+
+    #[test]
+    fn the_tables_every_task_touches_at_its_own_index_are_found_for_prefetching() {
+        use crate::recon::Access;
+        // Lasso's shape from index 10 on: x (0) and beta (2) at j, the relaxed residual (3)
+        // at rows; norm (1) at j for all but one task, and a written table (4) at a key
+        // that is not j.
+        let log = AccessLog::from_tasks((0..6u64).map(|t| {
+            let j = 10 + t;
+            let mut a = vec![
+                Access::new(0, j, false),
+                Access::new(2, j, true),
+                Access::new(3, t % 3, true),
+                Access::new(4, 100 + j, true),
+            ];
+            if t != 4 {
+                a.push(Access::new(1, j, false));
+            }
+            a
+        }));
+        let modes = vec![
+            SlotMode::ReadOnly,
+            SlotMode::ReadOnly,
+            SlotMode::Checked,
+            SlotMode::Relaxed,
+            SlotMode::Checked,
+        ];
+        let lens = [16, 16, 16, 3, 200];
+        let config = Dynamic::new(Priority::cyclic()).config;
+        let s = Scheduler::new((0, 10, 6, Vec::new()), &log, modes, &lens, &config);
+        // Not norm (one task skips it), not the relaxed residual, not table 4.
+        assert_eq!(s.at_index, vec![0, 2]);
     }
 }

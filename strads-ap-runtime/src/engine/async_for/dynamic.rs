@@ -25,7 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use super::execute::{bind_worker, push_replicas};
+use super::execute::{bind_worker, prefetched, push_replicas};
 use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::dds::table::Replica;
@@ -71,7 +71,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         t => (2 * t).min(64),
     };
     let mut step = Step::new(l, bases, &config, priority, threads, groups);
-    let rounds = Rounds::new(l, bases, state.sched.as_ref().expect("made").modes.clone());
+    let sched = state.sched.as_ref().expect("made");
+    let rounds = Rounds::new(l, bases, sched.modes.clone(), &sched.at_index);
     let ran_rounds = match threads {
         1 => {
             let mut ran = 0;
@@ -348,6 +349,9 @@ struct Rounds<'r, 'c, 'a, Task, I> {
     tags: Vec<Vec<AtomicU32>>,
     /// One worker in a world of one: the rounds run in order on the tables.
     lone: Option<ExecCtx>,
+    /// What each worker's index iterator prefetches ahead: the tables every task touches
+    /// at its own index.
+    prefetch: Vec<(usize, usize)>,
     merges: Merges,
     errors: FirstError,
     /// Nanoseconds the workers spent in the body, summed over the workers.
@@ -370,10 +374,17 @@ struct Published {
 }
 
 impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
-    fn new(l: &'r Loop<'c, 'a, Task, I>, bases: &'r [Base], modes: Vec<SlotMode>) -> Self {
+    fn new(
+        l: &'r Loop<'c, 'a, Task, I>,
+        bases: &'r [Base],
+        modes: Vec<SlotMode>,
+        at_index: &[usize],
+    ) -> Self {
+        let prefetch = prefetched(&l.call.registry, bases, at_index);
         let lone = (l.call.threads == 1).then(|| {
-            let ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
+            let mut ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
             ctx.unit.set(SERIAL_UNIT);
+            ctx.prefetch = prefetch.clone();
             ctx
         });
         let tags = match lone {
@@ -386,6 +397,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
             modes,
             tags,
             lone,
+            prefetch,
             merges: Merges::default(),
             errors: FirstError::new(),
             busy: AtomicU64::new(0),
@@ -429,6 +441,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         let registry = &self.l.call.registry;
         let (bases, modes, tags) = (self.bases, &self.modes[..], &self.tags);
         let (errors, merges, busy) = (&self.errors, &self.merges, &self.busy);
+        let prefetch = &self.prefetch[..];
         let threads = self.l.call.threads;
         let published: [RwLock<Published>; 2] = Default::default();
         if !step.choose(state) {
@@ -455,6 +468,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                     }
                 });
             let mut ctx = ExecCtx::new(bindings);
+            ctx.prefetch = prefetch.to_vec();
             let mut mine: Vec<usize> = Vec::new();
             for number in 0.. {
                 barrier.wait();

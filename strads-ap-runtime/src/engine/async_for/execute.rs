@@ -195,7 +195,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
 
 /// Where the tables every task reads at its own loop index start, with their element
 /// sizes: what a worker's index iterator prefetches ahead.
-fn prefetched(
+pub(super) fn prefetched(
     registry: &Registry,
     bases: &[Base],
     indexed_by_task: &[usize],
