@@ -194,7 +194,8 @@ pub struct LassoArgs {
     #[arg(long, default_value_t = 0.0)]
     pub l2: f64,
 
-    /// Stop at this relative duality gap (checked after every sweep's worth of updates).
+    /// Stop at this relative duality gap (measured after the sweeps `lasso::GapChecks`
+    /// picks: the first two, then halfway to where its rate of decrease says it passes).
     #[arg(long, default_value_t = 1e-6, value_parser = positive_f64)]
     pub tol: f64,
 

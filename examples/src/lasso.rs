@@ -544,8 +544,8 @@ pub fn update(j: usize, p: &Problem, norms: &[f64], r: &mut [f64], beta: &mut [f
     }
 }
 
-/// Serial cyclic coordinate descent to a relative duality gap of `tol` (checked after
-/// every sweep): the residual, β and the sweeps run.
+/// Serial cyclic coordinate descent to a relative duality gap of `tol` (measured after the
+/// sweeps [`GapChecks`] picks): the residual, β and the sweeps run.
 pub fn solve_cyclic(p: &Problem, tol: f64, max_sweeps: usize) -> (Vec<f64>, Vec<f64>, usize) {
     let norms = p.norms();
     let mut r = p.y.clone();
