@@ -30,7 +30,7 @@ use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::dds::table::Replica;
 use crate::engine::dynamic::{
-    Config, Dynamic, PriorityKind, SchedKey, Scheduler, State, DEFAULT_ROUND_PER_WORKER,
+    default_round, Config, Dynamic, PriorityKind, SchedKey, Scheduler, State,
 };
 use crate::engine::pipeline::Ran;
 use crate::engine::reduce::SERIAL_UNIT;
@@ -201,7 +201,7 @@ impl<'s> Step<'s> {
             bases,
             config,
             priority,
-            max: config.round.unwrap_or(DEFAULT_ROUND_PER_WORKER * workers),
+            max: config.round.unwrap_or(default_round(workers, l.n)),
             budget: config.updates.unwrap_or(l.n),
             chosen: 0,
             site: l.call.site,
