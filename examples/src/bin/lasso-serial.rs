@@ -3,8 +3,9 @@
 //! The columns of X, the residual `r = y − Xβ` and β live in `Vec`s; every sweep updates
 //! each coefficient once, in index order (`--order uniform`: `features` coordinates drawn
 //! at random), with glmnet's residual update, and stops at a relative duality gap of
-//! `--tol` (measured after the sweeps `GapChecks` picks). The `lasso` binary is the same program converted to strads-ap, with the same
-//! `BODY` (a test checks it), run by STRADS's dynamic scheduler.
+//! `--tol` (measured after the sweeps `GapChecks` picks). The `lasso` binary is the same
+//! program converted to strads-ap, with the same `BODY` (a test checks it), run by
+//! STRADS's dynamic scheduler.
 //!
 //! ```text
 //! cargo run --release -p strads-ap-examples --bin lasso-serial

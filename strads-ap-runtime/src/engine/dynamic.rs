@@ -49,7 +49,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::dds::{DVector, Element};
-use crate::plan::SlotMode;
+use crate::plan::{SlotMask, SlotMode};
 use crate::recon::AccessLog;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -467,22 +467,10 @@ impl Scheduler {
         offsets.push(0);
         let relaxed = |k: u64| modes[split(k).0] != SlotMode::Checked;
         let mut task: Vec<u64> = Vec::new();
-        // Per slot: whether every task so far touched it at its own index.
-        let mut at_index: Vec<bool> = modes
-            .iter()
-            .zip(lens)
-            .map(|(&m, &len)| m != SlotMode::Relaxed && len > 0 && n > 0)
-            .collect();
-        let mut seen = vec![false; modes.len()];
+        // The slots every task touches at its own index (`key.1` is the range's start).
+        let mut at = SlotMask::ALL;
         for t in 0..n {
-            let own = (key.1 + t) as u64;
-            seen.iter_mut().for_each(|s| *s = false);
-            for a in log.task(t) {
-                if a.key() == own {
-                    seen[a.slot()] = true;
-                }
-            }
-            at_index.iter_mut().zip(&seen).for_each(|(at, &s)| *at &= s);
+            at.and(SlotMask::of_task(key.1, t, log.task(t)));
             task.clear();
             task.extend(
                 log.task(t)
@@ -520,10 +508,14 @@ impl Scheduler {
                 masks[slot][key] = 0;
             }
         }
+        let at_index = (at.to_vec(modes.len(), n).into_iter().enumerate())
+            .filter(|&(s, at)| at && modes[s] != SlotMode::Relaxed && lens[s] > 0)
+            .map(|(s, _)| s)
+            .collect();
         Scheduler {
             key,
             modes,
-            at_index: (0..at_index.len()).filter(|&s| at_index[s]).collect(),
+            at_index,
             n,
             shared,
             offsets,

@@ -337,17 +337,17 @@ fn task_parts(n: usize) -> Vec<std::ops::Range<usize>> {
 
 /// Per slot: whether every task touches the key equal to its own loop index.
 #[derive(Clone, Copy)]
-struct SlotMask([u64; 4]);
+pub(crate) struct SlotMask([u64; 4]);
 
 impl SlotMask {
-    const ALL: SlotMask = SlotMask([u64::MAX; 4]);
+    pub(crate) const ALL: SlotMask = SlotMask([u64::MAX; 4]);
     const NONE: SlotMask = SlotMask([0; 4]);
     #[inline]
     fn set(&mut self, s: usize) {
         self.0[s >> 6] |= 1 << (s & 63);
     }
     #[inline]
-    fn and(&mut self, o: SlotMask) {
+    pub(crate) fn and(&mut self, o: SlotMask) {
         for (a, b) in self.0.iter_mut().zip(o.0) {
             *a &= b;
         }
@@ -357,7 +357,7 @@ impl SlotMask {
     }
     /// Tasks `range`'s accesses at their own index, ANDed over tasks.
     #[inline]
-    fn of_task(first_index: usize, t: usize, accesses: &[Access]) -> SlotMask {
+    pub(crate) fn of_task(first_index: usize, t: usize, accesses: &[Access]) -> SlotMask {
         let own = (first_index + t) as u64;
         let mut seen = SlotMask::NONE;
         for a in accesses {
@@ -367,7 +367,7 @@ impl SlotMask {
         }
         seen
     }
-    fn to_vec(self, slots: usize, tasks: usize) -> Vec<bool> {
+    pub(crate) fn to_vec(self, slots: usize, tasks: usize) -> Vec<bool> {
         (0..slots).map(|s| tasks > 0 && self.get(s)).collect()
     }
 }
