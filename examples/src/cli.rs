@@ -208,8 +208,8 @@ pub struct LassoArgs {
     #[arg(long, default_value = "corr:0.5")]
     pub depends: String,
 
-    /// The strads-ap twin's coordinates per round (default: 1024 per worker; on one worker
-    /// at least an eighth of the features). On strongly coupled data several workers need
+    /// The strads-ap twin's coordinates per round (default: 1024 per worker, and at least
+    /// an eighth of the features). On strongly coupled data several workers need
     /// smaller rounds (parallel updates of a round see each other only after it): the run
     /// stops with an error naming this flag when its objective doubles.
     #[arg(long)]

@@ -660,7 +660,8 @@ pub struct LassoResult {
     pub secs: f64,
     /// The same (the bench runner counts a solve as one epoch).
     pub secs_per_epoch: f64,
-    /// Seconds of set-up (loading excluded): the strads-ap twin's reconnaissance.
+    /// Seconds of set-up (loading excluded): the strads-ap twin's reconnaissance and
+    /// planning.
     pub setup_secs: f64,
 }
 

@@ -5,7 +5,7 @@
 
 use strads_ap::cluster::simulate;
 use strads_ap::prelude::*;
-use strads_ap::{DynamicStats, Result};
+use strads_ap::{DynamicStats, Error, Result};
 
 /// A small Lasso problem: sparse columns `(row, value)`, targets, λ.
 struct Problem {
@@ -281,6 +281,47 @@ fn a_written_table_shared_by_indices_stays_serializable_on_several_workers() {
     // Indices of one counter go to one worker's share of a round (which runs them in
     // order); rounds are at most the size asked for.
     assert!(stats.rounds >= 5 * n as u64 / 32, "{stats:?}");
+}
+
+#[test]
+fn a_write_outside_the_reconnoitred_keys_on_several_workers_is_refused() {
+    // Reconnaissance sees index k write marks[k]; the second call writes a neighbour's
+    // element instead, which another group holds or no group of the round does: refused
+    // with an error naming the table, never a silent race. The call after it
+    // reconnoitres again and runs.
+    let n = 600;
+    let marks = DVector::from_vec(vec![0u32; n]).unwrap();
+    let shift = DVector::from_vec(vec![0usize; 1]).unwrap();
+    let schedule = Dynamic::new(Priority::uniform()).round(64);
+    let call = || {
+        async_for!(
+            0..n,
+            |k| {
+                marks[(k + shift[0]) % n] += 1;
+            },
+            Opts::new().threads(2).dynamic(schedule.clone())
+        )
+    };
+    call().unwrap();
+    assert_eq!(schedule.stats().reconnaissance, 1);
+    shift.set(0, 1).unwrap();
+    let err = call().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::AccessOutsidePlan {
+                table: "marks",
+                access: "wrote",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    call().unwrap();
+    assert_eq!(schedule.stats().reconnaissance, 2, "reconnoitred again");
+    let total: u64 = marks.to_vec().unwrap().iter().map(|&m| u64::from(m)).sum();
+    // Two whole calls, and the refused call's updates before its refusal.
+    assert!(total >= 2 * n as u64, "{total}");
 }
 
 #[test]

@@ -12,9 +12,13 @@
 //!   share, which runs in order). A round runs as if its indices ran one after another,
 //!   and rounds run one after another: the call is serializable in these tables;
 //! - **relaxed tables** ([`DVector::relaxed`](crate::DVector::relaxed)): indices of two
-//!   shares may share elements. Each worker runs its share on its own copy of the table,
-//!   made at the start of the round, and the copies' changes are summed into the table
-//!   as each worker finishes. This is STRADS's approximation (parallel updates of
+//!   shares may share elements. Each worker runs its shares on its own copy of the table,
+//!   and sums the copy's changes into the table after each share it runs (taking, when
+//!   the round touches about as many elements as the table holds, the other workers'
+//!   changes so far into its copy); after the round every copy equals the table. A
+//!   share thus sees the changes of the shares that ran before it on its worker and
+//!   of those other workers finished before it started, not of those running beside it.
+//!   This is STRADS's approximation (parallel updates of
 //!   coordinates that depend on each other only weakly, as Lasso's coordinates do through
 //!   the shared residual), and [`Depends`] bounds it: two indices that depend never run
 //!   in two shares of one round.
@@ -277,7 +281,7 @@ impl fmt::Debug for Dynamic {
 impl Dynamic {
     /// Rounds chosen by `priority`, with no dependency test beyond the written tables
     /// ([`Depends::none`]), [`DEFAULT_ROUND_PER_WORKER`] indices per worker per round
-    /// (on one worker, at least an eighth of the range).
+    /// or an eighth of the range, whichever is more.
     pub fn new(priority: Priority) -> Self {
         Dynamic {
             config: Arc::new(Config {
@@ -305,13 +309,13 @@ impl Dynamic {
         self.with(|c| c.depends = depends)
     }
 
-    /// Indices per round at most (default [`DEFAULT_ROUND_PER_WORKER`] × workers; on one
-    /// worker, at least an eighth of the range). Larger rounds cost less to schedule;
+    /// Indices per round at most (default [`DEFAULT_ROUND_PER_WORKER`] × workers or an
+    /// eighth of the range, whichever is more). Larger rounds cost less to schedule;
     /// smaller ones follow the priorities more closely and keep the updates of relaxed
     /// tables closer to the serial program's.
     ///
-    /// With several workers, a round's shares see each other's changes to relaxed tables
-    /// only after the round: on strongly coupled problems (many weakly correlated
+    /// With several workers, shares running at the same time see each other's changes to
+    /// relaxed tables only after they end: on strongly coupled problems (many weakly correlated
     /// coordinates all moving at once) too large a round makes coordinate descent
     /// diverge, as parallel coordinate descent does with too many parallel updates. Take
     /// a smaller round if the objective grows.
@@ -351,23 +355,21 @@ impl Dynamic {
     }
 }
 
-/// Indices per worker per round by default, with several workers.
+/// Indices per worker per round by default, at least.
 pub const DEFAULT_ROUND_PER_WORKER: usize = 1024;
 
-/// On one worker a round holds by default at least this share of the range.
-const ONE_WORKER_ROUND_SHARE: usize = 8;
+/// A round holds by default at least this share of the range.
+const ROUND_SHARE: usize = 8;
 
 /// A round's indices at most by default, for `workers` workers over a range of `n`:
-/// [`DEFAULT_ROUND_PER_WORKER`] per worker. One worker runs a round in order on the
-/// tables, so a larger round only draws from priorities a little older: it takes at least
-/// an eighth of the range. On Lasso's 10,000 × 100,000 set that needed 1.8–2.4M updates
-/// to the gap target against 7.5M with rounds of 1,024 (fewer draws, and each draw
-/// reaches further down the priorities), and on the 2,000 × 20,000 set 0.36M against 0.42M.
+/// [`DEFAULT_ROUND_PER_WORKER`] per worker, and at least an eighth of the range. A larger
+/// round draws from priorities a little older, but each draw reaches further down them
+/// (the heaviest indices are certain in any round, so the rest of a round explores):
+/// on Lasso's 10,000 × 100,000 set one worker needed 1.8–2.4M updates to the gap target
+/// against 7.5M with rounds of 1,024, and two 2.2M (rounds of 12,500) against 5–14M
+/// (rounds of 2,048); on the 2,000 × 20,000 set, 0.36M against 0.42M.
 pub(crate) fn default_round(workers: usize, n: usize) -> usize {
-    match workers {
-        1 => DEFAULT_ROUND_PER_WORKER.max(n / ONE_WORKER_ROUND_SHARE),
-        w => DEFAULT_ROUND_PER_WORKER * w,
-    }
+    (DEFAULT_ROUND_PER_WORKER * workers).max(n / ROUND_SHARE)
 }
 
 /// A [`Dynamic`] loop's state between calls.
@@ -389,12 +391,9 @@ pub(crate) struct Scheduler {
     /// round's tasks lie all over the range.
     pub at_index: Vec<usize>,
     n: usize,
-    /// Per task, the elements of written and relaxed tables it touches:
-    /// `(slot << 48) | key`; task `t`'s are `keys[offsets[t]..offsets[t + 1]]`, those of
-    /// written tables first (up to `splits[t]`), each part sorted.
-    offsets: Vec<usize>,
-    splits: Vec<usize>,
-    keys: Vec<u64>,
+    /// Per task, the elements of written and relaxed tables it touches (shared with the
+    /// workers, which tag their groups' keys).
+    pub tasks: Arc<TaskKeys>,
     /// Per task: whether another task touches one of its written-table elements.
     shared: Vec<bool>,
     /// Per slot and key: the groups of the round whose tasks touch the key (bit g).
@@ -518,9 +517,11 @@ impl Scheduler {
             at_index,
             n,
             shared,
-            offsets,
-            splits,
-            keys,
+            tasks: Arc::new(TaskKeys {
+                offsets,
+                splits,
+                keys,
+            }),
             masks,
             marked: Vec::new(),
             nbr_round: vec![u64::MAX; n],
@@ -551,12 +552,12 @@ impl Scheduler {
 
     /// Task `t`'s elements of written tables.
     fn hard_keys(&self, t: u32) -> &[u64] {
-        &self.keys[self.offsets[t as usize]..self.splits[t as usize]]
+        self.tasks.hard(t)
     }
 
     /// Task `t`'s elements of relaxed tables.
     fn soft_keys(&self, t: u32) -> &[u64] {
-        &self.keys[self.splits[t as usize]..self.offsets[t as usize + 1]]
+        self.tasks.soft(t)
     }
 
     /// Chooses the next round of at most `want` tasks, in `groups` groups (one per
@@ -775,7 +776,8 @@ impl Scheduler {
     /// Takes `t` into group `g` of the round.
     fn take(&mut self, t: u32, g: usize, mark: bool, depends: &Depends) {
         self.members[g].push(t);
-        let (from, to) = (self.offsets[t as usize], self.offsets[t as usize + 1]);
+        let tasks = &self.tasks;
+        let (from, to) = (tasks.offsets[t as usize], tasks.offsets[t as usize + 1]);
         self.load[g] += to - from + 1;
         if !mark {
             return;
@@ -783,15 +785,15 @@ impl Scheduler {
         // No other task looks up unshared keys.
         let from = match self.shared[t as usize] {
             true => from,
-            false => self.splits[t as usize],
+            false => tasks.splits[t as usize],
         };
         // Elements of relaxed tables matter to the overlap test only.
         let to = match depends.kind {
             DependsKind::Overlap(_) => to,
-            _ => self.splits[t as usize],
+            _ => tasks.splits[t as usize],
         };
         for i in from..to {
-            let k = self.keys[i];
+            let k = tasks.keys[i];
             let (slot, key) = split(k);
             let m = &mut self.masks[slot][key];
             if *m == 0 {
@@ -828,15 +830,12 @@ impl Scheduler {
 
     /// The number of relaxed-table keys the round's tasks touch, counted once per task.
     pub fn round_relaxed_keys(&self) -> usize {
-        self.round
-            .iter()
-            .map(|&t| self.offsets[t as usize + 1] - self.splits[t as usize])
-            .sum()
+        self.round.iter().map(|&t| self.tasks.soft(t).len()).sum()
     }
 
     /// The keys of written (non-relaxed) tables task `t` touches: `(slot, key)`.
     pub fn checked_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.hard_keys(t).iter().map(|&k| split(k))
+        self.tasks.checked_keys(t)
     }
 
     /// After a round: task `round[i]` changed the priority table from `before[i]` to
@@ -857,6 +856,33 @@ impl Scheduler {
         if !self.swept && self.cursor >= self.n && self.deferred.is_empty() {
             self.swept = true;
         }
+    }
+}
+
+/// Per task of a dynamic loop, the elements of written and relaxed tables it touches,
+/// from reconnaissance: `(slot << 48) | key`; task `t`'s are
+/// `keys[offsets[t]..offsets[t + 1]]`, those of written tables first (up to `splits[t]`),
+/// each part sorted.
+pub(crate) struct TaskKeys {
+    offsets: Vec<usize>,
+    splits: Vec<usize>,
+    keys: Vec<u64>,
+}
+
+impl TaskKeys {
+    /// Task `t`'s elements of written tables.
+    fn hard(&self, t: u32) -> &[u64] {
+        &self.keys[self.offsets[t as usize]..self.splits[t as usize]]
+    }
+
+    /// Task `t`'s elements of relaxed tables.
+    fn soft(&self, t: u32) -> &[u64] {
+        &self.keys[self.splits[t as usize]..self.offsets[t as usize + 1]]
+    }
+
+    /// The keys of written (non-relaxed) tables task `t` touches: `(slot, key)`.
+    pub fn checked_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.hard(t).iter().map(|&k| split(k))
     }
 }
 
@@ -1169,10 +1195,11 @@ mod tests {
     }
 
     #[test]
-    fn one_worker_rounds_take_an_eighth_of_a_long_range_and_several_keep_their_share() {
+    fn rounds_take_an_eighth_of_a_long_range_and_at_least_each_workers_share() {
         assert_eq!(default_round(1, 100_000), 12_500);
+        assert_eq!(default_round(2, 100_000), 12_500);
         assert_eq!(default_round(1, 2_000), DEFAULT_ROUND_PER_WORKER);
-        assert_eq!(default_round(2, 100_000), 2 * DEFAULT_ROUND_PER_WORKER);
+        assert_eq!(default_round(2, 8_000), 2 * DEFAULT_ROUND_PER_WORKER);
         assert_eq!(default_round(4, 10), 4 * DEFAULT_ROUND_PER_WORKER);
     }
 }

@@ -7,9 +7,14 @@
 //! worker share, each key of a written table tagged with the group of the task that
 //! touches it, so that views refuse any access the reconnaissance did not foresee.
 //! Relaxed tables are per-worker replicas, equal to the tables at the start of each round:
-//! after its groups, each worker adds its replicas' changes to the tables (the keys its
-//! tasks touch, or whole replicas when a round touches about as many keys as the tables
-//! hold), and after a barrier refreshes its replicas where the round changed the tables.
+//! after each group, its worker adds its replicas' changes to the tables (the keys the
+//! group's tasks touch, or whole replicas, which then also take the other workers'
+//! changes so far, when a round touches about as many keys as the tables hold), and after
+//! the round's barrier refreshes its replicas where the round changed the tables. On
+//! Lasso's 10,000 × 100,000 set, merging after each group rather than after the round
+//! took two workers to the gap target in 1.8-1.9M updates where rounds of 12,500 had
+//! diverged in one run of three; each worker's groups (the round's written keys tagged
+//! by the worker that runs them, just before it does) cost it no wait.
 //!
 //! The workers stay on the call from its first round to its last, meeting at two
 //! spinning barriers per round and pulling the round's groups (twice as many as workers)
@@ -30,7 +35,7 @@ use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::dds::table::Replica;
 use crate::engine::dynamic::{
-    default_round, Config, Dynamic, PriorityKind, SchedKey, Scheduler, State,
+    default_round, Config, Dynamic, PriorityKind, SchedKey, Scheduler, State, TaskKeys,
 };
 use crate::engine::pipeline::Ran;
 use crate::engine::reduce::SERIAL_UNIT;
@@ -65,7 +70,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let t0 = Instant::now();
     let threads = l.call.threads;
     // Several workers pull groups as they come free: more groups than workers keep them
-    // busy while the first one chooses the next round.
+    // busy while the first one chooses the next round. (Groups of about 1,024 indices,
+    // 13 per round of 12,500 rather than 4, needed 2.1-2.9M updates to Lasso's gap target
+    // on the 10,000 x 100,000 set rather than 1.8-1.9M: the order within a worker
+    // matters more than the wait for the last group.)
     let groups = match threads {
         1 => 1,
         t => (2 * t).min(64),
@@ -130,12 +138,16 @@ fn make_scheduler<Task: Sync, I: LoopIndex>(
     state: &mut State,
 ) -> Result<()> {
     let (log, took) = l.reconnoitre(bases)?;
+    let t0 = Instant::now();
     let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
     let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
     state.sched = Some(Scheduler::new(key, &log, modes, &lens, config));
     state.stats.reconnaissance += 1;
+    // Indexing the tasks' keys is the dynamic loop's planning.
+    let planning = t0.elapsed();
     l.call.note(|f| {
         f.recon += took;
+        f.planning += planning;
         f.first_call = true;
     });
     Ok(())
@@ -174,7 +186,8 @@ struct Step<'s> {
     site: &'s CallSite,
     /// Whether a user function panicked inside the scheduler.
     broken: bool,
-    /// The priority table's values for the round about to run.
+    /// The priority table's values for the round about to run (when the scheduling worker
+    /// reads them; see [`Step::worker_reads`]).
     next_before: Vec<f64>,
     /// A round that ran and whose priorities are not applied yet: its tasks and the
     /// priority table's values before and after it.
@@ -249,11 +262,40 @@ impl<'s> Step<'s> {
         }
     }
 
+    /// The priority's slot and reader when the workers may read the priority table
+    /// themselves, around each group they run: the table is read-only in the loop, or
+    /// written (tag-checked) and touched by every task at its own index, so that element
+    /// `j` is one of task `j`'s keys and no other group writes it while `j`'s runs.
+    /// Otherwise (a relaxed table, whose master only the merges write) the scheduling
+    /// worker reads it between rounds.
+    fn worker_reads(&self, modes: &[SlotMode], at_index: &[usize]) -> Option<(usize, ReadF64)> {
+        let (slot, read) = self.priority?;
+        match modes[slot] {
+            SlotMode::ReadOnly => Some((slot, read)),
+            SlotMode::Checked if at_index.contains(&slot) => Some((slot, read)),
+            _ => None,
+        }
+    }
+
     /// Before round `tasks` runs: the priority table's values.
     fn starting(&mut self, tasks: &[u32]) {
         let mut before = std::mem::take(&mut self.next_before);
         self.read(tasks, &mut before);
         self.next_before = before;
+    }
+
+    /// After round `p` ran, whose workers read the priority table around its groups:
+    /// keeps what its priorities need, applied by [`Step::apply`].
+    fn ended_with(&mut self, p: &Published) {
+        let n = p.round.len();
+        self.ran.clear();
+        self.ran.extend_from_slice(&p.round);
+        let bits = |b: &AtomicU64| f64::from_bits(b.load(Ordering::Relaxed));
+        self.before.clear();
+        self.before.extend(p.before[..n].iter().map(bits));
+        self.after.clear();
+        self.after.extend(p.after[..n].iter().map(bits));
+        self.pending = true;
     }
 
     /// After round `tasks` ran: keeps what its priorities need, applied by
@@ -369,6 +411,11 @@ struct Published {
     /// Whether replicas are merged whole (the round touches about as many keys as the
     /// relaxed tables hold) or key by key.
     dense: bool,
+    /// Per task of the round, the priority table's value before and after its group ran
+    /// (`f64` bits), when the workers read it ([`Step::worker_reads`]); at least as long
+    /// as `round`.
+    before: Vec<AtomicU64>,
+    after: Vec<AtomicU64>,
     /// No round: the workers stop.
     stop: bool,
 }
@@ -426,10 +473,11 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
     /// to its last, meeting at two barriers per round. Round by round: the first worker
     /// applies the priorities of the round before and chooses the next round while the
     /// others start on this one's groups (so the next round is drawn from priorities one
-    /// round old, as STRADS's pipelined scheduler does); every worker pulls groups, runs
-    /// them, and adds its relaxed replicas' changes to the tables; after the barrier each
-    /// refreshes its replicas, and the first worker also reads the round's priority
-    /// values and moves the written tables' tags to the next round. Returns the rounds
+    /// round old, as STRADS's pipelined scheduler does); every worker pulls groups, and
+    /// for each tags its written keys with the group's stamp, reads the priority table
+    /// around it (where it may: [`Step::worker_reads`]), runs it, and adds its relaxed
+    /// replicas' changes to the tables; after the barrier each refreshes its replicas,
+    /// and the first worker collects the round's priority values. Returns the rounds
     /// run.
     fn run_parallel(&self, step: &mut Step<'_>, state: &mut State) -> usize {
         let (site, start, task, run) = (
@@ -447,12 +495,15 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         if !step.choose(state) {
             return 0;
         }
+        let sched = state.sched.as_ref().expect("made");
+        let task_keys = sched.tasks.clone();
+        let reads = step.worker_reads(modes, &sched.at_index);
         {
-            let sched = state.sched.as_ref().expect("made");
             let mut first = published[0].write();
             publish(modes, bases, sched, &mut first);
-            tag(tags, sched, &first.round, &first.groups);
-            step.starting(&first.round);
+            if reads.is_none() {
+                step.starting(&first.round);
+            }
         }
         // The scheduling worker's part: the step, the scheduler's state, the rounds run.
         let coordinator = Mutex::new((&mut *step, &mut *state, 0usize));
@@ -469,7 +520,6 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                 });
             let mut ctx = ExecCtx::new(bindings);
             ctx.prefetch = prefetch.to_vec();
-            let mut mine: Vec<usize> = Vec::new();
             for number in 0.. {
                 barrier.wait();
                 let p = published[number % 2].read();
@@ -495,50 +545,58 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                         _ => following.stop = true,
                     }
                 }
-                mine.clear();
                 loop {
                     let g = next.fetch_add(1, Ordering::Relaxed);
                     if g >= p.groups.len() || errors.failed() {
                         break;
                     }
-                    mine.push(g);
+                    let stamp = stamp(number, g);
                     for (slot, b) in ctx.bindings.iter_mut().enumerate() {
                         if modes[slot] == SlotMode::Checked {
-                            b.allowed = g as u32;
+                            b.allowed = stamp;
                         }
                     }
                     ctx.unit.set(1 + ((number as u64) << 20 | g as u64));
-                    let tasks = &p.round[p.groups[g].clone()];
+                    let range = p.groups[g].clone();
+                    let tasks = &p.round[range.clone()];
                     if tasks.is_empty() {
                         continue;
                     }
                     let t0 = Instant::now();
+                    stamp_keys(tags, &task_keys, tasks, stamp);
+                    read_priorities(reads, bases, start, tasks, &p.before[range.clone()]);
                     let outcome = catch_unwind(AssertUnwindSafe(|| {
                         run(task, &ctx, Indices::list(start, tasks, &ctx));
                     }));
+                    read_priorities(reads, bases, start, tasks, &p.after[range]);
                     busy.fetch_add(nanos(t0), Ordering::Relaxed);
                     if let Err(payload) = outcome {
                         errors.set(body_error(site, ctx.current(), payload));
                     }
+                    // The group's changes to relaxed tables go into the tables now, and
+                    // (when merges are dense) the worker's replicas take the others'
+                    // changes so far: the rest of the round sees them.
+                    push_mine(registry, bases, merges, &mut replicas, &p, &[g]);
                 }
                 // This worker's changes to relaxed tables go into the tables; after the
                 // barrier every worker's are in, and each refreshes its replicas.
-                push_mine(registry, bases, merges, &mut replicas, &p, &mine);
                 barrier.wait();
                 refresh(registry, bases, &mut replicas, &p);
                 if id == 0 {
                     // No worker runs the body until the next barrier.
                     let mut c = coordinator.lock();
-                    let (step, state, ran) = &mut *c;
+                    let (step, _, ran) = &mut *c;
                     *ran += 1;
-                    step.ended(&p.round);
-                    let sched = state.sched.as_ref().expect("made");
-                    untag(tags, sched, &p.round);
                     let following = published[(number + 1) % 2].read();
-                    if !following.stop {
-                        tag(tags, sched, &following.round, &following.groups);
-                        step.starting(&following.round);
+                    if reads.is_some() {
+                        step.ended_with(&p);
+                    } else {
+                        step.ended(&p.round);
+                        if !following.stop {
+                            step.starting(&following.round);
+                        }
                     }
+                    clear_stamps_before(tags, number + 1);
                     next.store(0, Ordering::Relaxed);
                 }
             }
@@ -560,6 +618,57 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
     }
 }
 
+/// Rounds after which the stamps of [`stamp`] repeat.
+const STAMP_ROUNDS: usize = 1 << 25;
+
+/// Before round `number` (no worker runs a group): when stamps come round again, clears
+/// every key's, so that none keeps an old one.
+fn clear_stamps_before(tags: &[Vec<AtomicU32>], number: usize) {
+    if number % STAMP_ROUNDS == 0 {
+        for t in tags.iter().flatten() {
+            t.store(UNTOUCHED, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The tag of the keys group `g` (below 64) of round `number` holds: unique among the
+/// last [`STAMP_ROUNDS`] rounds' groups, and never [`UNTOUCHED`] or `SHARED`.
+fn stamp(number: usize, g: usize) -> u32 {
+    1 + (((number % STAMP_ROUNDS) << 6) | g) as u32
+}
+
+/// Tags the written keys of `tasks`, a group of the round, with the group's `stamp`, as
+/// the worker about to run the group does. The keys are the group's own until the round
+/// ends: no other group holds them (the scheduler kept every shared key of the round in
+/// one group), and a key no group of the round holds keeps an older round's stamp or
+/// none, so views still refuse it.
+fn stamp_keys(tags: &[Vec<AtomicU32>], keys: &TaskKeys, tasks: &[u32], stamp: u32) {
+    for &t in tasks {
+        for (slot, key) in keys.checked_keys(t) {
+            tags[slot][key].store(stamp, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The priority table's values at `tasks` into `into` (`f64` bits), when the workers
+/// read them (`reads`, from [`Step::worker_reads`]).
+fn read_priorities(
+    reads: Option<(usize, ReadF64)>,
+    bases: &[Base],
+    start: usize,
+    tasks: &[u32],
+    into: &[AtomicU64],
+) {
+    let Some((slot, read)) = reads else { return };
+    // No other worker writes these elements now: the table is read-only in this loop, or
+    // element `start + t` is one of task `t`'s written-table keys, which the group running
+    // `t` holds alone for the round (see `Step::worker_reads`).
+    let base = bases[slot].ptr as *const u8;
+    for (&t, v) in tasks.iter().zip(into) {
+        v.store(read(base, start + t as usize).to_bits(), Ordering::Relaxed);
+    }
+}
+
 /// Publishes the scheduler's current round into `p`.
 fn publish(modes: &[SlotMode], bases: &[Base], sched: &Scheduler, p: &mut Published) {
     p.round.clear();
@@ -571,6 +680,12 @@ fn publish(modes: &[SlotMode], bases: &[Base], sched: &Scheduler, p: &mut Publis
         .map(|(_, b)| b.len)
         .sum();
     p.dense = sched.round_relaxed_keys() * 2 >= relaxed_len;
+    let n = p.round.len();
+    for v in [&mut p.before, &mut p.after] {
+        if v.len() < n {
+            v.resize_with(n, AtomicU64::default);
+        }
+    }
     p.keys.resize_with(p.groups.len(), Vec::new);
     for (g, range) in p.groups.iter().enumerate() {
         p.keys[g].clear();

@@ -305,6 +305,13 @@ pub(in crate::engine) fn bind_worker(
                     // masters of relaxed tables are only touched under `merges`' lock.
                     let r = merges.with(|_| unsafe { merger.replica(base.ptr, base.len) });
                     b.ptr = r.ptr();
+                    if b.index.is_null() {
+                        // The worker's own copy: every element is its to read and write,
+                        // so a vector view admits an access with the one comparison of
+                        // its window (which is also the bounds check), as its checks
+                        // would (no tags, writable).
+                        (b.window_start, b.window_len) = (0, b.len);
+                    }
                     replicas.push((slot, r));
                 }
             }
