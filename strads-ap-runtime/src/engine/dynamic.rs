@@ -1224,7 +1224,12 @@ mod tests {
     #[test]
     fn distinct_values_sort_alike_through_the_bitmap_and_by_comparison() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for (n, k) in [(1000usize, 10usize), (1000, 600), (64, 64), (100_000, 12_500)] {
+        for (n, k) in [
+            (1000usize, 10usize),
+            (1000, 600),
+            (64, 64),
+            (100_000, 12_500),
+        ] {
             let mut all: Vec<u32> = (0..n as u32).collect();
             all.shuffle(&mut rng);
             let mut v = all[..k].to_vec();
