@@ -553,16 +553,6 @@ impl Scheduler {
         }
     }
 
-    /// Task `t`'s elements of written tables.
-    fn hard_keys(&self, t: u32) -> &[u64] {
-        self.tasks.hard(t)
-    }
-
-    /// Task `t`'s elements of relaxed tables.
-    fn soft_keys(&self, t: u32) -> &[u64] {
-        self.tasks.soft(t)
-    }
-
     /// Chooses the next round of at most `want` tasks, in `groups` groups (one per
     /// worker), into `self.round` and `self.groups`; returns the number of candidates it
     /// left out for depending on two groups (or on a full one).
@@ -730,7 +720,7 @@ impl Scheduler {
     fn group_for(&self, t: u32, depends: &Depends, share: usize, cap: usize) -> Option<usize> {
         let mut hard = 0u64;
         if self.shared[t as usize] {
-            for &k in self.hard_keys(t) {
+            for &k in self.tasks.hard(t) {
                 let (slot, key) = split(k);
                 hard |= self.masks[slot][key];
             }
@@ -738,7 +728,7 @@ impl Scheduler {
         let soft = match &depends.kind {
             DependsKind::None => 0,
             DependsKind::Overlap(threshold) => {
-                let keys = self.soft_keys(t);
+                let keys = self.tasks.soft(t);
                 let mut shared = [0u32; 64];
                 for &k in keys {
                     let (slot, key) = split(k);
@@ -828,7 +818,7 @@ impl Scheduler {
 
     /// The keys of relaxed tables task `t` touches: `(slot, key)`.
     pub fn relaxed_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.soft_keys(t).iter().map(|&k| split(k))
+        self.tasks.soft(t).iter().map(|&k| split(k))
     }
 
     /// The number of relaxed-table keys the round's tasks touch, counted once per task.
@@ -891,8 +881,8 @@ impl TaskKeys {
 
 /// Sorts `v`, whose values are distinct and below `64 × bits.len()`: through the bitmap
 /// `bits` (left clear) when `v` holds at least one value per 64 bits' word, which costs a
-/// pass over the bitmap rather than a comparison sort (a round of 12,500 of 100,000
-/// indices sorts in a few microseconds); by comparison otherwise.
+/// pass over the bitmap and one bit per value rather than a comparison sort; by
+/// comparison otherwise.
 fn sort_distinct(v: &mut [u32], bits: &mut [u64]) {
     if v.len() < bits.len() {
         v.sort_unstable();

@@ -4,8 +4,9 @@
 //!
 //! A round's tasks share no element of a written (non-relaxed) table, by the scheduler's
 //! choice from the first call's reconnaissance; the round is cut into one group per
-//! worker share, each key of a written table tagged with the group of the task that
-//! touches it, so that views refuse any access the reconnaissance did not foresee.
+//! worker share, each key of a written table stamped with its group's tag (by the worker
+//! that runs the group, just before it does), so that views refuse any access the
+//! reconnaissance did not foresee.
 //! Relaxed tables are per-worker replicas, equal to the tables at the start of each round:
 //! after each group, its worker adds its replicas' changes to the tables (the keys the
 //! group's tasks touch, or whole replicas, which then also take the other workers'
@@ -13,8 +14,7 @@
 //! the round's barrier refreshes its replicas where the round changed the tables. On
 //! Lasso's 10,000 × 100,000 set, merging after each group rather than after the round
 //! took two workers to the gap target in 1.8-1.9M updates where rounds of 12,500 had
-//! diverged in one run of three; each worker's groups (the round's written keys tagged
-//! by the worker that runs them, just before it does) cost it no wait.
+//! diverged in one run of three.
 //!
 //! The workers stay on the call from its first round to its last, meeting at two
 //! spinning barriers per round and pulling the round's groups (twice as many as workers)
@@ -576,9 +576,9 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
                     // The group's changes to relaxed tables go into the tables now, and
                     // (when merges are dense) the worker's replicas take the others'
                     // changes so far: the rest of the round sees them.
-                    push_mine(registry, bases, merges, &mut replicas, &p, &[g]);
+                    push_group(registry, bases, merges, &mut replicas, &p, g);
                 }
-                // This worker's changes to relaxed tables go into the tables; after the
+                // Every group pushed its changes to relaxed tables as it ended: after the
                 // barrier every worker's are in, and each refreshes its replicas.
                 barrier.wait();
                 refresh(registry, bases, &mut replicas, &p);
@@ -718,15 +718,16 @@ fn untag(tags: &[Vec<AtomicU32>], sched: &Scheduler, round: &[u32]) {
     }
 }
 
-/// Adds a worker's changes to relaxed tables in the groups `mine` of round `p` to the
-/// tables: whole replicas, or the keys the groups' tasks touch.
-fn push_mine(
+/// Adds a worker's changes to relaxed tables in group `g` of round `p` to the tables:
+/// whole replicas (which then also take the other workers' changes so far), or the keys
+/// the group's tasks touch.
+fn push_group(
     registry: &Registry,
     bases: &[Base],
     merges: &Merges,
     replicas: &mut [(usize, Replica)],
     p: &Published,
-    mine: &[usize],
+    g: usize,
 ) {
     if replicas.is_empty() {
         return;
@@ -736,9 +737,7 @@ fn push_mine(
     }
     merges.merge(|_| {
         for (slot, r) in replicas {
-            let mut keys = mine
-                .iter()
-                .flat_map(|&g| p.keys[g].iter().filter(|k| k.0 == *slot).map(|k| k.1));
+            let mut keys = p.keys[g].iter().filter(|k| k.0 == *slot).map(|k| k.1);
             let merger = registry.entries[*slot].merger.as_ref().expect("merger");
             // SAFETY: the master is locked by this engine and only touched under `merges`'
             // lock, which we hold; the keys come from reconnaissance and are below its
