@@ -725,3 +725,51 @@ fn each_rank_reports_the_elements_it_holds() {
         );
     }
 }
+
+/// After a distributed loop, `with_all` reads the full-length copy each rank keeps,
+/// refreshed in place with what the other ranks changed: it needs no new copy (so it works
+/// under a gather limit that refuses `to_vec`), sees the loop's results and later driver
+/// writes, and agrees on every rank.
+#[test]
+fn with_all_after_a_loop_reads_the_kept_copy_refreshed() {
+    let pairs: Vec<(usize, usize)> = (0..600)
+        .map(|k| ((k * 7) % 300, (k * 13 + 1) % 300))
+        .collect();
+    let mut expected = vec![vec![1.0f64; 4]; 300];
+    for &(i, j) in &pairs {
+        if i != j {
+            expected[i][0] += 1.0;
+            expected[j][1] += 1.0;
+        }
+    }
+    let results = on_ranks(3, || -> strads_ap::Result<_> {
+        let pairs = DVector::from_vec(pairs.clone())?;
+        let x = DVector::from_fn(300, |_| vec![1.0f64; 4])?;
+        async_for!(0..pairs.len(), |k| {
+            let (i, j) = pairs[k];
+            if i != j {
+                x[i][0] += 1.0;
+                x[j][1] += 1.0;
+            }
+        })?;
+        strads_ap::set_gather_limit(Some(1_000));
+        let refused = x.to_vec().map(|_| ()).map_err(|e| e.to_string());
+        let first = x.with_all(|all| all.to_vec())?;
+        // A driver write on the owner rank (rank 2 holds 200..300), then a second read.
+        x.set(250, vec![-1.0; 4])?;
+        let second = x.with_all(|all| all.to_vec())?;
+        let third = x.with_all(|all| all[250][0])?;
+        strads_ap::set_gather_limit(None);
+        Ok((refused, first, second, third))
+    });
+    let mut after_set = expected.clone();
+    after_set[250] = vec![-1.0; 4];
+    for (rank, r) in results.into_iter().enumerate() {
+        let (refused, first, second, third) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        let message = refused.expect_err("to_vec past the gather limit");
+        assert!(message.contains("gather limit"), "rank {rank}: {message}");
+        assert_eq!(first, expected, "rank {rank}: the loop's results");
+        assert_eq!(second, after_set, "rank {rank}: the driver's write");
+        assert_eq!(third, -1.0, "rank {rank}");
+    }
+}

@@ -28,6 +28,7 @@
 //! }
 //! ```
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{site_with_arguments, Error, Result};
 use crate::transport::{deadline_in, tags, Rank, Transport};
+
+/// What the lean gathers call what they move, in errors.
+const GATHERED: &str = "a gathered part of a table";
 
 /// The collectives of one job, over its transport.
 pub struct Comm {
@@ -248,6 +252,129 @@ impl Comm {
             .collect()
     }
 
+    /// Every rank's elements joined in rank order into one `Vec` of `total` elements, the
+    /// lean way to gather a partitioned table whole: `mine` is encoded once and shared by
+    /// every send, each peer's part is decoded element by element straight into the result
+    /// (no `Vec` per rank, nothing cloned to join them) and its bytes are dropped before the
+    /// next part is read, and this rank's elements are moved into their place (`mine`
+    /// owned) or cloned there (borrowed). At most one peer's bytes and the result are alive
+    /// at once, beside the caller's own part.
+    ///
+    /// A peer that sends more elements than `total` leaves room for, bytes that do not
+    /// decode, or parts that do not add up to `total` are errors naming the rank.
+    ///
+    /// ```
+    /// use std::thread;
+    /// use strads_ap_runtime::cluster::collective::Comm;
+    /// use strads_ap_runtime::transport::mem::MemCluster;
+    ///
+    /// let handles: Vec<_> = MemCluster::new(3)
+    ///     .into_transports()
+    ///     .into_iter()
+    ///     .map(|t| {
+    ///         thread::spawn(move || {
+    ///             let comm = Comm::new(t);
+    ///             let part: Vec<String> = (0..=comm.rank()).map(|i| format!("{}.{i}", comm.rank())).collect();
+    ///             comm.allgather_concat(part.into(), 6).unwrap()
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for h in handles {
+    ///     assert_eq!(h.join().unwrap(), ["0.0", "1.0", "1.1", "2.0", "2.1", "2.2"]);
+    /// }
+    /// ```
+    pub fn allgather_concat<T: Serialize + DeserializeOwned + Clone>(
+        &self,
+        mine: Cow<'_, [T]>,
+        total: usize,
+    ) -> Result<Vec<T>> {
+        let mut all = Vec::with_capacity(total);
+        let own_len = mine.len();
+        let tag = self.send_part(&mine)?;
+        let mut own = Some(mine);
+        let mut put_own = |all: &mut Vec<T>| match own.take() {
+            Some(Cow::Borrowed(part)) => all.extend_from_slice(part),
+            Some(Cow::Owned(mut part)) => all.append(&mut part),
+            None => {}
+        };
+        self.recv_parts(tag, own_len, total, |at, value| {
+            // Own elements come in their place, before the next peer's.
+            if at > all.len() {
+                put_own(&mut all);
+            }
+            all.push(value);
+        })?;
+        if all.len() + own_len == total {
+            put_own(&mut all);
+        }
+        Ok(all)
+    }
+
+    /// Every other rank's elements, by their index in the joined sequence of every rank's
+    /// `mine` in rank order (`total` in all): `put(index, element)` is called once for each,
+    /// in order, as its part is decoded; this rank's own indices are skipped. The collective
+    /// under [`Comm::allgather_concat`], and what refreshes a kept full-length copy of a
+    /// table in place. Each peer's bytes are dropped before the next part is read.
+    ///
+    /// A peer that sends more elements than `total` leaves room for, bytes that do not
+    /// decode, or parts that do not add up to `total` are errors naming the rank.
+    pub fn allgather_each<T: Serialize + DeserializeOwned>(
+        &self,
+        mine: &[T],
+        total: usize,
+        put: impl FnMut(usize, T),
+    ) -> Result<()> {
+        let tag = self.send_part(mine)?;
+        self.recv_parts(tag, mine.len(), total, put)
+    }
+
+    /// [`Comm::allgather_each`]'s first half: sends `mine` to every other rank (one encoded
+    /// buffer shared by the sends); returns the collective's tag.
+    fn send_part<T: Serialize>(&self, mine: &[T]) -> Result<u64> {
+        let t = &self.transport;
+        let tag = self.next_tag();
+        let bytes = Bytes::from(Self::encode(&mine, GATHERED)?);
+        for r in (0..t.world_size()).filter(|&r| r != t.rank()) {
+            t.send_shared(r, tag, bytes.clone())?;
+        }
+        Ok(tag)
+    }
+
+    /// [`Comm::allgather_each`]'s second half: every other rank's part, decoded into `put`
+    /// (`own_len`: this rank's part's length).
+    fn recv_parts<T: DeserializeOwned>(
+        &self,
+        tag: u64,
+        own_len: usize,
+        total: usize,
+        mut put: impl FnMut(usize, T),
+    ) -> Result<()> {
+        let t = &self.transport;
+        let deadline = deadline_in(self.timeout);
+        let mut at = 0;
+        for r in 0..t.world_size() {
+            let room = total.saturating_sub(at);
+            if r == t.rank() {
+                if own_len > room {
+                    return Err(Error::Transport(format!(
+                        "allgather: this rank's part of {own_len} elements leaves room for at \
+                         most {room} of the {total} expected"
+                    )));
+                }
+                at += own_len;
+                continue;
+            }
+            let part = self.recv(r, tag, deadline)?;
+            at += decode_seq(&part, room, GATHERED, r, |i, value| put(at + i, value))?;
+        }
+        if at != total {
+            return Err(Error::Transport(format!(
+                "allgather: the ranks' parts hold {at} elements, expected {total}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Typed personalised all-to-all: `out[r]` goes to rank `r`; returns what every rank
     /// sent here, in rank order (`out[self]` is returned as is, not encoded).
     pub fn all_to_all<T: Serialize + DeserializeOwned>(&self, out: Vec<T>) -> Result<Vec<T>> {
@@ -438,6 +565,40 @@ fn arguments(task: &str, driver: bool) -> String {
     }
 }
 
+/// Decodes `bytes`, a postcard sequence of `T` sent by rank `from`, element by element:
+/// `put(i, element)` for the `i`-th. Refuses a sequence of more than `room` elements (so a
+/// peer cannot make this rank allocate, or loop, beyond what the call expects); returns
+/// how many there were.
+fn decode_seq<T: DeserializeOwned>(
+    bytes: &[u8],
+    room: usize,
+    what: &str,
+    from: Rank,
+    mut put: impl FnMut(usize, T),
+) -> Result<usize> {
+    let bad = |message: String| Error::Codec {
+        what: format!("{what} from rank {from}"),
+        message,
+    };
+    let (n, mut rest) =
+        postcard::take_from_bytes::<usize>(bytes).map_err(|e| bad(e.to_string()))?;
+    if n > room {
+        return Err(bad(format!(
+            "{n} elements where at most {room} remain of those expected"
+        )));
+    }
+    for i in 0..n {
+        let (value, after) =
+            postcard::take_from_bytes::<T>(rest).map_err(|e| bad(e.to_string()))?;
+        put(i, value);
+        rest = after;
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} bytes after the last element", rest.len())));
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -472,6 +633,55 @@ mod tests {
             .collect();
         out.sort_by_key(|o| o.0);
         out.into_iter().map(|o| o.1).collect()
+    }
+
+    /// A gathered table arrives whole and in rank order however the ranks' parts are
+    /// sized (one empty), and is the same as an `allgather` of the parts joined.
+    #[test]
+    fn allgather_concat_joins_parts_in_rank_order() {
+        let out = on_ranks(3, |rank, comm| {
+            let part: Vec<Vec<u32>> = (0..[2usize, 0, 3][rank])
+                .map(|i| vec![rank as u32; i + 1])
+                .collect();
+            let lean = comm.allgather_concat(Cow::Borrowed(&part), 5).unwrap();
+            let joined = comm.allgather(part).unwrap().concat();
+            (lean, joined)
+        });
+        for (lean, joined) in out {
+            assert_eq!(lean.len(), 5);
+            assert_eq!(lean, joined);
+        }
+    }
+
+    /// A peer whose part does not fit what the call expects, or does not decode, is an
+    /// error naming it, on the rank that reads it.
+    #[test]
+    fn allgather_concat_refuses_parts_that_do_not_add_up() {
+        let too_many = on_two(|rank, comm| {
+            let part = vec![rank as u64; 3];
+            comm.allgather_concat(Cow::Owned(part), 4)
+                .unwrap_err()
+                .to_string()
+        });
+        for message in too_many {
+            assert!(
+                message.contains("3 elements where at most 1 remain")
+                    || message.contains("part of 3 elements leaves room for at most 1"),
+                "{message}"
+            );
+        }
+        let too_few = on_two(|_, comm| {
+            comm.allgather_concat(Cow::Borrowed(&[1u64][..]), 3)
+                .unwrap_err()
+                .to_string()
+        });
+        for message in too_few {
+            assert!(message.contains("hold 2 elements, expected 3"), "{message}");
+        }
+        let mut out: Vec<String> = Vec::new();
+        let err = decode_seq(&[2, 1, b'a', 9], 10, "a part", 1, |_, v| out.push(v)).unwrap_err();
+        assert!(err.to_string().contains("a part from rank 1"), "{err}");
+        assert!(out.len() <= 1);
     }
 
     #[test]

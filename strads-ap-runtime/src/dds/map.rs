@@ -622,7 +622,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
                     drop(data);
-                    comm.allgather(mine)?.concat()
+                    comm.allgather_concat(mine.into(), n)?
                 }
             }
         };

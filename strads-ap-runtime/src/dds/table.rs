@@ -499,17 +499,16 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
 impl<T: super::Element> Spread for VectorTable<T> {
     fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()> {
         let mut data = self.write(op)?;
+        // The own elements move into the whole copy.
         let local = std::mem::take(&mut *data);
-        let own = local.len();
-        let all = comm.allgather(local)?.concat();
-        if all.len() != self.len {
-            return Err(Error::Transport(format!(
-                "{op}: gathered {} elements of DVector {}, expected {} (this rank held {own})",
-                all.len(),
-                self.id,
-                self.len
-            )));
-        }
+        let all = comm
+            .allgather_concat(local.into(), self.len)
+            .map_err(|e| match e {
+                Error::Transport(m) => {
+                    Error::Transport(format!("{op}: gathering DVector {}: {m}", self.id))
+                }
+                other => other,
+            })?;
         *data = all;
         Ok(())
     }
@@ -648,6 +647,71 @@ impl<T: super::Element> Snapshot for VectorTable<T> {
 }
 
 impl<T: super::Element> VectorTable<T> {
+    /// Runs `f` on every element of the table across ranks (a collective).
+    ///
+    /// Where every rank keeps a full-length shadow from a distributed loop, `f` reads the
+    /// shadow: the elements other ranks changed since are refreshed in place from their
+    /// owners (nothing is refreshed when every rank's shadow is current), and this rank's
+    /// own range is copied in. No second full-length copy is made, and the shadow stays
+    /// current for the next call, which then needs no transfer for it. Otherwise every
+    /// rank gathers a copy (within the gather limit).
+    pub(crate) fn with_whole<R>(
+        &self,
+        op: &'static str,
+        comm: &Comm,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
+        let mine = {
+            let shadow = self.shadow.lock();
+            let has = shadow.full.as_ref().is_some_and(|f| f.len() == self.len);
+            let clean = shadow.version == self.version.load(Ordering::Acquire);
+            (has, has && clean && shadow.all_valid)
+        };
+        let states = comm.allgather(mine)?;
+        let (has, current) = (states.iter().all(|s| s.0), states.iter().all(|s| s.1));
+        if !has {
+            let data = self.read(op)?;
+            let bytes = estimate_bytes(&data, data.len()) as u64;
+            let what = format!("DVector {}", self.id);
+            super::gather::check_gather(op, &what, self.len, bytes, Some(comm))?;
+            let whole = comm.allgather_concat(std::borrow::Cow::Borrowed(&data), self.len)?;
+            drop(data);
+            return Ok(f(&whole));
+        }
+        // The shadow leaves its place while `f` runs: an operator `f` calls on this table
+        // finds none and gathers, rather than waiting for this one.
+        let version = self.version.load(Ordering::Acquire);
+        let (full, own_current) = {
+            let mut shadow = self.shadow.lock();
+            let own_current = shadow.own_current && shadow.version == version;
+            (shadow.full.take(), own_current)
+        };
+        let Some(mut full) = full else {
+            return Err(Error::Busy { op });
+        };
+        {
+            let data = self.read(op)?;
+            if !current {
+                comm.allgather_each(&data, self.len, |i, value| full[i] = value)?;
+            }
+            if !own_current {
+                let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
+                    .range(self.ctx.rank());
+                full[range].clone_from_slice(&data);
+            }
+        }
+        let out = f(&full);
+        let mut shadow = self.shadow.lock();
+        if shadow.full.is_none() {
+            shadow.full = Some(full);
+            shadow.version = version;
+            shadow.all_valid = true;
+            shadow.valid_for.clear();
+            shadow.own_current = true;
+        }
+        Ok(out)
+    }
+
     /// Makes this rank's elements `data`, decoded from a snapshot of `len` elements of
     /// `what`, which must be the table's length.
     fn install(&self, op: &'static str, what: &str, (len, data): (usize, Vec<T>)) -> Result<()> {

@@ -214,7 +214,11 @@ impl<T: Element> DVector<T> {
             }
             from += c;
         }
-        Ok(Self::from_local(crate::cluster::here(), len, got.concat()))
+        Ok(Self::from_local(
+            crate::cluster::here(),
+            len,
+            join_parts(got),
+        ))
     }
 
     /// The collectives when the job has several ranks; `None` in a world of one.
@@ -343,23 +347,24 @@ impl<T: Element> DVector<T> {
     /// [`DVector::to_vec`] for operator `op`.
     fn gathered(&self, op: &'static str) -> Result<Vec<T>> {
         let comm = self.dist(op)?;
-        let local = {
-            let data = self.table.read(op)?;
-            let bytes = super::table::estimate_bytes(&data, data.len()) as u64;
-            let what = format!("DVector {}", self.table.id);
-            super::gather::check_gather(op, &what, self.table.len, bytes, comm)?;
-            data.clone()
-        };
+        let data = self.table.read(op)?;
+        let bytes = super::table::estimate_bytes(&data, data.len()) as u64;
+        let what = format!("DVector {}", self.table.id);
+        super::gather::check_gather(op, &what, self.table.len, bytes, comm)?;
         match comm {
-            None => Ok(local),
-            Some(comm) => Ok(comm.allgather(local)?.concat()),
+            None => Ok(data.clone()),
+            // Encoded and copied straight from the table: no copy of the part first.
+            Some(comm) => comm.allgather_concat(std::borrow::Cow::Borrowed(&data), self.table.len),
         }
     }
 
     /// Runs `f` on all elements, read-only, without copying them in a world of one (the
-    /// cheap way to evaluate a model in driver code). In a job of several ranks every rank
-    /// first gathers a copy of all elements, which fails as [`DVector::to_vec`] does past
-    /// the gather limit.
+    /// cheap way to evaluate a model in driver code). In a job of several ranks, after a
+    /// distributed `async_for!` over the table, `f` reads the full-length copy each rank
+    /// keeps between loops, refreshed in place with what other ranks changed (nothing moves
+    /// when it is current, as on a second `with_all` with no write between); otherwise
+    /// every rank first gathers a copy of all elements, which fails as
+    /// [`DVector::to_vec`] does past the gather limit.
     ///
     /// ```
     /// use strads_ap_runtime::DVector;
@@ -369,9 +374,8 @@ impl<T: Element> DVector<T> {
     /// # Ok::<(), strads_ap_runtime::Error>(())
     /// ```
     pub fn with_all<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-        if self.dist("DVector::with_all")?.is_some() {
-            let all = self.gathered("DVector::with_all")?;
-            return Ok(f(&all));
+        if let Some(comm) = self.dist("DVector::with_all")? {
+            return self.table.with_whole("DVector::with_all", comm, f);
         }
         let data = self.table.read("DVector::with_all")?;
         Ok(f(&data))
@@ -536,7 +540,7 @@ impl<T: Element> DVector<T> {
             Some(comm) => {
                 let parts = comm.gather(0, self.table.read(op)?.clone())?;
                 super::snapshot::on_driver(Some(comm), op, || {
-                    let all = parts.map(|p| p.concat()).unwrap_or_default();
+                    let all = parts.map(join_parts).unwrap_or_default();
                     super::snapshot::save_snapshot(path, "DVector", &all)
                 })
             }
@@ -686,6 +690,16 @@ impl<'de, T: Element> serde::Deserialize<'de> for VectorRef<T> {
         }
         Ok(VectorRef { table })
     }
+}
+
+/// Parts joined in order by moving their elements (a `concat` would clone each), each
+/// part's buffer freed once it is emptied.
+fn join_parts<T>(parts: Vec<Vec<T>>) -> Vec<T> {
+    let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for mut part in parts {
+        all.append(&mut part);
+    }
+    all
 }
 
 #[cfg(test)]
