@@ -43,6 +43,16 @@ use crate::transport::{deadline_in, tags, Rank, Transport};
 /// What the lean gathers call what they move, in errors.
 const GATHERED: &str = "a gathered part of a table";
 
+/// About the most bytes of elements one message of a lean gather carries: a part is sent
+/// as several messages, each freed once sent, and decoded message by message, so a gather's
+/// transient memory is a few messages, not a part encoded whole.
+const GATHER_CHUNK: usize = 4 << 20;
+
+/// The first byte of a lean gather's message of elements.
+const PART_ELEMENTS: u8 = 0;
+/// The first byte of the message ending a rank's part, followed by its element count.
+const PART_END: u8 = 1;
+
 /// The collectives of one job, over its transport.
 pub struct Comm {
     transport: Arc<dyn Transport>,
@@ -328,20 +338,39 @@ impl Comm {
         self.recv_parts(tag, mine.len(), total, put)
     }
 
-    /// [`Comm::allgather_each`]'s first half: sends `mine` to every other rank (one encoded
-    /// buffer shared by the sends); returns the collective's tag.
+    /// [`Comm::allgather_each`]'s first half: sends `mine` to every other rank as messages
+    /// of about [`GATHER_CHUNK`] bytes (each encoded once and shared by the sends, and freed
+    /// once sent), then an end message with the count; returns the collective's tag.
     fn send_part<T: Serialize>(&self, mine: &[T]) -> Result<u64> {
         let t = &self.transport;
         let tag = self.next_tag();
-        let bytes = Bytes::from(Self::encode(&mine, GATHERED)?);
-        for r in (0..t.world_size()).filter(|&r| r != t.rank()) {
-            t.send_shared(r, tag, bytes.clone())?;
+        let send = |bytes: Vec<u8>| -> Result<()> {
+            let bytes = Bytes::from(bytes);
+            for r in (0..t.world_size()).filter(|&r| r != t.rank()) {
+                t.send_shared(r, tag, bytes.clone())?;
+            }
+            Ok(())
+        };
+        let codec = |e: postcard::Error| Error::Codec {
+            what: GATHERED.to_string(),
+            message: e.to_string(),
+        };
+        let mut chunk = vec![PART_ELEMENTS];
+        for value in mine {
+            chunk = postcard::to_extend(value, chunk).map_err(codec)?;
+            if chunk.len() >= GATHER_CHUNK {
+                send(std::mem::replace(&mut chunk, vec![PART_ELEMENTS]))?;
+            }
         }
+        if chunk.len() > 1 {
+            send(chunk)?;
+        }
+        send(postcard::to_extend(&mine.len(), vec![PART_END]).map_err(codec)?)?;
         Ok(tag)
     }
 
     /// [`Comm::allgather_each`]'s second half: every other rank's part, decoded into `put`
-    /// (`own_len`: this rank's part's length).
+    /// message by message (`own_len`: this rank's part's length).
     fn recv_parts<T: DeserializeOwned>(
         &self,
         tag: u64,
@@ -353,8 +382,8 @@ impl Comm {
         let deadline = deadline_in(self.timeout);
         let mut at = 0;
         for r in 0..t.world_size() {
-            let room = total.saturating_sub(at);
             if r == t.rank() {
+                let room = total.saturating_sub(at);
                 if own_len > room {
                     return Err(Error::Transport(format!(
                         "allgather: this rank's part of {own_len} elements leaves room for at \
@@ -364,8 +393,43 @@ impl Comm {
                 at += own_len;
                 continue;
             }
-            let part = self.recv(r, tag, deadline)?;
-            at += decode_seq(&part, room, GATHERED, r, |i, value| put(at + i, value))?;
+            let bad = |message: String| Error::BadPeerData {
+                rank: r,
+                what: "part of a gathered table".into(),
+                message,
+            };
+            let first = at;
+            loop {
+                let message = self.recv(r, tag, deadline)?;
+                match message.split_first() {
+                    Some((&PART_ELEMENTS, mut rest)) => {
+                        while !rest.is_empty() {
+                            if at == total {
+                                return Err(bad(format!(
+                                    "more elements than the {total} expected in all"
+                                )));
+                            }
+                            let (value, after) = postcard::take_from_bytes::<T>(rest)
+                                .map_err(|e| bad(e.to_string()))?;
+                            put(at, value);
+                            at += 1;
+                            rest = after;
+                        }
+                    }
+                    Some((&PART_END, rest)) => {
+                        let (count, _) = postcard::take_from_bytes::<usize>(rest)
+                            .map_err(|e| bad(e.to_string()))?;
+                        if count != at - first {
+                            return Err(bad(format!(
+                                "a part said to hold {count} elements holds {}",
+                                at - first
+                            )));
+                        }
+                        break;
+                    }
+                    _ => return Err(bad("a message that is not part of a gather".into())),
+                }
+            }
         }
         if at != total {
             return Err(Error::Transport(format!(
@@ -565,40 +629,6 @@ fn arguments(task: &str, driver: bool) -> String {
     }
 }
 
-/// Decodes `bytes`, a postcard sequence of `T` sent by rank `from`, element by element:
-/// `put(i, element)` for the `i`-th. Refuses a sequence of more than `room` elements (so a
-/// peer cannot make this rank allocate, or loop, beyond what the call expects); returns
-/// how many there were.
-fn decode_seq<T: DeserializeOwned>(
-    bytes: &[u8],
-    room: usize,
-    what: &str,
-    from: Rank,
-    mut put: impl FnMut(usize, T),
-) -> Result<usize> {
-    let bad = |message: String| Error::Codec {
-        what: format!("{what} from rank {from}"),
-        message,
-    };
-    let (n, mut rest) =
-        postcard::take_from_bytes::<usize>(bytes).map_err(|e| bad(e.to_string()))?;
-    if n > room {
-        return Err(bad(format!(
-            "{n} elements where at most {room} remain of those expected"
-        )));
-    }
-    for i in 0..n {
-        let (value, after) =
-            postcard::take_from_bytes::<T>(rest).map_err(|e| bad(e.to_string()))?;
-        put(i, value);
-        rest = after;
-    }
-    if !rest.is_empty() {
-        return Err(bad(format!("{} bytes after the last element", rest.len())));
-    }
-    Ok(n)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -665,7 +695,7 @@ mod tests {
         });
         for message in too_many {
             assert!(
-                message.contains("3 elements where at most 1 remain")
+                message.contains("more elements than the 4 expected in all")
                     || message.contains("part of 3 elements leaves room for at most 1"),
                 "{message}"
             );
@@ -678,10 +708,44 @@ mod tests {
         for message in too_few {
             assert!(message.contains("hold 2 elements, expected 3"), "{message}");
         }
-        let mut out: Vec<String> = Vec::new();
-        let err = decode_seq(&[2, 1, b'a', 9], 10, "a part", 1, |_, v| out.push(v)).unwrap_err();
-        assert!(err.to_string().contains("a part from rank 1"), "{err}");
-        assert!(out.len() <= 1);
+    }
+
+    /// A peer whose gather messages are garbage (an element that does not decode, a count
+    /// that does not match, a message of another kind, more elements than expected) is an
+    /// error naming it, never a panic or a hang.
+    #[test]
+    fn a_lean_gather_refuses_a_peer_that_speaks_garbage() {
+        let garbage: Vec<Vec<Vec<u8>>> = vec![
+            vec![vec![PART_ELEMENTS, 200, 1, b'a']],
+            vec![vec![PART_ELEMENTS, 1, b'a'], vec![PART_END, 2]],
+            vec![vec![7, 1, 2]],
+            vec![vec![PART_ELEMENTS, 1, b'a', 1, b'b', 1, b'c']],
+        ];
+        let expected = [
+            "rank 1 sent a malformed part of a gathered table",
+            "a part said to hold 2 elements holds 1",
+            "a message that is not part of a gather",
+            "more elements than the 3 expected in all",
+        ];
+        for (messages, expected) in garbage.into_iter().zip(expected) {
+            let out = on_two(move |rank, comm| {
+                if rank == 1 {
+                    let tag = comm.next_tag();
+                    for m in &messages {
+                        comm.transport().send(0, tag, m.clone()).unwrap();
+                    }
+                    return None;
+                }
+                let mine = vec!["x".to_string()];
+                let err = comm
+                    .allgather_each(&mine, 3, |_, _: String| {})
+                    .unwrap_err();
+                Some(err.to_string())
+            });
+            let message = out[0].clone().expect("rank 0's error");
+            assert!(message.contains(expected), "{message}");
+            assert!(message.contains("rank 1"), "{message}");
+        }
     }
 
     #[test]
