@@ -323,8 +323,8 @@ impl Comm {
     /// Every other rank's elements, by their index in the joined sequence of every rank's
     /// `mine` in rank order (`total` in all): `put(index, element)` is called once for each,
     /// in order, as its part is decoded; this rank's own indices are skipped. The collective
-    /// under [`Comm::allgather_concat`], and what refreshes a kept full-length copy of a
-    /// table in place. Each peer's bytes are dropped before the next part is read.
+    /// under [`Comm::allgather_concat`], and what refreshes the other ranks' elements a
+    /// rank keeps of a table in place. Each peer's bytes are dropped before the next part is read.
     ///
     /// A peer that sends more elements than `total` leaves room for, bytes that do not
     /// decode, or parts that do not add up to `total` are errors naming the rank.

@@ -47,8 +47,8 @@ pub struct TableMemory {
     pub len: usize,
     /// Elements this rank holds as its own part.
     pub held: usize,
-    /// Elements this rank holds besides its part: a full-length copy kept between
-    /// distributed loops, and buffers kept to refill it.
+    /// Elements this rank holds besides its part: the other ranks' elements kept between
+    /// distributed loops (the shadow).
     pub extra: usize,
     /// Estimated bytes of `held + extra` elements: each element's own size, plus for
     /// elements that own heap memory (a `Vec` row) its encoded size, from a sample.
@@ -177,20 +177,20 @@ pub(crate) trait Spread {
     fn gather_all(&self, op: &'static str, comm: &Comm) -> Result<()>;
     /// Drops the elements of other ranks again, after [`Spread::gather_all`].
     fn keep_own_range(&self);
-    /// Whether this rank keeps a shadow (a full-length copy left by the last distributed
-    /// `async_for!`, current in this rank's range and possibly stale elsewhere), and
-    /// whether that shadow is fresh for `plan`: nothing wrote the table since, and every
-    /// element `plan` reads is current in it.
+    /// Whether this rank keeps a shadow (the other ranks' elements as the last distributed
+    /// `async_for!` left them, possibly stale), and whether that shadow is fresh for
+    /// `plan`: nothing wrote the table since, and every element `plan` reads is current in
+    /// it.
     fn shadow_state(&self, _plan: Option<u64>) -> (bool, bool) {
         (false, false)
     }
-    /// Makes the table full-length again from its shadow (this rank's range is copied
+    /// Makes the table full-length again from its shadow (this rank's range is moved
     /// in; other elements are the shadow's, possibly stale). Local, no communication.
     fn expand_from_shadow(&self, op: &'static str) -> Result<()> {
         Err(Error::invalid(op, "this DDS keeps no shadow copy"))
     }
-    /// Keeps this rank's range as the table and the full-length elements as its shadow,
-    /// noting which of them are current.
+    /// Keeps this rank's range as the table and the other elements as its shadow, noting
+    /// which of them are current.
     fn shrink_to_shadow(&self, _valid: ShadowValidity) {
         self.keep_own_range()
     }
@@ -288,8 +288,19 @@ const LAY_OUT_AHEAD: usize = 16;
 /// Keys [`TableHandle::lay_out`] clones in one piece on a worker.
 const LAY_OUT_RUN: usize = 4096;
 
-/// A table's shadow: the full-length elements kept between distributed loops.
+/// A table's shadow: what a rank keeps of the other ranks' elements between distributed
+/// loops, so that the next call can make the table full-length without communication.
+///
+/// It has two forms. After a loop that wrote the table, the own range is cut out (the
+/// *gap* form: the other ranks' elements only): the next call moves the own elements
+/// back into their gap, a pass over their inline bytes, and each element is held once.
+/// After a loop that only read it (a data table), the shadow is full-length and the own
+/// elements also stay in a spare buffer beside it, so that the next call swaps buffers
+/// and moves nothing: that table's own range is held twice, for calls that cost nothing
+/// to enter and leave.
 pub(crate) struct Shadow<T> {
+    /// Every element (`len`; its own range current when `own_current`), or in the gap
+    /// form the elements before the own range, then those after it (`len - own`).
     full: Option<Vec<T>>,
     /// The table's version when the shadow was made.
     version: u64,
@@ -297,10 +308,10 @@ pub(crate) struct Shadow<T> {
     all_valid: bool,
     /// Plans whose reads are current.
     valid_for: Vec<u64>,
-    /// `full`'s elements in this rank's range equal the table's.
+    /// `full` is full-length and its elements in this rank's range equal the table's.
     own_current: bool,
     /// A buffer of this rank's range length, reused between loops so that expanding and
-    /// shrinking move elements instead of allocating and cloning them.
+    /// shrinking move elements instead of allocating and cloning them (full-length form).
     spare: Vec<T>,
     /// `spare` holds the table's own elements (taken when the table was expanded).
     spare_current: bool,
@@ -317,6 +328,16 @@ impl<T> Default for Shadow<T> {
             spare: Vec::new(),
             spare_current: false,
         }
+    }
+}
+
+impl<T> Shadow<T> {
+    /// Whether the shadow holds every other rank's element of a table of `len` elements of
+    /// which this rank holds `own`, in either form.
+    fn complete(&self, len: usize, own: usize) -> bool {
+        self.full
+            .as_ref()
+            .is_some_and(|f| f.len() == len || f.len() + own == len)
     }
 }
 
@@ -345,8 +366,8 @@ pub(crate) struct VectorTable<T> {
     pub aggregation: RwLock<Option<Aggregation<T>>>,
     /// Bumped whenever the elements are taken for writing.
     pub version: AtomicU64,
-    /// The full-length copy kept between distributed loops (see
-    /// [`TableHandle::shadow_state`]).
+    /// The other ranks' elements kept between distributed loops (see
+    /// [`Spread::shadow_state`]).
     pub shadow: Mutex<Shadow<T>>,
     /// Holds writers back while a checkpoint reads the elements.
     pub gate: Gate,
@@ -407,8 +428,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     fn memory(&self) -> TableMemory {
         let data = self.data.read();
         let shadow = self.shadow.lock();
-        let full = shadow.full.as_ref().map_or(0, Vec::len);
-        let extra = full + shadow.spare.len();
+        let extra = shadow.full.as_ref().map_or(0, Vec::len) + shadow.spare.len();
         let sample: &[T] = match data.is_empty() {
             true => shadow.full.as_deref().unwrap_or(&[]),
             false => &data,
@@ -516,20 +536,21 @@ impl<T: super::Element> Spread for VectorTable<T> {
         self.gate.wait();
         let mut data = self.data.write();
         if data.len() == self.len {
-            let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
-                .range(self.ctx.rank());
+            let range = self.own_range();
             data.truncate(range.end);
             data.drain(..range.start);
         }
     }
     fn shadow_state(&self, plan: Option<u64>) -> (bool, bool) {
+        let own = self.own_range().len();
         let shadow = self.shadow.lock();
-        let has = shadow.full.as_ref().is_some_and(|f| f.len() == self.len);
+        let has = shadow.complete(self.len, own);
         let clean = shadow.version == self.version.load(Ordering::Acquire);
         let current = shadow.all_valid || plan.is_some_and(|p| shadow.valid_for.contains(&p));
         (has, has && clean && current)
     }
     fn expand_from_shadow(&self, op: &'static str) -> Result<()> {
+        let range = self.own_range();
         let mut shadow = self.shadow.lock();
         let clean = shadow.version == self.version.load(Ordering::Acquire);
         if !clean {
@@ -538,10 +559,9 @@ impl<T: super::Element> Spread for VectorTable<T> {
             shadow.valid_for.clear();
         }
         let mut data = self.write(op)?;
-        let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
-            .range(self.ctx.rank());
+        let whole = data.len() == range.len();
         match shadow.full.take() {
-            Some(mut full) if full.len() == self.len && data.len() == range.len() => {
+            Some(mut full) if whole && full.len() == self.len => {
                 // The own elements go into the shadow (moved, unless it holds them
                 // already); what they displace is kept as the spare buffer.
                 let current = clean && shadow.own_current;
@@ -553,13 +573,22 @@ impl<T: super::Element> Spread for VectorTable<T> {
                 shadow.own_current = false;
                 Ok(())
             }
-            _ => Err(Error::invalid(
-                op,
-                format!(
-                    "DVector {} has no full-length shadow to expand from",
-                    self.id
-                ),
-            )),
+            Some(mut full) if whole && full.len() + range.len() == self.len => {
+                // The gap form: the own elements move into their gap.
+                full.splice(range.start..range.start, data.drain(..));
+                *data = full;
+                shadow.spare = Vec::new();
+                shadow.spare_current = false;
+                shadow.own_current = false;
+                Ok(())
+            }
+            full => {
+                shadow.full = full;
+                Err(Error::invalid(
+                    op,
+                    format!("DVector {} has no shadow to expand from", self.id),
+                ))
+            }
         }
     }
     fn shrink_to_shadow(&self, valid: ShadowValidity) {
@@ -568,12 +597,25 @@ impl<T: super::Element> Spread for VectorTable<T> {
         if data.len() != self.len {
             return;
         }
-        let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
-            .range(self.ctx.rank());
+        let range = self.own_range();
         let mut shadow = self.shadow.lock();
-        // The own elements leave the full-length copy by the cheapest way: the spare
-        // buffer already holds them if the loop did not write the table; otherwise they
-        // are swapped into it; without a spare of the right length they are cloned.
+        if matches!(valid, ShadowValidity::Stale) {
+            // Written by the loop: the own elements move out (the gap form), and no
+            // element is kept twice.
+            let own: Vec<T> = data.drain(range).collect();
+            shadow.full = Some(std::mem::replace(&mut *data, own));
+            shadow.spare = Vec::new();
+            shadow.spare_current = false;
+            shadow.own_current = false;
+            shadow.all_valid = false;
+            shadow.valid_for.clear();
+            shadow.version = self.version.load(Ordering::Acquire);
+            return;
+        }
+        // Read (or replicated): the own elements leave the full-length copy by the
+        // cheapest way: the spare buffer already holds them if the loop did not write the
+        // table; otherwise they are swapped into it; without a spare of the right length
+        // they are cloned.
         let unwritten = matches!(valid, ShadowValidity::Unchanged | ShadowValidity::Plan(_));
         let mut own = std::mem::take(&mut shadow.spare);
         if own.len() == range.len() && unwritten && shadow.spare_current {
@@ -588,10 +630,6 @@ impl<T: super::Element> Spread for VectorTable<T> {
         shadow.spare_current = false;
         let full = std::mem::replace(&mut *data, own);
         match valid {
-            ShadowValidity::Stale => {
-                shadow.all_valid = false;
-                shadow.valid_for.clear();
-            }
             ShadowValidity::All => {
                 shadow.all_valid = true;
                 shadow.valid_for.clear();
@@ -601,7 +639,7 @@ impl<T: super::Element> Spread for VectorTable<T> {
                     shadow.valid_for.push(p);
                 }
             }
-            ShadowValidity::Unchanged => {}
+            ShadowValidity::Unchanged | ShadowValidity::Stale => {}
         }
         shadow.full = Some(full);
         shadow.version = self.version.load(Ordering::Acquire);
@@ -647,23 +685,31 @@ impl<T: super::Element> Snapshot for VectorTable<T> {
 }
 
 impl<T: super::Element> VectorTable<T> {
+    /// This rank's range of the table's elements.
+    fn own_range(&self) -> std::ops::Range<usize> {
+        crate::store::RangePartition::new(self.len, self.ctx.world_size()).range(self.ctx.rank())
+    }
+
     /// Runs `f` on every element of the table across ranks (a collective).
     ///
-    /// Where every rank keeps a full-length shadow from a distributed loop, `f` reads the
-    /// shadow: the elements other ranks changed since are refreshed in place from their
-    /// owners (nothing is refreshed when every rank's shadow is current), and this rank's
-    /// own range is copied in. No second full-length copy is made, and the shadow stays
-    /// current for the next call, which then needs no transfer for it. Otherwise every
-    /// rank gathers a copy (within the gather limit).
+    /// Where every rank keeps a shadow from a distributed loop, `f` reads the shadow with
+    /// the own elements in place (moved into the gap form's gap, or copied into the
+    /// full-length form's range): the elements other ranks changed since are refreshed in
+    /// place from their owners first (nothing is refreshed when every rank's shadow is
+    /// current). No second copy is made, and the shadow stays current for the next call,
+    /// which then needs no transfer for it. Meanwhile the table is locked: an operator `f`
+    /// calls on this same table fails as busy. Otherwise every rank gathers a copy (within
+    /// the gather limit).
     pub(crate) fn with_whole<R>(
         &self,
         op: &'static str,
         comm: &Comm,
         f: impl FnOnce(&[T]) -> R,
     ) -> Result<R> {
+        let range = self.own_range();
         let mine = {
             let shadow = self.shadow.lock();
-            let has = shadow.full.as_ref().is_some_and(|f| f.len() == self.len);
+            let has = shadow.complete(self.len, range.len());
             let clean = shadow.version == self.version.load(Ordering::Acquire);
             (has, has && clean && shadow.all_valid)
         };
@@ -678,38 +724,58 @@ impl<T: super::Element> VectorTable<T> {
             drop(data);
             return Ok(f(&whole));
         }
-        // The shadow leaves its place while `f` runs: an operator `f` calls on this table
-        // finds none and gathers, rather than waiting for this one.
+        // The table's lock (without a new version: nothing is written) is held until `f`
+        // is done; the shadow's is not (an operator `f` calls on this table finds no
+        // shadow, and fails as busy).
+        let mut data = self.data.try_write().ok_or(Error::Busy { op })?;
         let version = self.version.load(Ordering::Acquire);
         let (full, own_current) = {
             let mut shadow = self.shadow.lock();
             let own_current = shadow.own_current && shadow.version == version;
             (shadow.full.take(), own_current)
         };
-        let Some(mut full) = full else {
+        let Some(mut full) = full.filter(|_| data.len() == range.len()) else {
             return Err(Error::Busy { op });
         };
-        {
-            let data = self.read(op)?;
-            if !current {
-                comm.allgather_each(&data, self.len, |i, value| full[i] = value)?;
-            }
-            if !own_current {
-                let range = crate::store::RangePartition::new(self.len, self.ctx.world_size())
-                    .range(self.ctx.rank());
-                full[range].clone_from_slice(&data);
-            }
+        // The full-length form holds the own range too; the gap form leaves it out.
+        let gap = match full.len() == self.len {
+            true => 0,
+            false => range.len(),
+        };
+        if !current {
+            // A failure drops the shadow, partly refreshed (the next loop gathers whole).
+            comm.allgather_each(&data, self.len, |i, value| {
+                // Indices past the own range sit `gap` lower in the gap form.
+                let at = if i < range.start { i } else { i - gap };
+                full[at] = value;
+            })?;
         }
-        let out = f(&full);
+        let out = match gap {
+            0 => {
+                if !own_current {
+                    full[range].clone_from_slice(&data);
+                }
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&full)))
+            }
+            _ => {
+                // The own elements move into their gap and, however `f` ends, back out.
+                full.splice(range.start..range.start, data.drain(..));
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&full)));
+                *data = full.drain(range).collect();
+                out
+            }
+        };
         let mut shadow = self.shadow.lock();
         if shadow.full.is_none() {
             shadow.full = Some(full);
             shadow.version = version;
             shadow.all_valid = true;
             shadow.valid_for.clear();
-            shadow.own_current = true;
+            shadow.own_current = gap == 0;
         }
-        Ok(out)
+        drop(shadow);
+        drop(data);
+        Ok(out.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     }
 
     /// Makes this rank's elements `data`, decoded from a snapshot of `len` elements of

@@ -360,11 +360,12 @@ impl<T: Element> DVector<T> {
 
     /// Runs `f` on all elements, read-only, without copying them in a world of one (the
     /// cheap way to evaluate a model in driver code). In a job of several ranks, after a
-    /// distributed `async_for!` over the table, `f` reads the full-length copy each rank
-    /// keeps between loops, refreshed in place with what other ranks changed (nothing moves
-    /// when it is current, as on a second `with_all` with no write between); otherwise
-    /// every rank first gathers a copy of all elements, which fails as
-    /// [`DVector::to_vec`] does past the gather limit.
+    /// distributed `async_for!` over the table, `f` reads the other ranks' elements each
+    /// rank keeps between loops with its own part in place, refreshed in place with what
+    /// other ranks changed (nothing moves when they are current, as on a second `with_all`
+    /// with no write between), and the table is locked meanwhile (an operator `f` calls on
+    /// it fails as busy); otherwise every rank first gathers a copy of all elements, which
+    /// fails as [`DVector::to_vec`] does past the gather limit.
     ///
     /// ```
     /// use strads_ap_runtime::DVector;

@@ -5,8 +5,8 @@
 //! gathers every table whole, each rank reconnoitres its share of the tasks, the logs are
 //! joined, and every rank makes the same plan, which [`DistPlan`] cuts into steps; later
 //! calls reuse it. Before each step the [`Exchanger`] moves the elements the step needs;
-//! when the call ends each rank keeps the full-length values as shadows and its own range
-//! as the table.
+//! when the call ends each rank keeps its own range as the table and the other ranks'
+//! elements as its shadow.
 
 use std::time::{Duration, Instant};
 
