@@ -726,7 +726,9 @@ impl<T: super::Element> VectorTable<T> {
         }
         // The table's lock (without a new version: nothing is written) is held until `f`
         // is done; the shadow's is not (an operator `f` calls on this table finds no
-        // shadow, and fails as busy).
+        // shadow, and fails as busy). A checkpoint still reading the table in the
+        // background is waited for, as writers wait.
+        self.gate.wait();
         let mut data = self.data.try_write().ok_or(Error::Busy { op })?;
         let version = self.version.load(Ordering::Acquire);
         let (full, own_current) = {
