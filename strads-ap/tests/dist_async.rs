@@ -781,3 +781,26 @@ fn with_all_after_a_loop_reads_the_kept_copy_refreshed() {
         assert_eq!(third, -1.0, "rank {rank}");
     }
 }
+
+/// `DVector::save` across ranks: rank 0 joins every rank's part (decoded straight into
+/// one `Vec`) and writes the file; loading it on the ranks, or in a world of one, gives
+/// the elements back in order.
+#[test]
+fn a_dvector_saved_across_ranks_loads_whole() {
+    let dir = std::env::temp_dir().join(format!("strads-dist-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rows.dvec");
+    let expected: Vec<Vec<u32>> = (0..1001).map(|i| vec![i as u32; 1 + i % 3]).collect();
+    let results = on_ranks(3, || -> strads_ap::Result<_> {
+        let rows = DVector::from_fn(1001, |i| vec![i as u32; 1 + i % 3])?;
+        rows.save(&path)?;
+        let back: DVector<Vec<u32>> = DVector::load(&path)?;
+        back.to_vec()
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        assert_eq!(r.unwrap_or_else(|e| panic!("rank {rank}: {e}")), expected);
+    }
+    let alone = on_ranks(1, || DVector::<Vec<u32>>::load(&path)?.to_vec());
+    assert_eq!(alone.into_iter().next().unwrap().unwrap(), expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}

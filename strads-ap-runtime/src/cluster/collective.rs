@@ -298,9 +298,37 @@ impl Comm {
         mine: Cow<'_, [T]>,
         total: usize,
     ) -> Result<Vec<T>> {
+        let tag = self.send_part(&mine)?;
+        self.join_parts(tag, mine, total)
+    }
+
+    /// Every rank's elements joined in rank order into one `Vec` of `total` elements at
+    /// `root` (`None` elsewhere): [`Comm::allgather_concat`] to one rank, for a table that
+    /// only the root needs whole (a file it writes).
+    pub fn gather_concat<T: Serialize + DeserializeOwned + Clone>(
+        &self,
+        root: Rank,
+        mine: Cow<'_, [T]>,
+        total: usize,
+    ) -> Result<Option<Vec<T>>> {
+        if self.rank() != root {
+            self.send_part_to(&mine, vec![root])?;
+            return Ok(None);
+        }
+        let tag = self.next_tag();
+        self.join_parts(tag, mine, total).map(Some)
+    }
+
+    /// The other ranks' parts of collective `tag` and this rank's (`mine`, moved or cloned
+    /// into its place), joined in rank order.
+    fn join_parts<T: DeserializeOwned + Clone>(
+        &self,
+        tag: u64,
+        mine: Cow<'_, [T]>,
+        total: usize,
+    ) -> Result<Vec<T>> {
         let mut all = Vec::with_capacity(total);
         let own_len = mine.len();
-        let tag = self.send_part(&mine)?;
         let mut own = Some(mine);
         let mut put_own = |all: &mut Vec<T>| match own.take() {
             Some(Cow::Borrowed(part)) => all.extend_from_slice(part),
@@ -343,10 +371,19 @@ impl Comm {
     /// once sent), then an end message with the count; returns the collective's tag.
     fn send_part<T: Serialize>(&self, mine: &[T]) -> Result<u64> {
         let t = &self.transport;
+        self.send_part_to(
+            mine,
+            (0..t.world_size()).filter(|&r| r != t.rank()).collect(),
+        )
+    }
+
+    /// [`Comm::send_part`] to the ranks `to` only.
+    fn send_part_to<T: Serialize>(&self, mine: &[T], to: Vec<Rank>) -> Result<u64> {
+        let t = &self.transport;
         let tag = self.next_tag();
         let send = |bytes: Vec<u8>| -> Result<()> {
             let bytes = Bytes::from(bytes);
-            for r in (0..t.world_size()).filter(|&r| r != t.rank()) {
+            for &r in &to {
                 t.send_shared(r, tag, bytes.clone())?;
             }
             Ok(())
@@ -674,12 +711,17 @@ mod tests {
                 .map(|i| vec![rank as u32; i + 1])
                 .collect();
             let lean = comm.allgather_concat(Cow::Borrowed(&part), 5).unwrap();
+            let at_one = comm.gather_concat(1, Cow::Owned(part.clone()), 5).unwrap();
             let joined = comm.allgather(part).unwrap().concat();
-            (lean, joined)
+            (rank, lean, at_one, joined)
         });
-        for (lean, joined) in out {
+        for (rank, lean, at_one, joined) in out {
             assert_eq!(lean.len(), 5);
             assert_eq!(lean, joined);
+            match rank {
+                1 => assert_eq!(at_one.as_ref(), Some(&joined)),
+                _ => assert_eq!(at_one, None),
+            }
         }
     }
 

@@ -213,19 +213,25 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
     /// Makes every value current on every rank (a collective).
     fn refresh(&self, op: &'static str, comm: &crate::cluster::collective::Comm) -> Result<()> {
         let mut data = self.write(op)?;
-        let all = comm.allgather(self.owned(&data))?;
+        let mine = self.owned(&data);
         let len = data.values.len();
-        for (rank, part) in all.into_iter().enumerate() {
-            for (i, v) in part {
-                let slot = data.values.get_mut(i as usize).ok_or_else(|| {
-                    Error::Transport(format!(
-                        "{op}: rank {rank} sent entry {i} of map {}, which has {} entries \
-                         here (the ranks' maps diverged)",
-                        self.id, len
-                    ))
-                })?;
-                *slot = v;
+        // Every entry is owned by one rank: the parts hold `len` values in all, each
+        // assigned in place as it is decoded.
+        let mut outside = None;
+        comm.allgather_each(&mine, len, |_, (i, v): (u32, V)| {
+            match data.values.get_mut(i as usize) {
+                Some(slot) => *slot = v,
+                None => {
+                    outside.get_or_insert(i);
+                }
             }
+        })?;
+        if let Some(i) = outside {
+            return Err(Error::Transport(format!(
+                "{op}: a rank sent entry {i} of map {}, which has {len} entries here (the \
+                 ranks' maps diverged)",
+                self.id
+            )));
         }
         Ok(())
     }

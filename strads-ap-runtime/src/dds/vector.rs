@@ -539,9 +539,14 @@ impl<T: Element> DVector<T> {
         match self.dist(op)? {
             None => super::snapshot::save_snapshot(path, "DVector", &self.table.read(op)?),
             Some(comm) => {
-                let parts = comm.gather(0, self.table.read(op)?.clone())?;
+                // Rank 0 decodes the parts straight into one Vec; a failure there reaches
+                // every rank through the outcome rank 0 broadcasts.
+                let gathered = {
+                    let data = self.table.read(op)?;
+                    comm.gather_concat(0, std::borrow::Cow::Borrowed(&data), self.table.len)
+                };
                 super::snapshot::on_driver(Some(comm), op, || {
-                    let all = parts.map(join_parts).unwrap_or_default();
+                    let all = gathered?.unwrap_or_default();
                     super::snapshot::save_snapshot(path, "DVector", &all)
                 })
             }
