@@ -51,6 +51,62 @@ fn skewed_access_patterns_are_serializable() {
     }
 }
 
+/// Tasks writing several rows each (a factorisation machine's shape): 2 to 10 distinct
+/// keys out of `keys`, each written with probability 0.8, read otherwise.
+fn variable_row_patterns(seed: u64, tasks: usize, keys: u32) -> Vec<Pattern> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..tasks)
+        .map(|_| {
+            let mut rows: Vec<u32> = (0..rng.gen_range(2..=10))
+                .map(|_| rng.gen_range(0..keys))
+                .collect();
+            rows.sort_unstable();
+            rows.dedup();
+            rows.into_iter().map(|r| (r, rng.gen_bool(0.8))).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn variable_row_tasks_are_packed_serializably() {
+    for seed in 30..32 {
+        for threads in [2, 3, 4] {
+            run_and_check(variable_row_patterns(seed, 3000, 2000), 2000, threads);
+        }
+    }
+    // The plan is a packing (no batch falls apart into components): checked on a call
+    // site of this test, the second call (the first on 2 workers is recorded).
+    let patterns = DVector::from_vec(variable_row_patterns(33, 3000, 2000)).unwrap();
+    let rows = DVector::from_fn(2000, |_| 0u32).unwrap();
+    for call in 0..2 {
+        let line = line!() + 1;
+        async_for!(
+            0..patterns.len(),
+            |k| {
+                for &(key, write) in patterns[k].iter() {
+                    if write {
+                        rows[key as usize] += 1;
+                    }
+                }
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+        if call == 1 {
+            let stats = stats_at(line);
+            assert_eq!(stats.strategy, "packing", "{stats:?}");
+        }
+    }
+    let writes: usize = patterns
+        .to_vec()
+        .unwrap()
+        .iter()
+        .map(|p| p.iter().filter(|&&(_, w)| w).count())
+        .sum();
+    let total: u32 = rows.to_vec().unwrap().iter().sum();
+    assert_eq!(total as usize, 2 * writes);
+}
+
 /// The figures of the loop call site on line `line` of this file.
 fn stats_at(line: u32) -> strads_ap::LoopStats {
     let here = format!("serializability.rs:{line}:");

@@ -138,7 +138,7 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
     let chain = longest_chain(&plan.schedule).max(1);
     let parallelism = tasks as f64 / chain as f64;
     let idle = parallelism < IDLE_PARALLELISM * workers as f64;
-    if !idle && plan.stats.strategy != "components" {
+    if !idle && !matches!(plan.stats.strategy, "components" | "packing") {
         return None;
     }
     let conflicting: Vec<usize> = (0..plan.modes.len())

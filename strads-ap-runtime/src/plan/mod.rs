@@ -1118,9 +1118,16 @@ fn components(
             // One group in loop order, rather than a pass over every batch to find that.
             if tried == 0 && largest == batch.len() {
                 let tail = &order[n - batch.len()..];
-                if largest_in(tail, &mut scratch) == tail.len() {
+                if key_in_every_task(log, modes, batch) && key_in_every_task(log, modes, tail) {
                     return one_group(log, modes, tags);
                 }
+            }
+            // Even the smallest batch is mostly one component (tasks writing several
+            // rows each, as a factorisation machine's do, join everything): pack tasks
+            // onto bins one by one instead, deferring those that would join two.
+            if tried == 0 {
+                drop(scratch);
+                return packing(log, modes, &order, threads, largest, tags);
             }
             break;
         }
@@ -1208,6 +1215,206 @@ fn components(
         retag(log, modes, first, tags);
     }
     (Schedule::Components(batches), stats)
+}
+
+/// Whether some written key of a checked table is touched by every one of `tasks`.
+fn key_in_every_task(log: &AccessLog, modes: &[SlotMode], tasks: &[u32]) -> bool {
+    let mut counts: std::collections::HashMap<(usize, u64), usize> = Default::default();
+    for &t in tasks {
+        let mut keys: Vec<(usize, u64)> = log
+            .task(t as usize)
+            .iter()
+            .filter(|a| a.write() && modes[a.slot()] == SlotMode::Checked)
+            .map(|a| (a.slot(), a.key()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for k in keys {
+            *counts.entry(k).or_default() += 1;
+        }
+    }
+    counts.values().any(|&c| c == tasks.len())
+}
+
+/// Bins per thread of a packing batch: more bins balance load, fewer defer fewer tasks.
+const PACKING_BINS_PER_THREAD: usize = 1;
+
+/// What a packing batch knows of a key: the bin writing it, or the bin(s) reading it.
+#[derive(Clone, Copy, Default)]
+struct Packed {
+    /// The batch (1-based) the marks are from; older marks mean "untouched".
+    batch: u32,
+    /// The bin writing the key, or [`Packed::NONE`].
+    writer: u32,
+    /// The bin reading it, [`Packed::NONE`], or [`Packed::MANY`] bins.
+    reader: u32,
+}
+
+impl Packed {
+    const NONE: u32 = u32::MAX;
+    const MANY: u32 = u32::MAX - 1;
+}
+
+/// Components' fallback for tasks that touch many rows each (a factorisation machine,
+/// SVD++): no batch is small enough to fall apart into components, as a task's rows link
+/// it to most others. Tasks are taken in the shuffled order and packed onto `threads`
+/// bins one by one: a task goes to the bin that already holds one of its keys (the
+/// least-loaded bin if none does), unless its keys are held by two bins, or the bin is
+/// ahead of the lightest by more than a few tasks' work: then it waits for a later batch.
+/// A batch ends when its scan has deferred four tasks for each it packed. Bins of a
+/// batch share no key that either writes, so they may run at once.
+fn packing(
+    log: &AccessLog,
+    modes: &[SlotMode],
+    order: &[u32],
+    threads: usize,
+    largest_component: usize,
+    tags: &mut [Vec<u32>],
+) -> (Schedule, PlanStats) {
+    let n = log.tasks();
+    let bins = (PACKING_BINS_PER_THREAD * threads).max(2);
+    let weight = |t: u32| log.task(t as usize).len().max(1);
+    let mean = log.entries().max(1).div_ceil(n.max(1));
+    let slack = 16 * mean;
+    let mut marks: Vec<Vec<Packed>> = tags
+        .iter()
+        .map(|t| vec![Packed::default(); t.len()])
+        .collect();
+    let mut pending: Vec<u32> = order.to_vec();
+    let mut batches = Vec::new();
+    let mut next_id = 0u32;
+    let mut stats = PlanStats {
+        strategy: "packing",
+        tasks: n,
+        largest_component,
+        ..PlanStats::default()
+    };
+    let mut batch_no = 0u32;
+    while !pending.is_empty() {
+        batch_no += 1;
+        let mut load = vec![0usize; bins];
+        let mut members: Vec<Vec<u32>> = vec![Vec::new(); bins];
+        let mut deferred = Vec::new();
+        let (mut packed, mut scanned) = (0usize, 0usize);
+        let mut rest = pending.len();
+        for (i, &t) in pending.iter().enumerate() {
+            if scanned > 4 * packed + 256 {
+                rest = i;
+                break;
+            }
+            scanned += 1;
+            let lightest = *load.iter().min().expect("bins > 0");
+            match bin_for(log.task(t as usize), modes, &marks, batch_no) {
+                Some(forced) => {
+                    let bin = forced
+                        .unwrap_or_else(|| (0..bins).min_by_key(|&b| load[b]).expect("bins > 0"));
+                    let w = weight(t);
+                    if load[bin] + w > lightest + slack && load[bin] > lightest {
+                        deferred.push(t);
+                        continue;
+                    }
+                    mark(
+                        log.task(t as usize),
+                        modes,
+                        &mut marks,
+                        batch_no,
+                        bin as u32,
+                    );
+                    load[bin] += w;
+                    members[bin].push(t);
+                    packed += 1;
+                }
+                None => deferred.push(t),
+            }
+        }
+        deferred.extend_from_slice(&pending[rest..]);
+        pending = deferred;
+        let mut groups: Vec<Group> = members
+            .into_iter()
+            .filter(|m| !m.is_empty())
+            .map(|mut tasks| {
+                tasks.sort_unstable();
+                let id = next_id;
+                next_id += 1;
+                Group { id, tasks }
+            })
+            .collect();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.tasks.len()));
+        stats.groups += groups.len();
+        stats.largest_group = stats
+            .largest_group
+            .max(groups.first().map_or(0, |g| g.tasks.len()));
+        batches.push(Batch { groups });
+    }
+    stats.batches = batches.len();
+    if let Some(first) = batches.first() {
+        retag(log, modes, first, tags);
+    }
+    (Schedule::Components(batches), stats)
+}
+
+/// The bin a task must join given the keys packed so far in batch `batch`: `Some(Some(b))`
+/// when one of its keys ties it to bin `b`, `Some(None)` when any bin will do, `None` when
+/// its keys tie it to two bins.
+fn bin_for(
+    accesses: &[Access],
+    modes: &[SlotMode],
+    marks: &[Vec<Packed>],
+    batch: u32,
+) -> Option<Option<usize>> {
+    let mut forced: Option<u32> = None;
+    let mut force = |b: u32| match forced {
+        None => {
+            forced = Some(b);
+            true
+        }
+        Some(f) => f == b,
+    };
+    for a in accesses {
+        if modes[a.slot()] != SlotMode::Checked {
+            continue;
+        }
+        let m = marks[a.slot()][a.key() as usize];
+        if m.batch != batch {
+            continue;
+        }
+        if m.writer != Packed::NONE && !force(m.writer) {
+            return None;
+        }
+        if a.write() {
+            if m.reader == Packed::MANY {
+                return None;
+            }
+            if m.reader != Packed::NONE && !force(m.reader) {
+                return None;
+            }
+        }
+    }
+    Some(forced.map(|b| b as usize))
+}
+
+/// Records a task's keys as packed onto `bin` in batch `batch`.
+fn mark(accesses: &[Access], modes: &[SlotMode], marks: &mut [Vec<Packed>], batch: u32, bin: u32) {
+    for a in accesses {
+        if modes[a.slot()] != SlotMode::Checked {
+            continue;
+        }
+        let m = &mut marks[a.slot()][a.key() as usize];
+        if m.batch != batch {
+            *m = Packed {
+                batch,
+                writer: Packed::NONE,
+                reader: Packed::NONE,
+            };
+        }
+        if a.write() {
+            m.writer = bin;
+        } else if m.reader == Packed::NONE || m.reader == bin {
+            m.reader = bin;
+        } else {
+            m.reader = Packed::MANY;
+        }
+    }
 }
 
 /// A components plan of one batch of one group, every task in loop order: for a loop whose

@@ -131,6 +131,7 @@ fn on_one_worker(strategy: &str) -> &'static str {
     match strategy {
         "rotation" => "rotation on one worker",
         "components" => "components on one worker",
+        "packing" => "packing on one worker",
         "locks" => "locks on one worker",
         _ => "on one worker",
     }
