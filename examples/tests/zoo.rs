@@ -167,6 +167,11 @@ fn fm_relaxed_matches_serial() {
 }
 
 #[test]
+fn fm_text_matches_serial() {
+    matches_serial("fm-text", 0.02, 5);
+}
+
+#[test]
 fn logreg_matches_serial() {
     matches_serial("logreg", 0.02, 3);
 }

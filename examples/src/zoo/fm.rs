@@ -50,6 +50,13 @@ pub struct FmSample {
 pub(super) fn samples(run: &Run) -> (Vec<FmSample>, usize) {
     let features = run.scaled(1_000, 50);
     let n = run.scaled(100_000, 200);
+    (samples_of(run, n, features, 0), features)
+}
+
+/// `n` samples over `features` features, active features drawn from a Zipf law of
+/// exponent 1 over `features + skipped` ranks from which the `skipped` most frequent are
+/// left out (a text pipeline's stop words).
+pub(super) fn samples_of(run: &Run, n: usize, features: usize, skipped: usize) -> Vec<FmSample> {
     let mut rng = data::rng_for(run.seed, 11);
     let hidden_w: Vec<f32> = (0..features)
         .map(|_| (0.5 * gaussian(&mut rng)) as f32)
@@ -57,14 +64,17 @@ pub(super) fn samples(run: &Run) -> (Vec<FmSample>, usize) {
     let hidden_v: Vec<[f32; HIDDEN_RANK]> = (0..features)
         .map(|_| std::array::from_fn(|_| (0.5 * gaussian(&mut rng)) as f32))
         .collect();
-    let popularity = Zipf::new(features, 1.0);
-    let samples = (0..n)
+    let popularity = Zipf::new(features + skipped, 1.0);
+    (0..n)
         .map(|_| {
             let active = rng.gen_range(3..=30usize).min(features);
             let value = 1.0 / (active as f32).sqrt();
             let mut x: Vec<(u32, f32)> = Vec::with_capacity(active);
             while x.len() < active {
-                let j = popularity.sample(&mut rng) as u32;
+                let Some(j) = popularity.sample(&mut rng).checked_sub(skipped) else {
+                    continue;
+                };
+                let j = j as u32;
                 if !x.iter().any(|&(i, _)| i == j) {
                     x.push((j, value));
                 }
@@ -83,8 +93,7 @@ pub(super) fn samples(run: &Run) -> (Vec<FmSample>, usize) {
             y += (0.1 * gaussian(&mut rng)) as f32;
             FmSample { x, y }
         })
-        .collect();
-    (samples, features)
+        .collect()
 }
 
 /// A factor row's initial values: small, seeded per row.

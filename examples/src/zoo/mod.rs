@@ -30,6 +30,7 @@ pub mod biased_mf;
 pub mod bpr;
 pub mod fm;
 pub mod fm_relaxed;
+pub mod fm_text;
 pub mod kmeans;
 pub mod lloyd;
 pub mod logreg;
@@ -205,6 +206,14 @@ pub const PROGRAMS: &[Program] = &[
         shape: "fm with the declarations its diagnosis asks for: the bias, the weights and the factor rows relaxed (summed deltas)",
         serial: fm_relaxed::serial,
         strads: fm_relaxed::strads,
+        tolerance: 0.02,
+        reads: None,
+    },
+    Program {
+        name: "fm-text",
+        shape: "fm on bag-of-words samples (no hot word): variable rows written per task, planned by packing; the bias relaxed",
+        serial: fm_text::serial,
+        strads: fm_text::strads,
         tolerance: 0.02,
         reads: None,
     },

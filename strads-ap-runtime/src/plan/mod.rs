@@ -1275,7 +1275,7 @@ fn packing(
     let bins = (PACKING_BINS_PER_THREAD * threads).max(2);
     let weight = |t: u32| log.task(t as usize).len().max(1);
     let mean = log.entries().max(1).div_ceil(n.max(1));
-    let slack = 16 * mean;
+    let slack = 2 * mean;
     let mut marks: Vec<Vec<Packed>> = tags
         .iter()
         .map(|t| vec![Packed::default(); t.len()])
