@@ -13,6 +13,10 @@
 //! * **Components** (Cyclades): otherwise. Shuffled tasks are cut into batches; inside a
 //!   batch, union-find over written keys yields connected components, which are packed
 //!   largest-first onto bins of equal work. Bins run in parallel; batches one after another.
+//! * **Packing**: when even a small batch is one component (tasks writing several rows
+//!   each, as a factorisation machine's do), tasks are packed onto bins one by one, each
+//!   waiting for a later batch when its keys are held by two bins (see `packing`). The
+//!   result is a components schedule.
 //!
 //! Either way the plan also gives every checked table a *tag* per key, so that views can
 //! refuse any access the plan does not cover (see [`Plan::allowed`]).
