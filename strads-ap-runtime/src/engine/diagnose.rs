@@ -761,8 +761,8 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
             let e = explain(registry, shape);
             let _ = write!(
                 what,
-                "; a components plan runs its {} batches one after another because {}",
-                shape.batches, e.why
+                "; a {} plan runs its {} batches one after another because {}",
+                shape.strategy, shape.batches, e.why
             );
             (e.fix, e.tables, e.hot_keys)
         }

@@ -1139,13 +1139,7 @@ fn components(
     }
 
     let bins_per_batch = 4 * threads;
-    let mut batches = Vec::new();
-    let mut next_id = 0u32;
-    let mut stats = PlanStats {
-        strategy: "components",
-        tasks: n,
-        ..PlanStats::default()
-    };
+    let mut batches = Batches::new("components", n);
     // Batches are cut independently (in parallel, each worker with its own scratch) and
     // numbered in order afterwards, so the plan is the same however they were scheduled.
     drop(scratch);
@@ -1198,27 +1192,66 @@ fn components(
         })
         .collect();
     for (tasks, largest) in cut {
-        stats.largest_component = stats.largest_component.max(largest);
-        let mut groups: Vec<Group> = tasks
+        batches.stats.largest_component = batches.stats.largest_component.max(largest);
+        batches.push(tasks);
+    }
+    batches.finish(log, modes, tags)
+}
+
+/// The batches of a components or packing plan as they are made: groups numbered in
+/// order across batches, and the plan's figures.
+struct Batches {
+    batches: Vec<Batch>,
+    next_id: u32,
+    stats: PlanStats,
+}
+
+impl Batches {
+    fn new(strategy: &'static str, tasks: usize) -> Self {
+        Batches {
+            batches: Vec::new(),
+            next_id: 0,
+            stats: PlanStats {
+                strategy,
+                tasks,
+                ..PlanStats::default()
+            },
+        }
+    }
+
+    /// Adds a batch of groups given as task lists (each in the order its tasks run),
+    /// numbered in order and kept heaviest first.
+    fn push(&mut self, task_lists: Vec<Vec<u32>>) {
+        let mut groups: Vec<Group> = task_lists
             .into_iter()
             .map(|tasks| {
-                let id = next_id;
-                next_id += 1;
+                let id = self.next_id;
+                self.next_id += 1;
                 Group { id, tasks }
             })
             .collect();
         groups.sort_by_key(|g| std::cmp::Reverse(g.tasks.len()));
-        stats.groups += groups.len();
-        stats.largest_group = stats
+        self.stats.groups += groups.len();
+        self.stats.largest_group = self
+            .stats
             .largest_group
             .max(groups.first().map_or(0, |g| g.tasks.len()));
-        batches.push(Batch { groups });
+        self.batches.push(Batch { groups });
     }
-    stats.batches = batches.len();
-    if let Some(first) = batches.first() {
-        retag(log, modes, first, tags);
+
+    /// The schedule and its figures, with the first batch's keys tagged.
+    fn finish(
+        mut self,
+        log: &AccessLog,
+        modes: &[SlotMode],
+        tags: &mut [Vec<u32>],
+    ) -> (Schedule, PlanStats) {
+        self.stats.batches = self.batches.len();
+        if let Some(first) = self.batches.first() {
+            retag(log, modes, first, tags);
+        }
+        (Schedule::Components(self.batches), self.stats)
     }
-    (Schedule::Components(batches), stats)
 }
 
 /// Whether some written key of a checked table is touched by every one of `tasks`.
@@ -1240,9 +1273,6 @@ fn key_in_every_task(log: &AccessLog, modes: &[SlotMode], tasks: &[u32]) -> bool
     counts.values().any(|&c| c == tasks.len())
 }
 
-/// Bins per thread of a packing batch: more bins balance load, fewer defer fewer tasks.
-const PACKING_BINS_PER_THREAD: usize = 1;
-
 /// What a packing batch knows of a key: the bin writing it, or the bin(s) reading it.
 #[derive(Clone, Copy, Default)]
 struct Packed {
@@ -1262,11 +1292,12 @@ impl Packed {
 /// Components' fallback for tasks that touch many rows each (a factorisation machine,
 /// SVD++): no batch is small enough to fall apart into components, as a task's rows link
 /// it to most others. Tasks are taken in the shuffled order and packed onto `threads`
-/// bins one by one: a task goes to the bin that already holds one of its keys (the
-/// least-loaded bin if none does), unless its keys are held by two bins, or the bin is
-/// ahead of the lightest by more than a few tasks' work: then it waits for a later batch.
-/// A batch ends when its scan has deferred four tasks for each it packed. Bins of a
-/// batch share no key that either writes, so they may run at once.
+/// (at least 2) bins one by one: a task goes to the bin that already holds one of its
+/// keys (the least-loaded bin if none does), unless its keys are held by two bins, or
+/// the bin is ahead of the lightest by more than two tasks' work (on average): then it
+/// waits for a later batch. A batch ends when its scan has deferred four tasks for each
+/// it packed (plus 256). Bins of a batch share no key that either writes, so they may
+/// run at once; each bin's tasks run in loop order.
 fn packing(
     log: &AccessLog,
     modes: &[SlotMode],
@@ -1276,23 +1307,15 @@ fn packing(
     tags: &mut [Vec<u32>],
 ) -> (Schedule, PlanStats) {
     let n = log.tasks();
-    let bins = (PACKING_BINS_PER_THREAD * threads).max(2);
-    let weight = |t: u32| log.task(t as usize).len().max(1);
-    let mean = log.entries().max(1).div_ceil(n.max(1));
-    let slack = 2 * mean;
+    let bins = threads.max(2);
+    let slack = 2 * log.entries().max(1).div_ceil(n.max(1));
     let mut marks: Vec<Vec<Packed>> = tags
         .iter()
         .map(|t| vec![Packed::default(); t.len()])
         .collect();
     let mut pending: Vec<u32> = order.to_vec();
-    let mut batches = Vec::new();
-    let mut next_id = 0u32;
-    let mut stats = PlanStats {
-        strategy: "packing",
-        tasks: n,
-        largest_component,
-        ..PlanStats::default()
-    };
+    let mut batches = Batches::new("packing", n);
+    batches.stats.largest_component = largest_component;
     let mut batch_no = 0u32;
     while !pending.is_empty() {
         batch_no += 1;
@@ -1307,23 +1330,18 @@ fn packing(
                 break;
             }
             scanned += 1;
+            let accesses = log.task(t as usize);
             let lightest = *load.iter().min().expect("bins > 0");
-            match bin_for(log.task(t as usize), modes, &marks, batch_no) {
+            match bin_for(accesses, modes, &marks, batch_no) {
                 Some(forced) => {
                     let bin = forced
                         .unwrap_or_else(|| (0..bins).min_by_key(|&b| load[b]).expect("bins > 0"));
-                    let w = weight(t);
+                    let w = accesses.len().max(1);
                     if load[bin] + w > lightest + slack && load[bin] > lightest {
                         deferred.push(t);
                         continue;
                     }
-                    mark(
-                        log.task(t as usize),
-                        modes,
-                        &mut marks,
-                        batch_no,
-                        bin as u32,
-                    );
+                    mark(accesses, modes, &mut marks, batch_no, bin as u32);
                     load[bin] += w;
                     members[bin].push(t);
                     packed += 1;
@@ -1333,28 +1351,11 @@ fn packing(
         }
         deferred.extend_from_slice(&pending[rest..]);
         pending = deferred;
-        let mut groups: Vec<Group> = members
-            .into_iter()
-            .filter(|m| !m.is_empty())
-            .map(|mut tasks| {
-                tasks.sort_unstable();
-                let id = next_id;
-                next_id += 1;
-                Group { id, tasks }
-            })
-            .collect();
-        groups.sort_by_key(|g| std::cmp::Reverse(g.tasks.len()));
-        stats.groups += groups.len();
-        stats.largest_group = stats
-            .largest_group
-            .max(groups.first().map_or(0, |g| g.tasks.len()));
-        batches.push(Batch { groups });
+        members.retain(|m| !m.is_empty());
+        members.iter_mut().for_each(|m| m.sort_unstable());
+        batches.push(members);
     }
-    stats.batches = batches.len();
-    if let Some(first) = batches.first() {
-        retag(log, modes, first, tags);
-    }
-    (Schedule::Components(batches), stats)
+    batches.finish(log, modes, tags)
 }
 
 /// The bin a task must join given the keys packed so far in batch `batch`: `Some(Some(b))`
@@ -1425,24 +1426,11 @@ fn mark(accesses: &[Access], modes: &[SlotMode], marks: &mut [Vec<Packed>], batc
 /// tasks all conflict.
 fn one_group(log: &AccessLog, modes: &[SlotMode], tags: &mut [Vec<u32>]) -> (Schedule, PlanStats) {
     let n = log.tasks();
-    let group = Group {
-        id: 0,
-        tasks: (0..n as u32).collect(),
-    };
-    let batch = Batch {
-        groups: vec![group],
-    };
-    retag(log, modes, &batch, tags);
-    let stats = PlanStats {
-        strategy: "components",
-        tasks: n,
-        groups: 1,
-        batches: 1,
-        // As far as the two batches sampled tell: the planner did not look further.
-        largest_component: n,
-        largest_group: n,
-    };
-    (Schedule::Components(vec![batch]), stats)
+    let mut batches = Batches::new("components", n);
+    // As far as the two batches sampled tell: the planner did not look further.
+    batches.stats.largest_component = n;
+    batches.push(vec![(0..n as u32).collect()]);
+    batches.finish(log, modes, tags)
 }
 
 /// Sets the tags of the keys a components batch touches: keys written in the batch get

@@ -474,17 +474,19 @@ fn a_hot_key_makes_one_serial_component() {
     check_plan(&log, &tables, 2);
 }
 
-/// A factorisation machine's log at a fixed size: 20,000 samples, 3 to 30 features each
-/// out of 10,000 (uniform), rows of `w` and `v` written. No batch falls apart into
-/// components; packing runs the tasks on both threads, in bins of about equal work.
-#[test]
-fn variable_row_tasks_are_packed_with_parallelism() {
+/// A factorisation machine's log: `n` samples (slot 0, read at the task's index), each
+/// with 3 to 30 rows drawn by `row` (`None`: left out), written in `w` (1) and `v` (2);
+/// with the tables' shapes.
+fn fm_shaped_log(
+    n: usize,
+    features: usize,
+    mut row: impl FnMut() -> Option<u64>,
+    rng: &mut rand_chacha::ChaCha8Rng,
+) -> (AccessLog, [TableInfo; 3]) {
     use rand::Rng;
-    let (n, features) = (20_000usize, 10_000u64);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let log = AccessLog::from_tasks((0..n).map(|k| {
         let active = rng.gen_range(3..=30);
-        let mut rows: Vec<u64> = (0..active).map(|_| rng.gen_range(0..features)).collect();
+        let mut rows: Vec<u64> = (0..active).filter_map(|_| row()).collect();
         rows.sort_unstable();
         rows.dedup();
         let mut t = vec![Access::new(0, k as u64, false)];
@@ -492,20 +494,45 @@ fn variable_row_tasks_are_packed_with_parallelism() {
         t.extend(rows.iter().map(|&r| Access::new(2, r, true)));
         t
     }));
-    let tables = [
-        TableInfo {
-            key_space: n,
-            relaxed: false,
-        },
-        TableInfo {
-            key_space: features as usize,
-            relaxed: false,
-        },
-        TableInfo {
-            key_space: features as usize,
-            relaxed: false,
-        },
-    ];
+    let table = |key_space| TableInfo {
+        key_space,
+        relaxed: false,
+    };
+    (log, [table(n), table(features), table(features)])
+}
+
+/// A components (or packing) plan's speedup on `threads` as modelled: tasks over the
+/// sum, per batch, of the larger of its heaviest group and an even share of its tasks.
+fn modelled_speedup(p: &Plan, threads: usize) -> f64 {
+    let Schedule::Components(batches) = &p.schedule else {
+        panic!("not a components schedule: {:?}", p.stats)
+    };
+    let span: usize = batches
+        .iter()
+        .map(|b| {
+            let size: usize = b.groups.iter().map(|g| g.tasks.len()).sum();
+            let largest = b.groups.iter().map(|g| g.tasks.len()).max().unwrap_or(0);
+            largest.max(size.div_ceil(threads))
+        })
+        .sum();
+    p.stats.tasks as f64 / span.max(1) as f64
+}
+
+/// A factorisation machine's log at a fixed size: 20,000 samples, 3 to 30 features each
+/// out of 10,000 (uniform). No batch falls apart into components; packing runs the tasks
+/// on both threads, in bins of about equal work.
+#[test]
+fn variable_row_tasks_are_packed_with_parallelism() {
+    use rand::Rng;
+    let (n, features) = (20_000usize, 10_000u64);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let mut rows = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+    let (log, tables) = fm_shaped_log(
+        n,
+        features as usize,
+        || Some(rows.gen_range(0..features)),
+        &mut rng,
+    );
     let threads = 2;
     let p = plan(
         log.clone(),
@@ -518,33 +545,15 @@ fn variable_row_tasks_are_packed_with_parallelism() {
         },
     );
     assert_eq!(p.stats.strategy, "packing", "{:?}", p.stats);
-    // Components alone: the smallest batch tried (128 tasks) is one component.
-    assert!(
-        p.stats.largest_component * 2 * threads > 64 * threads,
-        "{:?}",
-        p.stats
-    );
-    let Schedule::Components(batches) = &p.schedule else {
-        panic!("a packing plan is a components schedule")
-    };
-    // Time as modelled: per batch, the larger of its heaviest group and an even share.
-    let span: usize = batches
-        .iter()
-        .map(|b| {
-            let size: usize = b.groups.iter().map(|g| g.tasks.len()).sum();
-            let largest = b.groups.iter().map(|g| g.tasks.len()).max().unwrap_or(0);
-            largest.max(size.div_ceil(threads))
-        })
-        .sum();
-    let speedup = n as f64 / span as f64;
+    let speedup = modelled_speedup(&p, threads);
     assert!(
         speedup >= 1.8,
         "modelled speedup {speedup:.2} on {threads} threads"
     );
     assert!(
-        batches.len() * 20 < n,
+        p.stats.batches * 20 < n,
         "{} batches for {n} tasks",
-        batches.len()
+        p.stats.batches
     );
     check_plan(&log, &tables, threads);
 }
@@ -919,11 +928,7 @@ fn biased_mf_shape_rotates_over_two_dimensions() {
         t
     }));
     let p = plan(log.clone(), &tables(6), &config);
-    assert!(
-        matches!(p.schedule, Schedule::Components(_)),
-        "{:?}",
-        p.stats
-    );
+    assert_eq!(p.stats.strategy, "packing", "{:?}", p.stats);
     check_plan(&log, &tables(6), 2);
 }
 
@@ -950,46 +955,24 @@ fn variable_row_parallelism() {
     let n = 100_000usize;
     for (name, features, s, cut) in shapes {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let weights: Vec<f64> = (0..features)
-            .map(|r| 1.0 / ((r + 1) as f64).powf(s))
+        let mut rows = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+        let mut total = 0.0;
+        let cdf: Vec<f64> = (0..features)
+            .map(|r| {
+                total += 1.0 / ((r + 1) as f64).powf(s);
+                total
+            })
             .collect();
-        let total: f64 = weights.iter().sum();
-        let mut cdf = Vec::with_capacity(features);
-        let mut acc = 0.0;
-        for w in &weights {
-            acc += w / total;
-            cdf.push(acc);
-        }
-        let log = AccessLog::from_tasks((0..n).map(|k| {
-            let active = rng.gen_range(3..=30);
-            let mut keys: Vec<u64> = (0..active)
-                .map(|_| {
-                    let u: f64 = rng.gen();
-                    cdf.partition_point(|&c| c < u).min(features - 1) as u64
-                })
-                .filter(|&f| f as usize >= cut)
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            let mut t = vec![Access::new(0, k as u64, false)];
-            t.extend(keys.iter().map(|&f| Access::new(1, f, true)));
-            t.extend(keys.iter().map(|&f| Access::new(2, f, true)));
-            t
-        }));
-        let tables = [
-            TableInfo {
-                key_space: n,
-                relaxed: false,
+        let (log, tables) = fm_shaped_log(
+            n,
+            features,
+            || {
+                let u = rows.gen::<f64>() * total;
+                let f = cdf.partition_point(|&c| c < u).min(features - 1);
+                (f >= cut).then_some(f as u64)
             },
-            TableInfo {
-                key_space: features,
-                relaxed: false,
-            },
-            TableInfo {
-                key_space: features,
-                relaxed: false,
-            },
-        ];
+            &mut rng,
+        );
         for threads in [2usize, 4] {
             let t0 = Instant::now();
             let p = plan(
@@ -1002,25 +985,14 @@ fn variable_row_parallelism() {
                     first_index: 0,
                 },
             );
-            let took = t0.elapsed();
-            let Schedule::Components(batches) = &p.schedule else {
-                panic!("rotation?")
-            };
-            let span: usize = batches
-                .iter()
-                .map(|b| {
-                    let size: usize = b.groups.iter().map(|g| g.tasks.len()).sum();
-                    let largest = b.groups.iter().map(|g| g.tasks.len()).max().unwrap_or(0);
-                    largest.max(size.div_ceil(threads))
-                })
-                .sum();
             eprintln!(
-                "{name}, {threads} threads: modelled speedup {:.2}, {} batches, largest group {}, \
-                 planned in {:.0} ms",
-                n as f64 / span as f64,
-                batches.len(),
+                "{name}, {threads} threads: {}, modelled speedup {:.2}, {} batches, largest \
+                 group {}, planned in {:.0} ms",
+                p.stats.strategy,
+                modelled_speedup(&p, threads),
+                p.stats.batches,
                 p.stats.largest_group,
-                took.as_secs_f64() * 1e3
+                t0.elapsed().as_secs_f64() * 1e3
             );
         }
     }
