@@ -8,7 +8,10 @@
 //! These wrappers say so once, instead of at every `lock()`.
 //!
 //! They have the interface of their `std::sync` namesakes minus the `LockResult`s.
+//!
+//! Also here: [`SpinBarrier`], for the phases of one call's workers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LockResult, PoisonError, TryLockError};
 use std::time::Duration;
 
@@ -106,6 +109,42 @@ impl Condvar {
     }
 }
 
+/// A barrier for the workers of one call, which spins briefly and then yields: rounds
+/// are short, and a sleeping worker takes long to wake.
+pub(crate) struct SpinBarrier {
+    threads: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    pub fn new(threads: usize) -> Self {
+        SpinBarrier {
+            threads,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.store(generation + 1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            if spins < 2_000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +178,26 @@ mod tests {
         let c = Condvar::new();
         let (_g, timed_out) = c.wait_timeout(m.lock(), Duration::from_millis(1));
         assert!(timed_out);
+    }
+
+    #[test]
+    fn a_spin_barrier_parts_phases() {
+        // Each of 3 threads adds to a counter in every phase; after each barrier every
+        // thread must see all of that phase's additions.
+        let (threads, phases) = (3, 200);
+        let barrier = SpinBarrier::new(threads);
+        let count = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for phase in 1..=phases {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        barrier.wait();
+                        assert_eq!(count.load(Ordering::Relaxed), phase * threads);
+                        barrier.wait();
+                    }
+                });
+            }
+        });
     }
 }

@@ -107,6 +107,53 @@ fn variable_row_tasks_are_packed_serializably() {
     assert_eq!(total as usize, 2 * writes);
 }
 
+/// A packing plan runs its batches in one dispatch of the workers, each batch re-tagged by
+/// its own groups: a write outside the plan in a late batch is still refused (and stops
+/// the call without a hang), and the next call plans again and runs.
+#[test]
+fn a_write_outside_a_packing_plan_is_refused_in_a_late_batch() {
+    for threads in [2, 3] {
+        let mut patterns = variable_row_patterns(34, 3000, 2000);
+        let table = DVector::from_vec(patterns.clone()).unwrap();
+        // One more key, which no task touches during reconnaissance.
+        let rows = DVector::from_fn(2001, |_| 0u32).unwrap();
+        let call = || {
+            async_for!(
+                0..table.len(),
+                |k| {
+                    for &(key, write) in table[k].iter() {
+                        if write {
+                            rows[key as usize] += 1;
+                        }
+                    }
+                },
+                Opts::new().threads(threads).fallback(Fallback::Never)
+            )
+        };
+        call().unwrap();
+        call().unwrap();
+        // Task 2900 now also writes the untouched key (its batch is one of the plan's
+        // hundreds, almost surely not the first).
+        patterns[2900].push((2000, true));
+        table.set(2900, patterns[2900].clone()).unwrap();
+        let err = call().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                strads_ap::Error::AccessOutsidePlan {
+                    index: 2900,
+                    key: 2000,
+                    table: "rows",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        call().unwrap();
+        assert_eq!(rows.get(2000).unwrap(), 1, "threads={threads}");
+    }
+}
+
 /// The figures of the loop call site on line `line` of this file.
 fn stats_at(line: u32) -> strads_ap::LoopStats {
     let here = format!("serializability.rs:{line}:");

@@ -37,9 +37,12 @@ pub struct VectorView<'a, T, const NOTE: bool = false> {
     name: &'static str,
     /// The worker's note of written keys (a Hybrid replica), or null.
     dirty: *mut Dirty,
-    /// Keys the group holds alone (see `Binding::window_start`).
-    window_start: usize,
-    window_len: usize,
+    /// Keys the group holds alone (see `Binding::window_start`); without such a window,
+    /// the last element the view admitted that the group holds (see [`VectorView::check`]).
+    window_start: Cell<usize>,
+    window_len: Cell<usize>,
+    /// Whether the window is that one remembered element (the binding gave none).
+    remember: bool,
     _life: PhantomData<&'a mut [T]>,
 }
 
@@ -94,8 +97,9 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
             read_only_reason: b.read_only_reason,
             name,
             dirty: b.dirty,
-            window_start: b.window_start,
-            window_len: b.window_len.min(b.len.saturating_sub(b.window_start)),
+            window_start: Cell::new(b.window_start),
+            window_len: Cell::new(b.window_len.min(b.len.saturating_sub(b.window_start))),
+            remember: b.window_len == 0 && b.writable && !b.tags.is_null(),
             _life: PhantomData,
         }
     }
@@ -130,49 +134,53 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
         self
     }
 
+    /// Admits access `i` (a write if `write`) or raises the fault that refuses it.
+    ///
+    /// A view bound without a window (a components plan's group) remembers the last
+    /// element it admitted that the group holds (tag equal to the group's) as a window of
+    /// one key: the tags do not change while the group runs, so the element stays the
+    /// group's, and the body's next accesses to it (`v[j][f]` for every factor `f`) cost
+    /// the one comparison a rotated block's window costs, not a load of its tag.
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
         // The group's own window: one comparison of values the compiler keeps in
         // registers (a rotated table's block, written by no other group meanwhile).
-        if i.wrapping_sub(self.window_start) < self.window_len {
+        if i.wrapping_sub(self.window_start.get()) < self.window_len.get() {
             return;
         }
         if i >= self.len {
-            self.out_of_bounds(i);
+            out_of_bounds(self.name, self.len, i);
         }
         if write && !self.writable {
-            self.refuse(i, write, self.read_only_reason);
+            refuse(self.name, i, write, self.read_only_reason);
         }
         if !self.tags.is_null() {
             // SAFETY: `tags` has one entry per element (the planner sizes it to the
             // table), and `i < len` was checked above.
             let tag = unsafe { *self.tags.add(i) };
             if tag != self.allowed && (write || tag != SHARED) {
-                self.refuse(i, write, outside_reason(tag));
+                refuse(self.name, i, write, outside_reason(tag));
+            }
+            if self.remember && tag == self.allowed {
+                self.window_start.set(i);
+                self.window_len.set(1);
             }
         }
     }
+}
 
-    #[cold]
-    #[inline(never)]
-    fn out_of_bounds(&self, i: usize) -> ! {
-        raise(Fault::OutOfBounds {
-            table: self.name,
-            index: i,
-            len: self.len,
-        })
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn refuse(&self, i: usize, write: bool, reason: &'static str) -> ! {
-        raise(Fault::Outside {
-            table: self.name,
-            key: i as u64,
-            write,
-            reason,
-        })
-    }
+/// Raises the fault of an access the plan or the table's mode refuses. Out of line, and
+/// given values rather than the view, so that no call is handed the view's address and
+/// the view stays in registers.
+#[cold]
+#[inline(never)]
+fn refuse(table: &'static str, i: usize, write: bool, reason: &'static str) -> ! {
+    raise(Fault::Outside {
+        table,
+        key: i as u64,
+        write,
+        reason,
+    })
 }
 
 /// Why the plan refuses an access to an element of tag `tag`.
@@ -195,7 +203,8 @@ impl<T, const NOTE: bool> Index<usize> for VectorView<'_, T, NOTE> {
         // element `i` now: the plan gives each written element to one group at a time and
         // `check` refused the access unless this group holds the element (by its tag, or
         // in its window, a key range of a block no other group may touch while this one
-        // runs) or it is shared read-only (tag SHARED, which no group may write); a table
+        // runs, or the one element whose tag `check` found to be this group's, which no
+        // thread re-tags while the group runs) or it is shared read-only (tag SHARED, which no group may write); a table
         // without tags is read-only for this loop, or a replica of this worker's own.
         // The window lies within the table (`bind` clamps it to `len`).
         unsafe { &*self.ptr.add(i) }
@@ -332,7 +341,7 @@ impl<'a, T: Clone, W: Writes> RecordVectorView<'a, T, W> {
 }
 
 /// Index `i` of table `name` (of length `len`) is out of bounds. (Given values, not the
-/// view: see [`RecordVectorView::scratch`].)
+/// view: see [`RecordVectorView::scratch`] and [`refuse`].)
 #[cold]
 #[inline(never)]
 fn out_of_bounds(name: &'static str, len: usize, i: usize) -> ! {
@@ -672,7 +681,59 @@ fn refused<T>() -> Plain<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::Scratch;
+    use super::{Scratch, VectorView};
+    use crate::access::{Binding, Fault, SHARED};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    /// Whether `access` raised `Fault::Outside` for `key`.
+    fn refused(key: u64, access: impl FnOnce()) -> bool {
+        match catch_unwind(AssertUnwindSafe(access)) {
+            Ok(()) => false,
+            Err(payload) => match payload.downcast_ref::<Fault>() {
+                Some(Fault::Outside { key: k, .. }) => *k == key,
+                other => panic!("unexpected payload {other:?}"),
+            },
+        }
+    }
+
+    #[test]
+    fn a_view_remembers_only_elements_its_group_holds() {
+        // Group 7's view of four elements: it holds 0 and 2; 1 is shared read-only; 3
+        // belongs to group 8.
+        let mut data = vec![0u32; 4];
+        let tags = [7, SHARED, 7, 8];
+        let b = Binding {
+            id: 1,
+            ptr: data.as_mut_ptr().cast(),
+            len: 4,
+            index: std::ptr::null(),
+            tags: tags.as_ptr(),
+            allowed: 7,
+            writable: true,
+            read_only_reason: "",
+            dirty: std::ptr::null_mut(),
+            stamps: std::ptr::null_mut(),
+            locks: std::ptr::null(),
+            window_start: 0,
+            window_len: 0,
+        };
+        let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
+        for _ in 0..3 {
+            v[0] += 1;
+        }
+        // A shared element is read, and then still refused for writing: reads are not
+        // remembered as held.
+        assert_eq!(v[1], 0);
+        assert!(refused(1, || v[1] += 1));
+        // Another group's element is refused right after a held one was admitted.
+        v[2] += 1;
+        assert!(refused(3, || v[3] += 1));
+        assert!(refused(3, || {
+            let _ = v[3];
+        }));
+        assert!(!refused(0, || v[0] += 1));
+        assert_eq!(data, [4, 0, 1, 0]);
+    }
 
     #[test]
     fn scratch_keeps_the_first_copy_and_switches_to_a_map() {

@@ -21,6 +21,8 @@
 //! Either way the plan also gives every checked table a *tag* per key, so that views can
 //! refuse any access the plan does not cover (see [`Plan::allowed`]).
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rayon::prelude::*;
@@ -1433,27 +1435,54 @@ fn one_group(log: &AccessLog, modes: &[SlotMode], tags: &mut [Vec<u32>]) -> (Sch
     batches.finish(log, modes, tags)
 }
 
-/// Sets the tags of the keys a components batch touches: keys written in the batch get
-/// the tag of the one group that touches them; keys only read get [`SHARED`].
+/// Tags the keys `batch` (of a components schedule) touches for the batch, on this thread
+/// (see [`retag_group`]).
 pub(crate) fn retag(log: &AccessLog, modes: &[SlotMode], batch: &Batch, tags: &mut [Vec<u32>]) {
+    let tags = atomic_tags(tags);
     for g in &batch.groups {
-        for &t in &g.tasks {
-            for a in log.task(t as usize) {
-                if modes[a.slot()] == SlotMode::Checked {
-                    tags[a.slot()][a.key() as usize] = SHARED;
-                }
+        retag_group(log, modes, g, &tags);
+    }
+}
+
+/// Tags the keys `group` (of a batch of a components schedule) touches for its batch: the
+/// keys it writes with its id, those it only reads [`SHARED`]. The groups of one batch may
+/// do this at once on several threads: a key one group writes, no other group of the
+/// batch touches, and a key several read, each stores the same `SHARED`.
+pub(crate) fn retag_group(
+    log: &AccessLog,
+    modes: &[SlotMode],
+    group: &Group,
+    tags: &[&[AtomicU32]],
+) {
+    for &t in &group.tasks {
+        for a in log.task(t as usize) {
+            if modes[a.slot()] != SlotMode::Checked {
+                continue;
+            }
+            let tag = &tags[a.slot()][a.key() as usize];
+            if a.write() {
+                tag.store(group.id, Ordering::Relaxed);
+            } else if tag.load(Ordering::Relaxed) != group.id {
+                // Not written by this group earlier in its tasks (only this group may
+                // have stored its id since the batch began).
+                tag.store(SHARED, Ordering::Relaxed);
             }
         }
     }
-    for g in &batch.groups {
-        for &t in &g.tasks {
-            for a in log.task(t as usize) {
-                if a.write() && modes[a.slot()] == SlotMode::Checked {
-                    tags[a.slot()][a.key() as usize] = g.id;
-                }
-            }
-        }
-    }
+}
+
+/// A plan's tags (per slot) as atomics, for groups that re-tag at once on several threads
+/// ([`retag_group`]).
+pub(crate) fn atomic_tags(tags: &mut [Vec<u32>]) -> Vec<&[AtomicU32]> {
+    tags.iter_mut()
+        .map(|t| {
+            let t: *mut [u32] = t.as_mut_slice();
+            // SAFETY: `AtomicU32` has the size and alignment of `u32` (its documentation
+            // says so), and the unique borrow of the tags keeps every non-atomic access
+            // out while the atomic view lives.
+            unsafe { &*(t as *const [AtomicU32]) }
+        })
+        .collect()
 }
 
 impl Schedule {

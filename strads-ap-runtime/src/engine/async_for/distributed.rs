@@ -382,7 +382,7 @@ fn run_steps<Task: Sync, I: LoopIndex>(
         &mut plan,
         &dist.steps,
         // SAFETY: `execute` calls this only between steps, when no worker runs.
-        &mut |i, errors| unsafe { exchanger.exchange(i, registry, bases, errors) },
+        Some(&mut |i, errors| unsafe { exchanger.exchange(i, registry, bases, errors) }),
     );
     let exchanging = exchanger.spent;
     drop(exchanger);

@@ -43,7 +43,7 @@ use crate::engine::registry::Registry;
 use crate::engine::{body_error, Base, CallSite, FirstError, Merges};
 use crate::error::{Error, Result};
 use crate::plan::{self, SlotMode};
-use crate::sync::{Mutex, RwLock};
+use crate::sync::{Mutex, RwLock, SpinBarrier};
 use crate::util::panic_message;
 
 mod ranks;
@@ -766,42 +766,6 @@ fn refresh(registry: &Registry, bases: &[Base], replicas: &mut [(usize, Replica)
             match p.dense {
                 true => merger.refresh(master, r),
                 false => merger.refresh_keys(master, r, &mut keys),
-            }
-        }
-    }
-}
-
-/// A barrier for the workers of one call, which spins briefly and then yields: rounds
-/// are short, and a sleeping worker takes long to wake.
-struct SpinBarrier {
-    threads: usize,
-    arrived: AtomicUsize,
-    generation: AtomicUsize,
-}
-
-impl SpinBarrier {
-    fn new(threads: usize) -> Self {
-        SpinBarrier {
-            threads,
-            arrived: AtomicUsize::new(0),
-            generation: AtomicUsize::new(0),
-        }
-    }
-
-    fn wait(&self) {
-        let generation = self.generation.load(Ordering::Acquire);
-        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
-            self.arrived.store(0, Ordering::Relaxed);
-            self.generation.store(generation + 1, Ordering::Release);
-            return;
-        }
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == generation {
-            if spins < 2_000 {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
             }
         }
     }

@@ -44,9 +44,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         true => lone::run_in_order(l, bases, &plan.modes),
         false => {
             let steps = Work::all(&plan.schedule);
-            execute(l, bases, &mut plan, &steps, &mut |_, errors| {
-                Ok(errors.failed())
-            })
+            execute(l, bases, &mut plan, &steps, None)
         }
     };
     let ran = t0.elapsed();
