@@ -127,8 +127,17 @@ impl SpinBarrier {
     }
 
     pub fn wait(&self) {
+        self.wait_leading(|| {});
+    }
+
+    /// Waits like [`SpinBarrier::wait`]; the last thread to arrive runs `leader` before it
+    /// releases the others. What `leader` reads, no thread changes meanwhile (all wait),
+    /// and what it writes every thread sees after the barrier: a verdict all threads
+    /// share, such as whether to stop, where each thread's own reading could differ.
+    pub fn wait_leading(&self, leader: impl FnOnce()) {
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            leader();
             self.arrived.store(0, Ordering::Relaxed);
             self.generation.store(generation + 1, Ordering::Release);
             return;

@@ -3,11 +3,11 @@
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::Loop;
-use crate::access::{Binding, ExecCtx, Indices, LoopIndex};
+use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::cluster::Pool;
 use crate::dds::table::Replica;
 use crate::engine::{body_error, Base, CallSite, FirstError, Merges, Registry};
@@ -178,11 +178,21 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
     }
 
     /// Runs every batch of a components schedule (`steps`, in a world of one) in one
-    /// dispatch of the workers; returns how many steps ran. Each batch's groups re-tag
-    /// their own keys, several at once, then run; spin barriers part the phases. A batch
-    /// then costs two barriers, not a wake-up of the pool and a re-tag of the whole batch
-    /// on one thread while the others wait: 0.1 ms a batch, which a factorisation
-    /// machine's packing plan (780 batches of 130 tasks) paid more than its bodies.
+    /// dispatch of the workers; returns how many steps ran.
+    ///
+    /// Steps alternate between two sets of tags: the plan's for even steps, a spare for
+    /// odd ones. A worker done with its groups of one step re-tags the next step's groups
+    /// in the other set (several workers at once, see [`plan::retag_group`]) while the
+    /// others still run theirs, then waits at a spin barrier; so a batch costs one barrier,
+    /// and re-tagging fills the time a worker would spend waiting for the slowest group.
+    /// (Before: a wake-up of the pool and a re-tag of the whole batch on the calling
+    /// thread while the others waited, 0.1 ms a batch, which a factorisation machine's
+    /// packing plan, 780 batches of 130 tasks, paid more than its bodies.)
+    ///
+    /// A set's tags left from an older step are harmless: the ids of an older step's
+    /// groups are no running group's, and a key left `SHARED` has no writer in the running
+    /// step (a step's writers re-tag their keys before it starts), so a read of it outside
+    /// the plan races with nothing.
     fn run_batches(
         &self,
         batches: &[Batch],
@@ -192,40 +202,65 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
     ) -> usize {
         let threads = self.threads;
         let retag = batches.len() > 1;
-        let tags = plan::atomic_tags(tags);
+        let mut spare: Vec<Vec<u32>> = match retag {
+            true => tags.iter().map(|t| vec![UNTOUCHED; t.len()]).collect(),
+            false => Vec::new(),
+        };
+        let sets = [plan::atomic_tags(tags), plan::atomic_tags(&mut spare)];
         let barrier = SpinBarrier::new(threads);
         // Per step: the next group to re-tag and the next to run.
         let next: Vec<[AtomicUsize; 2]> = steps.iter().map(|_| Default::default()).collect();
+        let groups_of = |i: usize| match &steps[i] {
+            Work::Groups { batch, groups } => (*batch, &groups[..]),
+            Work::Cells(_) => unreachable!("a components schedule has groups"),
+        };
+        let retag_step = |i: usize| {
+            let (b, groups) = groups_of(i);
+            while let Some(&g) = groups.get(next[i][0].fetch_add(1, Ordering::Relaxed)) {
+                plan::retag_group(log, self.modes, &batches[b].groups[g], &sets[i % 2]);
+            }
+        };
         let ran = AtomicUsize::new(0);
+        // Whether a body failed in the last step, as the last worker to reach the barrier
+        // after it saw: the same for every worker, where a worker's own look at the error
+        // after the barrier could see a failure in the next step's bodies that a faster
+        // worker has already begun (and then stop while the others wait at the next
+        // barrier for ever).
+        let stop = AtomicBool::new(false);
+        let verdict = || stop.store(self.errors.failed(), Ordering::Relaxed);
         let work = || {
-            let mut w = self.worker(|slot| tags[slot].as_ptr().cast::<u32>());
-            for (i, step) in steps.iter().enumerate() {
-                let Work::Groups { batch: b, groups } = step else {
-                    unreachable!("a components schedule has groups")
-                };
-                let batch = &batches[*b];
-                if i > 0 {
-                    // The last batch has ended: no body runs, so every worker sees the
-                    // same verdict.
-                    barrier.wait();
-                }
-                if self.errors.failed() {
+            let mut w = self.worker(|slot| sets[0][slot].as_ptr().cast::<u32>());
+            if retag {
+                retag_step(0);
+                barrier.wait();
+            }
+            for i in 0..steps.len() {
+                if stop.load(Ordering::Relaxed) {
                     break;
                 }
                 ran.fetch_max(i + 1, Ordering::Relaxed);
                 if retag {
-                    while let Some(&g) = groups.get(next[i][0].fetch_add(1, Ordering::Relaxed)) {
-                        plan::retag_group(log, self.modes, &batch.groups[g], &tags);
+                    for (slot, b) in w.ctx.bindings.iter_mut().enumerate() {
+                        if self.modes[slot] == SlotMode::Checked {
+                            b.tags = sets[i % 2][slot].as_ptr().cast::<u32>();
+                        }
                     }
-                    // Every key of the batch is tagged before any body checks one.
-                    barrier.wait();
                 }
+                let (b, groups) = groups_of(i);
                 while let Some(&g) = groups.get(next[i][1].fetch_add(1, Ordering::Relaxed)) {
                     if self.errors.failed() {
                         break;
                     }
-                    let (group, key) = group_ref(*b, g);
-                    self.run_group(&mut w, group, key, &batch.groups[g].tasks);
+                    let (group, key) = group_ref(b, g);
+                    self.run_group(&mut w, group, key, &batches[b].groups[g].tasks);
+                }
+                if i + 1 < steps.len() {
+                    if retag {
+                        retag_step(i + 1);
+                    }
+                    // Every group of this step has ended, and every key of the next
+                    // step is tagged, before any body of the next step checks one.
+                    barrier.wait_leading(verdict);
                 }
             }
         };
