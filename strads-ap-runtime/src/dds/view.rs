@@ -683,6 +683,7 @@ fn refused<T>() -> Plain<T> {
 mod tests {
     use super::{Scratch, VectorView};
     use crate::access::{Binding, Fault, SHARED};
+    use crate::engine::Base;
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
     /// Whether `access` raised `Fault::Outside` for `key`.
@@ -702,20 +703,17 @@ mod tests {
         // belongs to group 8.
         let mut data = vec![0u32; 4];
         let tags = [7, SHARED, 7, 8];
-        let b = Binding {
+        let base = Base {
             id: 1,
             ptr: data.as_mut_ptr().cast(),
             len: 4,
             index: std::ptr::null(),
+            shape: 4,
+        };
+        let b = Binding {
             tags: tags.as_ptr(),
             allowed: 7,
-            writable: true,
-            read_only_reason: "",
-            dirty: std::ptr::null_mut(),
-            stamps: std::ptr::null_mut(),
-            locks: std::ptr::null(),
-            window_start: 0,
-            window_len: 0,
+            ..base.binding()
         };
         let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
         for _ in 0..3 {
