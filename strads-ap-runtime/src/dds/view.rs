@@ -683,7 +683,6 @@ fn refused<T>() -> Plain<T> {
 mod tests {
     use super::{Scratch, VectorView};
     use crate::access::{Binding, Fault, SHARED};
-    use crate::engine::Base;
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
     /// Whether `access` raised `Fault::Outside` for `key`.
@@ -703,17 +702,20 @@ mod tests {
         // belongs to group 8.
         let mut data = vec![0u32; 4];
         let tags = [7, SHARED, 7, 8];
-        let base = Base {
+        let b = Binding {
             id: 1,
             ptr: data.as_mut_ptr().cast(),
             len: 4,
             index: std::ptr::null(),
-            shape: 4,
-        };
-        let b = Binding {
             tags: tags.as_ptr(),
             allowed: 7,
-            ..base.binding()
+            writable: true,
+            read_only_reason: "",
+            dirty: std::ptr::null_mut(),
+            stamps: std::ptr::null_mut(),
+            locks: std::ptr::null(),
+            window_start: 0,
+            window_len: 0,
         };
         let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
         for _ in 0..3 {
