@@ -10,7 +10,7 @@
 //! values, at a cost that follows the keys touched, not the tables' sizes.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cross::{steps_everywhere, CrossRank, HYBRID_SYNCS, HYBRID_WINDOW};
 use super::keys::Tracked;
@@ -102,6 +102,9 @@ impl Worker {
 /// A worker's loop: takes mini-batches below `hi` until none is left (or a run failed).
 fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize, hi: usize) {
     let mut w = Worker::new(m);
+    // Counted here and added once: a shared counter bumped twice a mini-batch would be
+    // one more cache line the workers pass between them.
+    let mut merging = Duration::ZERO;
     loop {
         let b = next.fetch_add(1, Ordering::Relaxed);
         if b >= hi || m.errors.failed() {
@@ -109,12 +112,13 @@ fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize
         }
         let t_merge = Instant::now();
         refresh(m, &mut w, b);
-        m.merges.add(t_merge.elapsed());
+        merging += t_merge.elapsed();
         m.run_batch(&w.ctx, b);
         let t_merge = Instant::now();
         push(m, &mut w, b);
-        m.merges.add(t_merge.elapsed());
+        merging += t_merge.elapsed();
     }
+    m.merges.add(merging);
 }
 
 /// Before mini-batch `b`: refreshes the worker's replicas from the masters.
@@ -122,27 +126,21 @@ fn refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker,
     match m.sparse.as_deref() {
         None => {
             // The keys others pushed since this worker last looked.
-            let fresh: Vec<Vec<usize>> = m.merges.with(|pushed| {
-                w.tracked
-                    .iter_mut()
-                    .zip(pushed.iter())
-                    .map(|(t, log)| t.news(log))
-                    .collect()
+            m.merges.with(|pushed| {
+                for (t, log) in w.tracked.iter_mut().zip(pushed.iter()) {
+                    t.news(log);
+                }
             });
             let _shared = m.masters.read();
-            for (((t, (slot, r)), keys), locks) in w
-                .tracked
-                .iter_mut()
-                .zip(&mut w.replicas)
-                .zip(&fresh)
-                .zip(&m.key_locks)
+            for ((t, (slot, r)), locks) in
+                w.tracked.iter_mut().zip(&mut w.replicas).zip(&m.key_locks)
             {
                 let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
                 let master = m.bases[*slot].ptr;
                 // SAFETY: every merge of an element holds the element's lock, which
                 // `catch_up` takes, and replicas are made only while no merge runs
                 // (`masters`, held shared here).
-                unsafe { t.catch_up(keys, &**merger, master, r, b, locks) };
+                unsafe { t.catch_up(&**merger, master, r, b, locks) };
             }
         }
         Some(log) => {
