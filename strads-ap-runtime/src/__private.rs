@@ -34,7 +34,11 @@ pub trait ProbeAgg {
 impl<T: Aggregate> ProbeAgg for &&Probe<'_, VectorRef<T>> {
     fn __strads_register(&self, reg: &mut Registry, name: &'static str) {
         let table = self.0.table.clone();
-        reg.add(table.clone(), name, Some(Arc::new(VectorMerger { table })));
+        reg.add(
+            table.clone(),
+            name,
+            Some(Arc::new(VectorMerger::new(table))),
+        );
     }
 }
 
@@ -42,7 +46,11 @@ impl<T: Aggregate> ProbeAgg for &&Probe<'_, VectorRef<T>> {
 impl<K: Element + Eq + std::hash::Hash, V: Aggregate> ProbeAgg for &&Probe<'_, MapRef<K, V>> {
     fn __strads_register(&self, reg: &mut Registry, name: &'static str) {
         let table = self.0.table.clone();
-        reg.add(table.clone(), name, Some(Arc::new(VectorMerger { table })));
+        reg.add(
+            table.clone(),
+            name,
+            Some(Arc::new(VectorMerger::new(table))),
+        );
     }
 }
 

@@ -1094,12 +1094,23 @@ impl<T: super::Element> Aggregated<T> for VectorTable<T> {
 /// Merges replicas of a table whose elements lie in one array: a vector's elements, or a
 /// map's values (in the order of its entries, the same on every rank).
 pub(crate) struct VectorMerger<T> {
-    pub table: Arc<dyn Aggregated<T>>,
+    table: Arc<dyn Aggregated<T>>,
+    /// The table's aggregation, read once: a merger lives for one call, during which no
+    /// driver code can change it, and a Hybrid worker merges after every mini-batch
+    /// (reading it under the table's lock each time cost `pegasos` a contended atomic
+    /// and a clone per merge).
+    aggregation: Aggregation<T>,
 }
 
 impl<T: Aggregate> VectorMerger<T> {
+    /// The merger of `table`'s replicas for one call.
+    pub fn new(table: Arc<dyn Aggregated<T>>) -> Self {
+        let aggregation = table.aggregation().unwrap_or(Aggregation::Average);
+        VectorMerger { table, aggregation }
+    }
+
     fn aggregation(&self) -> Aggregation<T> {
-        self.table.aggregation().unwrap_or(Aggregation::Average)
+        self.aggregation.clone()
     }
 
     /// The error for combining ranks' changes under a custom aggregation.
@@ -1129,7 +1140,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         let buf = replica.buf::<T>();
         // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
         let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, buf.work.len()) };
-        let aggregation = self.aggregation();
+        let aggregation = &self.aggregation;
         for ((m, w), b) in master.iter_mut().zip(&mut buf.work).zip(&mut buf.base) {
             aggregation.apply_change(m, w, b);
             w.clone_from(m);
@@ -1173,7 +1184,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         replica: &mut Replica,
         keys: &mut dyn Iterator<Item = usize>,
     ) {
-        let aggregation = self.aggregation();
+        let aggregation = &self.aggregation;
         let buf = replica.buf::<T>();
         let master = master as *mut T;
         for k in keys {
