@@ -37,11 +37,16 @@ pub struct VectorView<'a, T, const NOTE: bool = false> {
     name: &'static str,
     /// The worker's note of written keys (a Hybrid replica), or null.
     dirty: *mut Dirty,
-    /// Keys the group holds alone (see `Binding::window_start`); without such a window,
-    /// the last element the view admitted that the group holds (see [`VectorView::check`]).
-    window_start: Cell<usize>,
-    window_len: Cell<usize>,
-    /// Whether the window is that one remembered element (the binding gave none).
+    /// Keys the group holds alone (see `Binding::window_start`). Fixed while the view
+    /// lives, so that a check of a key an inner loop does not change (`p[u][f]` for every
+    /// `f`) is a condition the compiler may take out of the loop.
+    window_start: usize,
+    window_len: usize,
+    /// Without such a window, the last element the view admitted that the group holds,
+    /// as a window of one key (of none before the first; see [`VectorView::check`]).
+    kept_start: Cell<usize>,
+    kept_len: Cell<usize>,
+    /// Whether the view keeps such an element (the binding gave no window).
     remember: bool,
     _life: PhantomData<&'a mut [T]>,
 }
@@ -97,8 +102,10 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
             read_only_reason: b.read_only_reason,
             name,
             dirty: b.dirty,
-            window_start: Cell::new(b.window_start),
-            window_len: Cell::new(b.window_len.min(b.len.saturating_sub(b.window_start))),
+            window_start: b.window_start,
+            window_len: b.window_len.min(b.len.saturating_sub(b.window_start)),
+            kept_start: Cell::new(0),
+            kept_len: Cell::new(0),
             remember: b.window_len == 0 && b.writable && !b.tags.is_null(),
             _life: PhantomData,
         }
@@ -140,12 +147,18 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
     /// element it admitted that the group holds (tag equal to the group's) as a window of
     /// one key: the tags do not change while the group runs, so the element stays the
     /// group's, and the body's next accesses to it (`v[j][f]` for every factor `f`) cost
-    /// the one comparison a rotated block's window costs, not a load of its tag.
+    /// a comparison of registers, not a load of its tag. The remembered key is kept apart
+    /// from the binding's window, which stays fixed: the window's test of a key an inner
+    /// loop does not change is then the same in every iteration, and the compiler may
+    /// take it out of the loop.
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
-        // The group's own window: one comparison of values the compiler keeps in
-        // registers (a rotated table's block, written by no other group meanwhile).
-        if i.wrapping_sub(self.window_start.get()) < self.window_len.get() {
+        // The group's own window (a rotated table's block, written by no other group
+        // meanwhile), then the remembered element: comparisons of values the compiler
+        // keeps in registers.
+        if i.wrapping_sub(self.window_start) < self.window_len
+            || i.wrapping_sub(self.kept_start.get()) < self.kept_len.get()
+        {
             return;
         }
         if i >= self.len {
@@ -162,8 +175,8 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
                 refuse(self.name, i, write, outside_reason(tag));
             }
             if self.remember && tag == self.allowed {
-                self.window_start.set(i);
-                self.window_len.set(1);
+                self.kept_start.set(i);
+                self.kept_len.set(1);
             }
         }
     }
@@ -733,6 +746,44 @@ mod tests {
         }));
         assert!(!refused(0, || v[0] += 1));
         assert_eq!(data, [4, 0, 1, 0]);
+    }
+
+    #[test]
+    fn a_windowed_view_admits_its_block_and_checks_every_other_key() {
+        // Group 3's view of eight elements with the window 2..5 (a rotated block): tags
+        // inside the window are not read (they say 9 here), and outside it every access
+        // is checked against its tag, however often the same key comes again.
+        let mut data = vec![0u32; 8];
+        let tags = [3, SHARED, 9, 9, 9, 3, 8, 8];
+        let b = Binding {
+            id: 1,
+            ptr: data.as_mut_ptr().cast(),
+            len: 8,
+            index: std::ptr::null(),
+            tags: tags.as_ptr(),
+            allowed: 3,
+            writable: true,
+            read_only_reason: "",
+            dirty: std::ptr::null_mut(),
+            stamps: std::ptr::null_mut(),
+            locks: std::ptr::null(),
+            window_start: 2,
+            window_len: 3,
+        };
+        let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
+        for k in 2..5 {
+            v[k] += 1;
+        }
+        for _ in 0..2 {
+            v[5] += 1;
+            assert!(refused(6, || v[6] += 1));
+            assert!(refused(1, || v[1] += 1));
+        }
+        assert_eq!(v[1], 0);
+        assert!(refused(7, || {
+            let _ = v[7];
+        }));
+        assert_eq!(data, [0, 0, 1, 1, 1, 2, 0, 0]);
     }
 
     #[test]
