@@ -46,6 +46,26 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
+    /// A binding that reads and writes the table at `ptr` (`len` elements; `index`, a
+    /// map's key index or null) directly, unchecked: no tags, note, locks or window.
+    pub fn direct(id: u64, ptr: *mut u8, len: usize, index: *const u8) -> Self {
+        Binding {
+            id,
+            ptr,
+            len,
+            index,
+            tags: std::ptr::null(),
+            allowed: 0,
+            writable: true,
+            read_only_reason: "",
+            dirty: std::ptr::null_mut(),
+            stamps: std::ptr::null_mut(),
+            locks: std::ptr::null(),
+            window_start: 0,
+            window_len: 0,
+        }
+    }
+
     /// Whether a lone worker may use the table through a
     /// [`DirectView`](crate::dds::DirectView): no tags to check, no locks, no dirty note.
     #[inline]

@@ -1109,10 +1109,6 @@ impl<T: Aggregate> VectorMerger<T> {
         VectorMerger { table, aggregation }
     }
 
-    fn aggregation(&self) -> Aggregation<T> {
-        self.aggregation.clone()
-    }
-
     /// The error for combining ranks' changes under a custom aggregation.
     fn custom_across_ranks(&self) -> Error {
         Error::Config(format!(
@@ -1220,8 +1216,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         // SAFETY: the caller guarantees exclusive access to the master's initialised `T`s,
         // as many as the snapshot holds.
         let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, start.len()) };
-        let aggregation = self.aggregation();
-        let average = match aggregation {
+        let average = match self.aggregation {
             Aggregation::Average => count.is_some(),
             Aggregation::Sum => false,
             Aggregation::Custom(_) => return Err(self.custom_across_ranks()),
@@ -1296,7 +1291,7 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         start: &(dyn Any + Send),
         changes: &[&[u8]],
     ) -> Result<()> {
-        if let Aggregation::Custom(_) = self.aggregation() {
+        if let Aggregation::Custom(_) = self.aggregation {
             return Err(self.custom_across_ranks());
         }
         let start = start
@@ -1345,9 +1340,9 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
         let len = first.buf::<T>().work.len();
         // SAFETY: the caller guarantees exclusive access to `len` initialised `T`s.
         let master = unsafe { std::slice::from_raw_parts_mut(master as *mut T, len) };
-        let aggregation = self.aggregation();
+        let aggregation = &self.aggregation;
         let bufs: Vec<&mut ReplicaBuf<T>> = replicas.iter_mut().map(|r| r.buf::<T>()).collect();
-        match &aggregation {
+        match aggregation {
             Aggregation::Average | Aggregation::Sum => {
                 let scale = match aggregation {
                     Aggregation::Average if bufs.len() > 1 => Some(1.0 / bufs.len() as f64),

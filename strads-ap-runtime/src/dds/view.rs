@@ -716,19 +716,9 @@ mod tests {
         let mut data = vec![0u32; 4];
         let tags = [7, SHARED, 7, 8];
         let b = Binding {
-            id: 1,
-            ptr: data.as_mut_ptr().cast(),
-            len: 4,
-            index: std::ptr::null(),
             tags: tags.as_ptr(),
             allowed: 7,
-            writable: true,
-            read_only_reason: "",
-            dirty: std::ptr::null_mut(),
-            stamps: std::ptr::null_mut(),
-            locks: std::ptr::null(),
-            window_start: 0,
-            window_len: 0,
+            ..Binding::direct(1, data.as_mut_ptr().cast(), 4, std::ptr::null())
         };
         let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
         for _ in 0..3 {
@@ -756,19 +746,11 @@ mod tests {
         let mut data = vec![0u32; 8];
         let tags = [3, SHARED, 9, 9, 9, 3, 8, 8];
         let b = Binding {
-            id: 1,
-            ptr: data.as_mut_ptr().cast(),
-            len: 8,
-            index: std::ptr::null(),
             tags: tags.as_ptr(),
             allowed: 3,
-            writable: true,
-            read_only_reason: "",
-            dirty: std::ptr::null_mut(),
-            stamps: std::ptr::null_mut(),
-            locks: std::ptr::null(),
             window_start: 2,
             window_len: 3,
+            ..Binding::direct(1, data.as_mut_ptr().cast(), 8, std::ptr::null())
         };
         let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
         for k in 2..5 {

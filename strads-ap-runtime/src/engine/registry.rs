@@ -127,21 +127,7 @@ unsafe impl Sync for Base {}
 impl Base {
     /// A binding that reads and writes the table directly, unchecked.
     pub fn binding(&self) -> Binding {
-        Binding {
-            id: self.id,
-            ptr: self.ptr,
-            len: self.len,
-            index: self.index,
-            tags: std::ptr::null(),
-            allowed: 0,
-            writable: true,
-            read_only_reason: "",
-            dirty: std::ptr::null_mut(),
-            stamps: std::ptr::null_mut(),
-            locks: std::ptr::null(),
-            window_start: 0,
-            window_len: 0,
-        }
+        Binding::direct(self.id, self.ptr, self.len, self.index)
     }
 
     /// What a recorder needs: id, elements, length, key index.

@@ -137,7 +137,7 @@ fn refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker,
             {
                 let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
                 let master = m.bases[*slot].ptr;
-                // SAFETY: every merge of an element holds the element's lock, which
+                // SAFETY: every merge of an element holds its stripe's lock, which
                 // `catch_up` takes, and replicas are made only while no merge runs
                 // (`masters`, held shared here).
                 unsafe { t.catch_up(&**merger, master, r, b, locks) };
@@ -160,7 +160,7 @@ fn refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker,
                 w.ctx.bindings[*slot].allowed = b as u32;
                 let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
                 let master = m.bases[*slot].ptr;
-                // SAFETY: as above, each key locked while it is refreshed;
+                // SAFETY: as above, each key's stripe locked while it is refreshed;
                 // reconnaissance keys are below the table's length.
                 unsafe { merger.refresh_keys(master, r, &mut locks.each(keys())) };
             }
@@ -184,7 +184,7 @@ fn push<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, b:
                         .iter()
                         .filter(|a| a.slot() == *slot && a.write())
                         .map(|a| a.key() as usize);
-                    // SAFETY: every merge of an element holds the element's lock, taken
+                    // SAFETY: every merge of an element holds its stripe's lock, taken
                     // here while the key is pushed; replicas are made only while no merge
                     // runs (`masters`, held shared here).
                     unsafe { merger.push_keys(master, r, &mut locks.each(written)) };

@@ -50,11 +50,11 @@ impl Tracked {
     }
 
     /// Before mini-batch `b`: refreshes in `replica` the keys others pushed into `master`
-    /// (noted by [`Tracked::news`], each once), each under its lock.
+    /// (noted by [`Tracked::news`], each once), each under its stripe's lock.
     ///
     /// # Safety
-    /// As for [`Merger::refresh_keys`], every writer of an element holding its lock in
-    /// `locks`.
+    /// As for [`Merger::refresh_keys`], every writer of an element holding its stripe's
+    /// lock in `locks`.
     pub unsafe fn catch_up(
         &mut self,
         merger: &dyn Merger,
@@ -77,8 +77,9 @@ impl Tracked {
     /// lock. [`Tracked::announce`] then tells the other workers.
     ///
     /// # Safety
-    /// As for [`Merger::push_keys`], every reader and writer of an element holding its lock
-    /// in `locks`; and no view of the worker is alive (it writes the note the views write).
+    /// As for [`Merger::push_keys`], every reader and writer of an element holding its
+    /// stripe's lock in `locks`; and no view of the worker is alive (it writes the note
+    /// the views write).
     pub unsafe fn push(
         &mut self,
         merger: &dyn Merger,
