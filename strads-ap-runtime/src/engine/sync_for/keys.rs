@@ -109,12 +109,13 @@ impl Tracked {
     }
 }
 
-/// The elements one lock of [`KeyLocks`] covers. A mini-batch's merge locks each stripe
-/// its keys fall in once for the keys in a row that share it, not once per key: a small
-/// table every mini-batch writes whole (`pegasos`'s 21 weights) costs one lock a merge,
-/// where one lock per element cost a contended atomic per weight. Workers merging keys
-/// of different stripes still do not wait for each other.
-const STRIPE: usize = 64;
+/// The elements one lock of [`KeyLocks`] covers: one. A merge keeps a lock while the
+/// keys that follow share it. Stripes of 64 were tried (session 31) so that `pegasos`'s
+/// 21 weights would cost one lock a merge: its share of time merging fell from 27% to
+/// 18%, but `bench --threads 2` alternated with per-element locks fell from 1.24-1.33×
+/// to 0.85-1.00× (`pegasos`) and from 1.44-1.78× to 0.94-1.15× (`kmeans`): one worker's
+/// push of a whole small table held up the other's refresh of all of it.
+const STRIPE: usize = 1;
 
 /// The locks of a table that Hybrid workers merge into, one per [`STRIPE`] of elements.
 pub(super) struct KeyLocks(Vec<AtomicBool>);
@@ -222,8 +223,8 @@ mod tests {
     /// or is dropped early.
     #[test]
     fn each_holds_the_stripe_of_the_key_it_yields() {
-        let locks = KeyLocks::new(3 * STRIPE + 1);
-        assert_eq!(locks.0.len(), 4);
+        let locks = KeyLocks::new(6 * STRIPE);
+        assert_eq!(locks.0.len(), 6);
         let held = |locks: &KeyLocks| -> Vec<usize> {
             (0..locks.0.len())
                 .filter(|&s| locks.0[s].load(Ordering::Relaxed))
@@ -237,7 +238,7 @@ mod tests {
         }
         assert_eq!(seen, keys);
         assert!(held(&locks).is_empty());
-        let mut each = locks.each([STRIPE + 1, STRIPE + 9].into_iter());
+        let mut each = locks.each([STRIPE + 1, 3 * STRIPE].into_iter());
         assert_eq!(each.next(), Some(STRIPE + 1));
         drop(each);
         assert!(held(&locks).is_empty());
