@@ -37,16 +37,11 @@ pub struct VectorView<'a, T, const NOTE: bool = false> {
     name: &'static str,
     /// The worker's note of written keys (a Hybrid replica), or null.
     dirty: *mut Dirty,
-    /// Keys the group holds alone (see `Binding::window_start`). Fixed while the view
-    /// lives, so that a check of a key an inner loop does not change (`p[u][f]` for every
-    /// `f`) is a condition the compiler may take out of the loop.
-    window_start: usize,
-    window_len: usize,
-    /// Without such a window, the last element the view admitted that the group holds,
-    /// as a window of one key (of none before the first; see [`VectorView::check`]).
-    kept_start: Cell<usize>,
-    kept_len: Cell<usize>,
-    /// Whether the view keeps such an element (the binding gave no window).
+    /// Keys the group holds alone (see `Binding::window_start`); without such a window,
+    /// the last element the view admitted that the group holds (see [`VectorView::check`]).
+    window_start: Cell<usize>,
+    window_len: Cell<usize>,
+    /// Whether the window is that one remembered element (the binding gave none).
     remember: bool,
     _life: PhantomData<&'a mut [T]>,
 }
@@ -102,10 +97,8 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
             read_only_reason: b.read_only_reason,
             name,
             dirty: b.dirty,
-            window_start: b.window_start,
-            window_len: b.window_len.min(b.len.saturating_sub(b.window_start)),
-            kept_start: Cell::new(0),
-            kept_len: Cell::new(0),
+            window_start: Cell::new(b.window_start),
+            window_len: Cell::new(b.window_len.min(b.len.saturating_sub(b.window_start))),
             remember: b.window_len == 0 && b.writable && !b.tags.is_null(),
             _life: PhantomData,
         }
@@ -147,18 +140,12 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
     /// element it admitted that the group holds (tag equal to the group's) as a window of
     /// one key: the tags do not change while the group runs, so the element stays the
     /// group's, and the body's next accesses to it (`v[j][f]` for every factor `f`) cost
-    /// a comparison of registers, not a load of its tag. The remembered key is kept apart
-    /// from the binding's window, which stays fixed: the window's test of a key an inner
-    /// loop does not change is then the same in every iteration, and the compiler may
-    /// take it out of the loop.
+    /// the one comparison a rotated block's window costs, not a load of its tag.
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
-        // The group's own window (a rotated table's block, written by no other group
-        // meanwhile), then the remembered element: comparisons of values the compiler
-        // keeps in registers.
-        if i.wrapping_sub(self.window_start) < self.window_len
-            || i.wrapping_sub(self.kept_start.get()) < self.kept_len.get()
-        {
+        // The group's own window: one comparison of values the compiler keeps in
+        // registers (a rotated table's block, written by no other group meanwhile).
+        if i.wrapping_sub(self.window_start.get()) < self.window_len.get() {
             return;
         }
         if i >= self.len {
@@ -175,8 +162,8 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
                 refuse(self.name, i, write, outside_reason(tag));
             }
             if self.remember && tag == self.allowed {
-                self.kept_start.set(i);
-                self.kept_len.set(1);
+                self.window_start.set(i);
+                self.window_len.set(1);
             }
         }
     }
