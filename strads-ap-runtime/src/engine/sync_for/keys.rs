@@ -109,12 +109,11 @@ impl Tracked {
     }
 }
 
-/// The elements one lock of [`KeyLocks`] covers: one. A merge keeps a lock while the
-/// keys that follow share it. Stripes of 64 were tried (session 31) so that `pegasos`'s
-/// 21 weights would cost one lock a merge: its share of time merging fell from 27% to
-/// 18%, but `bench --threads 2` alternated with per-element locks fell from 1.24-1.33×
-/// to 0.85-1.00× (`pegasos`) and from 1.44-1.78× to 0.94-1.15× (`kmeans`): one worker's
-/// push of a whole small table held up the other's refresh of all of it.
+/// The elements one lock of [`KeyLocks`] covers: one, as before session 31. A merge keeps
+/// a lock while the keys that follow share it. Stripes of 64 (one lock a merge for
+/// `pegasos`'s 21 weights) cut its merging share from 27% to 18% but were benched only
+/// together with a view change that slowed `sync_for!` bodies (since reverted), so their
+/// own effect on speed is not known; measure them alone before raising this.
 const STRIPE: usize = 1;
 
 /// The locks of a table that Hybrid workers merge into, one per [`STRIPE`] of elements.
