@@ -466,23 +466,23 @@ impl Scheduler {
         let mut splits = Vec::with_capacity(n);
         let mut keys = Vec::new();
         offsets.push(0);
-        let relaxed = |k: u64| modes[split(k).0] != SlotMode::Checked;
-        let mut task: Vec<u64> = Vec::new();
+        let packed = |a: &crate::recon::Access| ((a.slot() as u64) << KEY_BITS) | a.key();
         // The slots every task touches at its own index (`key.1` is the range's start).
         let mut at = SlotMask::ALL;
         for t in 0..n {
-            at.and(SlotMask::of_task(key.1, t, log.task(t)));
-            task.clear();
-            task.extend(
-                log.task(t)
-                    .iter()
-                    .filter(|a| modes[a.slot()] != SlotMode::ReadOnly)
-                    .map(|a| ((a.slot() as u64) << KEY_BITS) | a.key()),
-            );
-            task.sort_unstable_by_key(|&k| (relaxed(k), k));
-            task.dedup();
-            splits.push(keys.len() + task.iter().take_while(|&&k| !relaxed(k)).count());
-            keys.extend_from_slice(&task);
+            let accesses = log.task(t);
+            at.and(SlotMask::of_task(key.1, t, accesses));
+            // A task's accesses come sorted and distinct: the elements of written tables
+            // first, then those of relaxed ones, each part in that order, with no sort.
+            let modes = &modes;
+            let of = |mode: SlotMode| {
+                (accesses.iter())
+                    .filter(move |a| modes[a.slot()] == mode)
+                    .map(packed)
+            };
+            keys.extend(of(SlotMode::Checked));
+            splits.push(keys.len());
+            keys.extend(of(SlotMode::Relaxed));
             offsets.push(keys.len());
         }
         let mut masks: Vec<Vec<u64>> = modes
