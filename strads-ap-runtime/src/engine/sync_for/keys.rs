@@ -109,11 +109,13 @@ impl Tracked {
     }
 }
 
-/// The elements one lock of [`KeyLocks`] covers: one, as before session 31. A merge keeps
-/// a lock while the keys that follow share it. Stripes of 64 (one lock a merge for
-/// `pegasos`'s 21 weights) cut its merging share from 27% to 18% but were benched only
-/// together with a view change that slowed `sync_for!` bodies (since reverted), so their
-/// own effect on speed is not known; measure them alone before raising this.
+/// The elements one lock of [`KeyLocks`] covers: one. A merge keeps a lock while the
+/// keys that follow share it. Stripes of 64 (one lock for all of `pegasos`'s 21 weights)
+/// cut its merging share from 27% to 18%, yet measured alone they slowed it at 2 threads
+/// (`bench --app zoo --program pegasos --threads 2 --reps 2`, six alternated runs: 0.91x
+/// serial against 1.17x with one element a lock; `kmeans` 1.50x against 1.47x): with the
+/// whole table under one lock, the workers' merges wait for each other instead of
+/// running side by side.
 const STRIPE: usize = 1;
 
 /// The locks of a table that Hybrid workers merge into, one per [`STRIPE`] of elements.
