@@ -17,8 +17,8 @@
 //! diverged in one run of three.
 //!
 //! The workers stay on the call from its first round to its last, meeting at two
-//! spinning barriers per round and pulling the round's groups (twice as many as workers)
-//! as they come free; the first worker chooses the next round from priorities one round
+//! spinning barriers per round and pulling the round's groups (twice as many as workers,
+//! or more of about `TASKS_PER_GROUP` tasks each) as they come free; the first worker chooses the next round from priorities one round
 //! old while the others start on this one. One worker in a world of one runs the rounds
 //! in order on the tables directly, each chosen from the priorities of all before it.
 //! Across ranks, `ranks` runs one group per rank and exchanges each round's changes.
@@ -48,6 +48,10 @@ use crate::util::panic_message;
 
 mod ranks;
 
+/// The tasks a group of a round on several workers holds, about, when the round is large
+/// enough for more groups than twice the workers (see [`run`]).
+const TASKS_PER_GROUP: usize = 768;
+
 /// Runs the call in rounds chosen by `dynamic`'s scheduler.
 pub(super) fn run<Task: Sync, I: LoopIndex>(
     l: &Loop<'_, '_, Task, I>,
@@ -70,13 +74,17 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let t0 = Instant::now();
     let threads = l.call.threads;
     // Several workers pull groups as they come free: more groups than workers keep them
-    // busy while the first one chooses the next round. (Groups of about 1,024 indices,
-    // 13 per round of 12,500 rather than 4, needed 2.1-2.9M updates to Lasso's gap target
-    // on the 10,000 x 100,000 set rather than 1.8-1.9M: the order within a worker
-    // matters more than the wait for the last group.)
+    // busy while the first one chooses the next round. A group's worker sees the other
+    // workers' changes to relaxed tables only when it ends one of its groups, so groups
+    // are also kept near `TASKS_PER_GROUP` tasks: on Lasso's 10,000 x 100,000 set, rounds
+    // of 12,500 in 4 groups needed 1.8-3.8M updates to the gap target (0.9-2.5 s on two
+    // threads, 13 runs), in 16 groups 1.8-1.9M in 12 runs of 12 (0.8-1.2 s). On the
+    // 2,000 x 20,000 set, whose rounds of 2,500 keep 4 groups, 16 cost more than they
+    // saved (0.15 s against 0.12 s).
+    let round = config.round.unwrap_or(default_round(threads, l.n));
     let groups = match threads {
         1 => 1,
-        t => (2 * t).min(64),
+        t => (round / TASKS_PER_GROUP).max(2 * t).min(64),
     };
     let mut step = Step::new(l, bases, &config, priority, threads, groups);
     let sched = state.sched.as_ref().expect("made");
