@@ -372,6 +372,14 @@ pub(crate) fn default_round(workers: usize, n: usize) -> usize {
     (DEFAULT_ROUND_PER_WORKER * workers).max(n / ROUND_SHARE)
 }
 
+impl Config {
+    /// A round's indices at most, for `workers` workers over a range of `n`: the user's
+    /// [`Dynamic::round`], or [`default_round`].
+    pub fn round_for(&self, workers: usize, n: usize) -> usize {
+        self.round.unwrap_or(default_round(workers, n))
+    }
+}
+
 /// A [`Dynamic`] loop's state between calls.
 #[derive(Default)]
 pub(crate) struct State {
@@ -466,19 +474,18 @@ impl Scheduler {
         let mut splits = Vec::with_capacity(n);
         let mut keys = Vec::new();
         offsets.push(0);
-        let packed = |a: &crate::recon::Access| ((a.slot() as u64) << KEY_BITS) | a.key();
         // The slots every task touches at its own index (`key.1` is the range's start).
         let mut at = SlotMask::ALL;
+        let slot_modes = &modes[..];
         for t in 0..n {
             let accesses = log.task(t);
             at.and(SlotMask::of_task(key.1, t, accesses));
             // A task's accesses come sorted and distinct: the elements of written tables
             // first, then those of relaxed ones, each part in that order, with no sort.
-            let modes = &modes;
             let of = |mode: SlotMode| {
                 (accesses.iter())
-                    .filter(move |a| modes[a.slot()] == mode)
-                    .map(packed)
+                    .filter(move |a| slot_modes[a.slot()] == mode)
+                    .map(|a| ((a.slot() as u64) << KEY_BITS) | a.key())
             };
             keys.extend(of(SlotMode::Checked));
             splits.push(keys.len());
@@ -1179,7 +1186,7 @@ mod tests {
     }
 
     #[test]
-    fn the_tables_every_task_touches_at_its_own_index_are_found_for_prefetching() {
+    fn tasks_keys_split_into_written_and_relaxed_and_at_index_tables_are_found() {
         use crate::recon::Access;
         // Lasso's shape from index 10 on: x (0) and beta (2) at j, the relaxed residual (3)
         // at rows; norm (1) at j for all but one task, and a written table (4) at a key
@@ -1209,6 +1216,15 @@ mod tests {
         let s = Scheduler::new((0, 10, 6, Vec::new()), &log, modes, &lens, &config);
         // Not norm (one task skips it), not the relaxed residual, not table 4.
         assert_eq!(s.at_index, vec![0, 2]);
+        // Each task's written keys (slots 2 and 4, around the relaxed slot 3 in the log's
+        // order) and then its relaxed ones; read-only tables in neither.
+        for t in 0..6u32 {
+            let j = 10 + t as usize;
+            let checked: Vec<_> = s.checked_keys(t).collect();
+            assert_eq!(checked, [(2, j), (4, 100 + j)], "task {t}");
+            let relaxed: Vec<_> = s.relaxed_keys(t).collect();
+            assert_eq!(relaxed, [(3, t as usize % 3)], "task {t}");
+        }
     }
 
     #[test]

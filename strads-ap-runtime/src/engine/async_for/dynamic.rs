@@ -18,9 +18,10 @@
 //!
 //! The workers stay on the call from its first round to its last, meeting at two
 //! spinning barriers per round and pulling the round's groups (twice as many as workers,
-//! or more of about `TASKS_PER_GROUP` tasks each) as they come free; the first worker chooses the next round from priorities one round
-//! old while the others start on this one. One worker in a world of one runs the rounds
-//! in order on the tables directly, each chosen from the priorities of all before it.
+//! or more of about `TASKS_PER_GROUP` tasks each) as they come free; the first worker
+//! chooses the next round from priorities one round old while the others start on this
+//! one. One worker in a world of one runs the rounds in order on the tables directly,
+//! each chosen from the priorities of all before it.
 //! Across ranks, `ranks` runs one group per rank and exchanges each round's changes.
 //!
 //! [`Opts::dynamic`]: crate::Opts::dynamic
@@ -34,9 +35,7 @@ use super::execute::{bind_worker, prefetched, push_replicas};
 use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::dds::table::Replica;
-use crate::engine::dynamic::{
-    default_round, Config, Dynamic, PriorityKind, SchedKey, Scheduler, State, TaskKeys,
-};
+use crate::engine::dynamic::{Config, Dynamic, PriorityKind, SchedKey, Scheduler, State, TaskKeys};
 use crate::engine::pipeline::Ran;
 use crate::engine::reduce::SERIAL_UNIT;
 use crate::engine::registry::Registry;
@@ -51,6 +50,16 @@ mod ranks;
 /// The tasks a group of a round on several workers holds, about, when the round is large
 /// enough for more groups than twice the workers (see [`run`]).
 const TASKS_PER_GROUP: usize = 768;
+
+/// The groups a round of `round` tasks is cut into for `threads` workers of one rank:
+/// one for one worker; otherwise at least twice the workers, more when the round holds
+/// more than [`TASKS_PER_GROUP`] tasks a group, and at most 64 (the stamps' group bits).
+fn groups_per_round(threads: usize, round: usize) -> usize {
+    match threads {
+        1 => 1,
+        t => (round / TASKS_PER_GROUP).max(2 * t).min(64),
+    }
+}
 
 /// Runs the call in rounds chosen by `dynamic`'s scheduler.
 pub(super) fn run<Task: Sync, I: LoopIndex>(
@@ -81,11 +90,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     // threads, 13 runs), in 16 groups 1.8-1.9M in 12 runs of 12 (0.8-1.2 s). On the
     // 2,000 x 20,000 set, whose rounds of 2,500 keep 4 groups, 16 cost more than they
     // saved (0.15 s against 0.12 s).
-    let round = config.round.unwrap_or(default_round(threads, l.n));
-    let groups = match threads {
-        1 => 1,
-        t => (round / TASKS_PER_GROUP).max(2 * t).min(64),
-    };
+    let groups = groups_per_round(threads, config.round_for(threads, l.n));
     let mut step = Step::new(l, bases, &config, priority, threads, groups);
     let sched = state.sched.as_ref().expect("made");
     let rounds = Rounds::new(l, bases, sched.modes.clone(), &sched.at_index);
@@ -222,7 +227,7 @@ impl<'s> Step<'s> {
             bases,
             config,
             priority,
-            max: config.round.unwrap_or(default_round(workers, l.n)),
+            max: config.round_for(workers, l.n),
             budget: config.updates.unwrap_or(l.n),
             chosen: 0,
             site: l.call.site,
@@ -781,4 +786,21 @@ fn refresh(registry: &Registry, bases: &[Base], replicas: &mut [(usize, Replica)
 
 fn nanos(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{groups_per_round, TASKS_PER_GROUP};
+
+    #[test]
+    fn large_rounds_are_cut_into_groups_of_about_tasks_per_group() {
+        assert_eq!(groups_per_round(1, 12_500), 1);
+        // Lasso's 10,000 x 100,000 set on two workers: 16 groups of about 781.
+        assert_eq!(groups_per_round(2, 12_500), 16);
+        // Its 2,000 x 20,000 set: rounds of 2,500 keep twice the workers.
+        assert_eq!(groups_per_round(2, 2_500), 4);
+        assert_eq!(groups_per_round(4, 2_048), 8);
+        assert_eq!(groups_per_round(2, 1_000 * TASKS_PER_GROUP), 64);
+        assert_eq!(groups_per_round(48, 100), 64);
+    }
 }
