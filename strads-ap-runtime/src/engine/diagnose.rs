@@ -320,6 +320,8 @@ struct SiteMemory {
     worker_secs: f64,
     ordinary: u64,
     steps: u64,
+    /// Workers of the last ordinary call.
+    workers: usize,
     /// The loop runs in rounds of a dynamic schedule (`Opts::dynamic`).
     dynamic: bool,
     /// The last plan's shape, if it was looked at.
@@ -368,6 +370,7 @@ pub(crate) fn after_call(
         m.busy += figures.busy.as_secs_f64();
         m.worker_secs += figures.running.as_secs_f64() * figures.workers.unwrap_or(1) as f64;
         m.steps += figures.steps as u64;
+        m.workers = figures.workers.unwrap_or(1);
         m.dynamic = figures.strategy == Some("dynamic");
     }
     m.tables = tables;
@@ -766,19 +769,8 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
             );
             (e.fix, e.tables, e.hot_keys)
         }
-        _ if m.dynamic => (
-            "give each round more work (`Dynamic::round(n)` with a larger n, or more work \
-             per index), or run the loop with `Opts::new().threads(1)`, where rounds need \
-             no dependency test"
-                .to_string(),
-            Vec::new(),
-            Vec::new(),
-        ),
         _ => (
-            "give each call more work (more tasks per call, or more work per task, e.g. \
-             several passes in one call), or run a loop this short with \
-             `Opts::new().threads(1)`"
-                .to_string(),
+            fixed_costs_fix(m.dynamic, busy, m.workers),
             Vec::new(),
             Vec::new(),
         ),
@@ -789,6 +781,38 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
         tables,
         hot_keys,
         fix,
+    }
+}
+
+/// What to change when fixed costs weigh on a loop that is not a components plan.
+///
+/// One worker would take about the body time alone (`busy` of the `workers`' time), so the
+/// workers pay while `busy × workers` is above 1: only then is `threads(1)` left out of the
+/// advice, and the message says what the workers still gain.
+fn fixed_costs_fix(dynamic: bool, busy: f64, workers: usize) -> String {
+    let gain = busy * workers as f64;
+    let more = match dynamic {
+        true => "give each round more work (`Dynamic::round(n)` with a larger n, or more work per index)",
+        false => {
+            "give each call more work (more tasks per call, or more work per task, e.g. \
+             several passes in one call)"
+        }
+    };
+    if gain >= 1.0 {
+        return format!(
+            "{more}; the {workers} workers still run about {gain:.1}x as fast as one would, \
+             so keep them"
+        );
+    }
+    match dynamic {
+        true => format!(
+            "{more}, or run the loop with `Opts::new().threads(1)`, where rounds need no \
+             dependency test (the {workers} workers run at about {gain:.1}x one worker's pace)"
+        ),
+        false => format!(
+            "{more}, or run a loop this short with `Opts::new().threads(1)` (the {workers} \
+             workers run at about {gain:.1}x one worker's pace)"
+        ),
     }
 }
 
@@ -845,5 +869,29 @@ mod tests {
         );
         assert!(!e.why.trim_end().ends_with("of"), "{}", e.why);
         assert!(e.fix.contains("threads(1)"), "{}", e.fix);
+    }
+
+    /// `threads(1)` is advised only where one worker would be faster: Lasso's rounds at
+    /// 76% busy on 2 workers run about 1.5x one worker's pace and must not be told to drop
+    /// to one.
+    #[test]
+    fn one_thread_is_advised_only_where_the_workers_do_not_pay() {
+        let keep = fixed_costs_fix(true, 0.76, 2);
+        assert!(!keep.contains("threads(1)"), "{keep}");
+        assert!(
+            keep.contains("Dynamic::round(n)") && keep.contains("1.5x"),
+            "{keep}"
+        );
+        let drop = fixed_costs_fix(true, 0.3, 2);
+        assert!(
+            drop.contains("threads(1)") && drop.contains("0.6x"),
+            "{drop}"
+        );
+        let short = fixed_costs_fix(false, 0.2, 4);
+        assert!(
+            short.contains("threads(1)") && short.contains("more work"),
+            "{short}"
+        );
+        assert!(!fixed_costs_fix(false, 0.5, 4).contains("threads(1)"));
     }
 }

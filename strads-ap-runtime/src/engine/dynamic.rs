@@ -516,6 +516,7 @@ impl Scheduler {
                 masks[slot][key] = 0;
             }
         }
+        let own = own_index_slots(key.1, &offsets, &splits, &keys);
         let at_index = (at.to_vec(modes.len(), n).into_iter().enumerate())
             .filter(|&(s, at)| at && modes[s] != SlotMode::Relaxed && lens[s] > 0)
             .map(|(s, _)| s)
@@ -530,6 +531,7 @@ impl Scheduler {
                 offsets,
                 splits,
                 keys,
+                own,
             }),
             masks,
             marked: Vec::new(),
@@ -867,6 +869,31 @@ pub(crate) struct TaskKeys {
     offsets: Vec<usize>,
     splits: Vec<usize>,
     keys: Vec<u64>,
+    /// When every task's written-table elements are exactly its own index (the range's
+    /// start plus the task) in the same slots (Lasso's `beta[j]`): the start and those
+    /// slots, so that workers stamp a task's keys without looking them up.
+    own: Option<(usize, Vec<usize>)>,
+}
+
+/// The slots of [`TaskKeys::own`]: `Some` when every task `t` of the log writes exactly
+/// element `start + t` of each of the same slots (and at least one slot).
+fn own_index_slots(
+    start: usize,
+    offsets: &[usize],
+    splits: &[usize],
+    keys: &[u64],
+) -> Option<(usize, Vec<usize>)> {
+    let first = keys.get(..*splits.first()?)?;
+    let slots: Vec<usize> = first.iter().map(|&k| split(k).0).collect();
+    if slots.is_empty() {
+        return None;
+    }
+    let all = (0..splits.len()).all(|t| {
+        let hard = &keys[offsets[t]..splits[t]];
+        hard.len() == slots.len()
+            && (hard.iter().zip(&slots)).all(|(&k, &s)| split(k) == (s, start + t))
+    });
+    all.then_some((start, slots))
 }
 
 impl TaskKeys {
@@ -883,6 +910,12 @@ impl TaskKeys {
     /// The keys of written (non-relaxed) tables task `t` touches: `(slot, key)`.
     pub fn checked_keys(&self, t: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.hard(t).iter().map(|&k| split(k))
+    }
+
+    /// When every task writes exactly its own index of the same tables: the range's start
+    /// and those slots (task `t`'s keys are `(slot, start + t)`, found without a lookup).
+    pub fn own_index(&self) -> Option<(usize, &[usize])> {
+        self.own.as_ref().map(|(start, slots)| (*start, &slots[..]))
     }
 }
 
@@ -1225,6 +1258,36 @@ mod tests {
             let relaxed: Vec<_> = s.relaxed_keys(t).collect();
             assert_eq!(relaxed, [(3, t as usize % 3)], "task {t}");
         }
+        // Table 4 is written away from the index: keys are looked up per task.
+        assert!(s.tasks.own_index().is_none());
+    }
+
+    #[test]
+    fn tasks_writing_only_their_own_index_are_stamped_without_a_lookup() {
+        use crate::recon::Access;
+        let log_of = |skip: Option<u64>| {
+            AccessLog::from_tasks((0..5u64).map(move |t| {
+                let j = 7 + t;
+                let mut a = vec![Access::new(0, j, false), Access::new(2, t % 2, true)];
+                if skip != Some(t) {
+                    a.push(Access::new(1, j, true));
+                }
+                a
+            }))
+        };
+        let modes = vec![SlotMode::ReadOnly, SlotMode::Checked, SlotMode::Relaxed];
+        let lens = [12, 12, 2];
+        let config = Dynamic::new(Priority::cyclic()).config;
+        let key = || (0, 7, 5, Vec::new());
+        let s = Scheduler::new(key(), &log_of(None), modes.clone(), &lens, &config);
+        assert_eq!(s.tasks.own_index(), Some((7, &[1usize][..])));
+        for t in 0..5u32 {
+            let checked: Vec<_> = s.checked_keys(t).collect();
+            assert_eq!(checked, [(1, 7 + t as usize)]);
+        }
+        // One task that writes nothing of table 1: its keys must be looked up.
+        let s = Scheduler::new(key(), &log_of(Some(3)), modes, &lens, &config);
+        assert!(s.tasks.own_index().is_none());
     }
 
     #[test]

@@ -656,6 +656,17 @@ fn stamp(number: usize, g: usize) -> u32 {
 /// one group), and a key no group of the round holds keeps an older round's stamp or
 /// none, so views still refuse it.
 fn stamp_keys(tags: &[Vec<AtomicU32>], keys: &TaskKeys, tasks: &[u32], stamp: u32) {
+    if let Some((start, slots)) = keys.own_index() {
+        // Each task's keys are its own index: no lookup through the key lists (whose
+        // cache misses cost Lasso about a tenth of its body time).
+        for &slot in slots {
+            let tags = &tags[slot];
+            for &t in tasks {
+                tags[start + t as usize].store(stamp, Ordering::Relaxed);
+            }
+        }
+        return;
+    }
     for &t in tasks {
         for (slot, key) in keys.checked_keys(t) {
             tags[slot][key].store(stamp, Ordering::Relaxed);
