@@ -352,6 +352,50 @@ fn short_rounds_of_a_dynamic_loop_name_the_round_size() {
 }
 
 #[test]
+fn a_dependency_test_that_sets_most_candidates_aside_is_named() {
+    // Every index adds to one of 4 elements of a relaxed sum: `overlap(0.0)` finds each
+    // candidate dependent on the group holding its element, so each round fills one
+    // group and sets the rest of its candidates aside.
+    let n = 2000;
+    let own = DVector::from_fn(n, |_| 0u64).unwrap();
+    let total = DVector::from_vec(vec![0.0f64; 4])
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let schedule = Dynamic::new(Priority::cyclic())
+        .round(64)
+        .depends(Depends::overlap(0.0));
+    let line = line!() + 2;
+    for _ in 0..6 {
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += 1;
+                total[k % 4] += 1.0;
+            },
+            Opts::new()
+                .threads(2)
+                .fallback(Fallback::Never)
+                .dynamic(schedule.clone())
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::FixedCosts).expect("fixed costs diagnosed");
+    assert!(
+        d.message.contains("`Depends::overlap`") && d.message.contains("set aside"),
+        "{}",
+        d.message
+    );
+    assert!(d.fix.contains("Depends::graph"), "{}", d.fix);
+    let s = schedule.stats();
+    assert!(s.deferred >= s.updates, "{s:?}");
+    assert_eq!(
+        total.to_vec().unwrap().iter().sum::<f64>(),
+        s.updates as f64
+    );
+}
+
+#[test]
 fn a_table_made_anew_for_every_call_is_named() {
     let n = 1000;
     let acc = DVector::from_fn(n, |_| 0u64).unwrap();

@@ -322,6 +322,11 @@ struct SiteMemory {
     steps: u64,
     /// Workers of the last ordinary call.
     workers: usize,
+    /// A dynamic loop's indices run and candidates set aside over ordinary calls, and the
+    /// name of its dependency test.
+    chosen: u64,
+    deferred: u64,
+    depends: Option<&'static str>,
     /// The loop runs in rounds of a dynamic schedule (`Opts::dynamic`).
     dynamic: bool,
     /// The last plan's shape, if it was looked at.
@@ -371,6 +376,9 @@ pub(crate) fn after_call(
         m.worker_secs += figures.running.as_secs_f64() * figures.workers.unwrap_or(1) as f64;
         m.steps += figures.steps as u64;
         m.workers = figures.workers.unwrap_or(1);
+        m.chosen += figures.chosen;
+        m.deferred += figures.deferred;
+        m.depends = figures.depends;
         m.dynamic = figures.strategy == Some("dynamic");
     }
     m.tables = tables;
@@ -768,6 +776,27 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
                 shape.strategy, shape.batches, e.why
             );
             (e.fix, e.tables, e.hot_keys)
+        }
+        // Rounds kept small because the dependency test sets most candidates aside.
+        _ if m.dynamic && m.deferred >= m.chosen.max(1) => {
+            let depends = m.depends.unwrap_or("the dependency test");
+            let _ = write!(
+                what,
+                "; its dependency test ({depends}) set aside {:.1} candidates for each \
+                 index it ran, so rounds stay small",
+                m.deferred as f64 / m.chosen.max(1) as f64
+            );
+            let fix = format!(
+                "the test finds most candidates dependent on a round's other groups (an \
+                 overlap test on a relaxed table that each round touches nearly whole, \
+                 such as a residual of a few thousand rows, finds every pair \
+                 overlapping): use a test that lists only the pairs that truly depend \
+                 (`Depends::graph`, `Depends::by`), a higher threshold, or \
+                 `Depends::none()` (parallel updates of dependent indices, the STRADS \
+                 approximation); {}",
+                fixed_costs_fix(true, busy, m.workers)
+            );
+            (fix, Vec::new(), Vec::new())
         }
         _ => (
             fixed_costs_fix(m.dynamic, busy, m.workers),

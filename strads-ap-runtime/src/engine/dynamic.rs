@@ -173,6 +173,18 @@ pub(crate) enum DependsKind {
     Graph(Arc<Vec<Vec<u32>>>),
 }
 
+impl DependsKind {
+    /// How a diagnosis names the test.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            DependsKind::None => "`Depends::none()`",
+            DependsKind::Overlap(_) => "`Depends::overlap`",
+            DependsKind::By(_) => "`Depends::by`",
+            DependsKind::Graph(_) => "`Depends::graph`",
+        }
+    }
+}
+
 impl Depends {
     /// No test: indices that share only elements of relaxed tables may run at once (as in
     /// Shotgun).
@@ -784,15 +796,16 @@ impl Scheduler {
         if !mark {
             return;
         }
-        // No other task looks up unshared keys.
-        let from = match self.shared[t as usize] {
-            true => from,
-            false => tasks.splits[t as usize],
-        };
-        // Elements of relaxed tables matter to the overlap test only.
-        let to = match depends.kind {
-            DependsKind::Overlap(_) => to,
-            _ => tasks.splits[t as usize],
+        // No other task looks up unshared keys, and elements of relaxed tables matter to
+        // the overlap test only: a task with neither marks nothing (and its `splits`
+        // entry, a cache miss, is not read).
+        let shared = self.shared[t as usize];
+        let overlap = matches!(depends.kind, DependsKind::Overlap(_));
+        let (from, to) = match (shared, overlap) {
+            (false, false) => (0, 0),
+            (true, true) => (from, to),
+            (true, false) => (from, tasks.splits[t as usize]),
+            (false, true) => (tasks.splits[t as usize], to),
         };
         for i in from..to {
             let k = tasks.keys[i];

@@ -217,6 +217,11 @@ pub(crate) struct Figures {
     pub written: Vec<bool>,
     /// The call ran on one worker because that was faster (see [`crate::Fallback`]).
     pub one_worker: Option<OneWorker>,
+    /// A dynamic loop's call: indices run, candidates its dependency test set aside, and
+    /// the test's name.
+    pub chosen: u64,
+    pub deferred: u64,
+    pub depends: Option<&'static str>,
 }
 
 impl Figures {

@@ -121,6 +121,9 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         f.groups = Some(ran_rounds);
         f.workers = Some(threads);
         f.steps += ran_rounds;
+        f.chosen += step.chosen as u64;
+        f.deferred += step.deferred;
+        f.depends = Some(config.depends.kind.name());
     });
     // Accesses changed since reconnaissance, or a user function panicked inside the
     // scheduler (which may be half-updated): the next call starts a new one.
@@ -195,6 +198,8 @@ struct Step<'s> {
     budget: usize,
     /// Indices in the rounds chosen so far.
     chosen: usize,
+    /// Candidates the dependency test set aside this call.
+    deferred: u64,
     /// The site, for errors.
     site: &'s CallSite,
     /// Whether a user function panicked inside the scheduler.
@@ -230,6 +235,7 @@ impl<'s> Step<'s> {
             max: config.round_for(workers, l.n),
             budget: config.updates.unwrap_or(l.n),
             chosen: 0,
+            deferred: 0,
             site: l.call.site,
             broken: false,
             next_before: Vec::new(),
@@ -248,7 +254,9 @@ impl<'s> Step<'s> {
         }
         let want = self.max.min(self.budget - self.chosen);
         let sched = state.sched.as_mut().expect("made");
-        state.stats.deferred += sched.choose(want, self.groups, self.config);
+        let deferred = sched.choose(want, self.groups, self.config);
+        state.stats.deferred += deferred;
+        self.deferred += deferred;
         self.chosen += sched.round.len();
         !sched.round.is_empty()
     }
