@@ -528,7 +528,7 @@ impl Scheduler {
                 masks[slot][key] = 0;
             }
         }
-        let own = own_index_slots(key.1, &offsets, &splits, &keys);
+        let tasks = TaskKeys::new(offsets, splits, keys, key.1);
         let at_index = (at.to_vec(modes.len(), n).into_iter().enumerate())
             .filter(|&(s, at)| at && modes[s] != SlotMode::Relaxed && lens[s] > 0)
             .map(|(s, _)| s)
@@ -539,12 +539,7 @@ impl Scheduler {
             at_index,
             n,
             shared,
-            tasks: Arc::new(TaskKeys {
-                offsets,
-                splits,
-                keys,
-                own,
-            }),
+            tasks: Arc::new(tasks),
             masks,
             marked: Vec::new(),
             nbr_round: vec![u64::MAX; n],
@@ -888,28 +883,36 @@ pub(crate) struct TaskKeys {
     own: Option<(usize, Vec<usize>)>,
 }
 
-/// The slots of [`TaskKeys::own`]: `Some` when every task `t` of the log writes exactly
-/// element `start + t` of each of the same slots (and at least one slot).
-fn own_index_slots(
-    start: usize,
-    offsets: &[usize],
-    splits: &[usize],
-    keys: &[u64],
-) -> Option<(usize, Vec<usize>)> {
-    let first = keys.get(..*splits.first()?)?;
-    let slots: Vec<usize> = first.iter().map(|&k| split(k).0).collect();
-    if slots.is_empty() {
-        return None;
-    }
-    let all = (0..splits.len()).all(|t| {
-        let hard = &keys[offsets[t]..splits[t]];
-        hard.len() == slots.len()
-            && (hard.iter().zip(&slots)).all(|(&k, &s)| split(k) == (s, start + t))
-    });
-    all.then_some((start, slots))
-}
-
 impl TaskKeys {
+    /// The keys of tasks whose range starts at `start`, finding [`TaskKeys::own`].
+    fn new(offsets: Vec<usize>, splits: Vec<usize>, keys: Vec<u64>, start: usize) -> Self {
+        let mut k = TaskKeys {
+            offsets,
+            splits,
+            keys,
+            own: None,
+        };
+        k.own = k.own_slots(start).map(|slots| (start, slots));
+        k
+    }
+
+    /// The slots every task `t` writes at exactly element `start + t` and nowhere else
+    /// (at least one slot), if there are such.
+    fn own_slots(&self, start: usize) -> Option<Vec<usize>> {
+        let n = self.splits.len() as u32;
+        let slots: Vec<usize> = (n > 0)
+            .then(|| self.hard(0))?
+            .iter()
+            .map(|&k| split(k).0)
+            .collect();
+        let own = |t: u32| {
+            let hard = self.hard(t);
+            hard.len() == slots.len()
+                && (hard.iter().zip(&slots)).all(|(&k, &s)| split(k) == (s, start + t as usize))
+        };
+        (!slots.is_empty() && (0..n).all(own)).then_some(slots)
+    }
+
     /// Task `t`'s elements of written tables.
     fn hard(&self, t: u32) -> &[u64] {
         &self.keys[self.offsets[t as usize]..self.splits[t as usize]]

@@ -809,7 +809,64 @@ fn nanos(since: Instant) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{groups_per_round, TASKS_PER_GROUP};
+    use super::{groups_per_round, stamp_keys, TASKS_PER_GROUP};
+    use crate::access::UNTOUCHED;
+    use crate::engine::dynamic::{Dynamic, Priority, Scheduler};
+    use crate::plan::SlotMode;
+    use crate::recon::{Access, AccessLog};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Stamps a group of a log's tasks; returns the tags, and whether the keys were found
+    /// by index rather than looked up.
+    fn stamped(tasks: &[Vec<Access>], group: &[u32]) -> (Vec<Vec<u32>>, bool) {
+        let log = AccessLog::from_tasks(tasks.iter().cloned());
+        let modes = vec![SlotMode::ReadOnly, SlotMode::Checked, SlotMode::Checked];
+        let lens = [20, 20, 20];
+        let config = Dynamic::new(Priority::cyclic()).config;
+        let s = Scheduler::new((0, 3, tasks.len(), Vec::new()), &log, modes, &lens, &config);
+        let tags: Vec<Vec<AtomicU32>> = (0..3)
+            .map(|_| (0..20).map(|_| AtomicU32::new(UNTOUCHED)).collect())
+            .collect();
+        stamp_keys(&tags, &s.tasks, group, 9);
+        let tags = tags
+            .iter()
+            .map(|t| t.iter().map(|a| a.load(Ordering::Relaxed)).collect())
+            .collect();
+        (tags, s.tasks.own_index().is_some())
+    }
+
+    #[test]
+    fn stamping_by_own_index_tags_what_the_lookup_would() {
+        // Tasks 0..6 of a range from 3: each writes tables 1 and 2 at its own index, and
+        // then (second log) task 4 also writes table 2 at 19, which needs the lookup.
+        let own = |t: u64| {
+            vec![
+                Access::new(0, 3 + t, false),
+                Access::new(1, 3 + t, true),
+                Access::new(2, 3 + t, true),
+            ]
+        };
+        let by_index: Vec<_> = (0..6).map(own).collect();
+        let mut looked_up = by_index.clone();
+        looked_up[4].push(Access::new(2, 19, true));
+        let group = [1u32, 4, 5];
+        let (fast, found) = stamped(&by_index, &group);
+        assert!(found);
+        let (slow, found) = stamped(&looked_up, &group);
+        assert!(!found);
+        for (slot, tags) in fast.iter().enumerate() {
+            for (key, &tag) in tags.iter().enumerate() {
+                let expect = match slot > 0 && [4, 7, 8].contains(&key) {
+                    true => 9,
+                    false => UNTOUCHED,
+                };
+                assert_eq!(tag, expect, "slot {slot} key {key}");
+                // The lookup tags the same keys, and task 4's extra one.
+                let extra = slot == 2 && key == 19;
+                assert_eq!(slow[slot][key], if extra { 9 } else { expect });
+            }
+        }
+    }
 
     #[test]
     fn large_rounds_are_cut_into_groups_of_about_tasks_per_group() {
