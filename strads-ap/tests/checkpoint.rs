@@ -333,6 +333,49 @@ fn recovery_without_checkpoints_starts_over() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A dynamic loop on one worker, `stop_after` calls of a cyclic sweep (each call a whole
+/// sweep, so the scheduler's own state is the same at every call's end): the coefficients
+/// and the running scale it writes.
+fn dynamic_job(
+    config: CheckpointConfig,
+    stop_after: usize,
+) -> strads_ap::Result<(Vec<f64>, Vec<f64>)> {
+    configure(Some(config));
+    let n = 50;
+    let beta = DVector::from_vec(vec![0.0f64; n])?;
+    let scale = DVector::from_vec(vec![1.0f64; 1])?;
+    let schedule = Dynamic::new(Priority::cyclic()).round(8);
+    for _ in 0..stop_after {
+        async_for!(
+            0..n,
+            |j| {
+                beta[j] += scale[0] / (j + 1) as f64;
+                scale[0] *= 0.99;
+            },
+            Opts::new().threads(1).dynamic(schedule.clone())
+        )?;
+    }
+    strads_ap::checkpoint::flush()?;
+    Ok((beta.to_vec()?, scale.to_vec()?))
+}
+
+#[test]
+fn a_dynamic_loop_on_one_worker_checkpoints_what_it_wrote() {
+    let run = |config: CheckpointConfig, stop_after: usize| {
+        let mut results = on_ranks(1, move || dynamic_job(config.clone(), stop_after));
+        results.remove(0).expect("the job succeeds")
+    };
+    let clean = run(CheckpointConfig::new(temp_dir("dyn-ref")), EPOCHS);
+    let _ = std::fs::remove_dir_all(temp_dir("dyn-ref"));
+    let dir = temp_dir("dyn");
+    run(CheckpointConfig::new(&dir).keep(100), 3);
+    // The first three calls are replayed from their checkpoints: had they not held the
+    // tables the loop wrote, the resumed job would start the fourth call from zeros.
+    let resumed = run(CheckpointConfig::new(&dir).recover(true), EPOCHS);
+    assert_eq!(resumed, clean);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A matrix factorisation whose ratings are read from `path` (an input DDS, checkpointed
 /// once at creation); stops after `stop_after` epochs, poisoning epochs before
 /// `poison_until` as `train` does. Returns the user factors and the input's report.

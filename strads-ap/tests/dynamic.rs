@@ -254,6 +254,42 @@ fn a_cyclic_schedule_on_one_worker_is_the_serial_program() {
     assert_eq!(t.beta.to_vec().unwrap(), beta);
 }
 
+/// Body runs of the test below, reconnaissance included.
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[test]
+fn one_worker_reconnoitres_a_few_indices_and_several_go_on_in_its_order() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let n = 1000;
+    let hits = DVector::from_vec(vec![0u32; n]).unwrap();
+    let schedule = Dynamic::new(Priority::cyclic()).round(16).updates(100);
+    let call = |threads: usize| {
+        async_for!(
+            0..n,
+            |j| {
+                RUNS.fetch_add(1, Relaxed);
+                hits[j] += 1;
+            },
+            Opts::new().threads(threads).dynamic(schedule.clone())
+        )
+    };
+    call(1).unwrap();
+    // The 100 updates and a sample of the range, not a pass over all 1000 indices.
+    let runs = RUNS.load(Relaxed);
+    assert!((100..=200).contains(&runs), "{runs} runs");
+    assert_eq!(schedule.stats().reconnaissance, 1);
+    // Several workers need every index's keys, and go on from the cursor one left.
+    call(2).unwrap();
+    assert_eq!(schedule.stats().reconnaissance, 2);
+    // The full scheduler serves one worker too.
+    call(1).unwrap();
+    assert_eq!(schedule.stats().reconnaissance, 2);
+    let hits = hits.to_vec().unwrap();
+    assert!(hits[..300].iter().all(|&h| h == 1), "{hits:?}");
+    assert!(hits[300..].iter().all(|&h| h == 0), "{hits:?}");
+    assert_eq!(schedule.stats().updates, 300);
+}
+
 #[test]
 fn a_written_table_shared_by_indices_stays_serializable_on_several_workers() {
     // Every index increments a counter shared with a third of the others: two workers

@@ -743,20 +743,26 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
 fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) -> Diagnosis {
     let per_call = m.worker_secs / m.ordinary.max(1) as f64;
     let steps = m.steps as f64 / m.ordinary.max(1) as f64;
-    let after_each = match m.dynamic {
-        true => {
-            "choosing rounds (on one worker, beside its share), merging relaxed tables \
-                 and synchronising after each of"
+    let after_each = match (m.dynamic, m.workers) {
+        // One worker has nothing to merge or wait for: the rest is the scheduler's.
+        (true, 1) => "choosing by priority and reading the priorities around each of",
+        (true, _) => {
+            "starting workers, choosing rounds (on one worker, beside its share), merging \
+             relaxed tables and synchronising after each of"
         }
-        false => "handing out work and synchronising after each of",
+        (false, _) => "starting workers, handing out work and synchronising after each of",
     };
     let unit = match m.dynamic {
         true => "rounds",
         false => "steps of groups",
     };
+    let who = match m.workers {
+        1 => "its one worker spends",
+        _ => "its workers spend",
+    };
     let mut what = format!(
-        "its workers spend {:.0}% of each call in loop bodies; the rest ({:.2} of {:.2} \
-         worker-ms per call) goes to starting workers, {after_each} {:.0} {unit}",
+        "{who} {:.0}% of each call in loop bodies; the rest ({:.2} of {:.2} \
+         worker-ms per call) goes to {after_each} {:.0} {unit}",
         100.0 * busy,
         per_call * (1.0 - busy) * 1e3,
         per_call * 1e3,
@@ -827,6 +833,16 @@ fn fixed_costs_fix(dynamic: bool, busy: f64, workers: usize) -> String {
              several passes in one call)"
         }
     };
+    if workers == 1 {
+        // Nothing runs in parallel: the costs are choosing rounds, not sharing them.
+        return match dynamic {
+            true => format!(
+                "{more}; or, where the order of updates matters less than the cost of \
+                 choosing it, `Priority::cyclic()`, which chooses without drawing"
+            ),
+            false => more.to_string(),
+        };
+    }
     if gain >= 1.0 {
         return format!(
             "{more}; the {workers} workers still run about {gain:.1}x as fast as one would, \
@@ -922,5 +938,11 @@ mod tests {
             "{short}"
         );
         assert!(!fixed_costs_fix(false, 0.5, 4).contains("threads(1)"));
+        // One worker is never told to run on one thread.
+        let lone = fixed_costs_fix(true, 0.65, 1);
+        assert!(
+            !lone.contains("threads(1)") && lone.contains("Priority::cyclic()"),
+            "{lone}"
+        );
     }
 }

@@ -248,7 +248,9 @@ pub struct DynamicStats {
     pub updates: u64,
     /// Candidates a round left out because they depended on an index it had taken.
     pub deferred: u64,
-    /// Reconnaissance passes (one per call site and range, unless a call failed).
+    /// Reconnaissance passes (one per call site and range, unless a call failed; one
+    /// worker in a world of one reconnoitres only a few indices, and a later call on
+    /// several workers the whole range).
     pub reconnaissance: u64,
 }
 
@@ -410,6 +412,8 @@ pub(crate) struct Scheduler {
     /// `x[j]`, `norm[j]`, `beta[j]`): what workers prefetch a few tasks ahead, since a
     /// round's tasks lie all over the range.
     pub at_index: Vec<usize>,
+    /// Made for one worker without indexing the tasks' keys ([`Scheduler::lone`]).
+    pub lone: bool,
     n: usize,
     /// Per task, the elements of written and relaxed tables it touches (shared with the
     /// workers, which tag their groups' keys).
@@ -533,10 +537,61 @@ impl Scheduler {
             .filter(|&(s, at)| at && modes[s] != SlotMode::Relaxed && lens[s] > 0)
             .map(|(s, _)| s)
             .collect();
+        Self::of_parts(key, modes, at_index, shared, tasks, masks, config)
+    }
+
+    /// A scheduler for one worker in a world of one, which runs each round in order on
+    /// the tables: nothing is tested, tagged or merged, so no task's keys are indexed and
+    /// no reconnaissance of the whole range is needed. `at_index`: the tables to prefetch
+    /// at each task's index. Its modes say nothing of what the tasks write
+    /// ([`Scheduler::lone`] is true): a call on several workers makes a full scheduler.
+    pub fn lone(
+        key: SchedKey,
+        n: usize,
+        slots: usize,
+        at_index: Vec<usize>,
+        config: &Config,
+    ) -> Self {
+        let tasks = TaskKeys::new(vec![0; n + 1], vec![0; n], Vec::new(), key.1);
+        let modes = vec![SlotMode::ReadOnly; slots];
+        let masks = vec![Vec::new(); slots];
+        let mut s = Self::of_parts(key, modes, at_index, vec![false; n], tasks, masks, config);
+        s.lone = true;
+        s
+    }
+
+    /// Takes over `old`'s order: its priorities, cursor, set-aside tasks and random
+    /// stream (a full scheduler replacing a [`Scheduler::lone`] one for the same loop).
+    pub fn continue_from(&mut self, old: Scheduler) {
+        debug_assert_eq!(self.n, old.n);
+        self.seen = old.seen;
+        self.rounds = old.rounds;
+        self.prio = old.prio;
+        self.swept = old.swept;
+        self.eta = old.eta;
+        self.cursor = old.cursor;
+        self.deferred = old.deferred;
+        self.rng = old.rng;
+        self.queue = old.queue;
+        self.drew = old.drew;
+        self.draws = old.draws;
+    }
+
+    fn of_parts(
+        key: SchedKey,
+        modes: Vec<SlotMode>,
+        at_index: Vec<usize>,
+        shared: Vec<bool>,
+        tasks: TaskKeys,
+        masks: Vec<Vec<u64>>,
+        config: &Config,
+    ) -> Self {
+        let n = shared.len();
         Scheduler {
             key,
             modes,
             at_index,
+            lone: false,
             n,
             shared,
             tasks: Arc::new(tasks),

@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::execute::{bind_worker, prefetched, push_replicas};
+use super::reconnoitre::reconnoitre;
+use super::serial::serial_written;
 use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::dds::table::Replica;
@@ -41,7 +43,7 @@ use crate::engine::reduce::SERIAL_UNIT;
 use crate::engine::registry::Registry;
 use crate::engine::{body_error, Base, CallSite, FirstError, Merges};
 use crate::error::{Error, Result};
-use crate::plan::{self, SlotMode};
+use crate::plan::{self, SlotMask, SlotMode};
 use crate::sync::{Mutex, RwLock, SpinBarrier};
 use crate::util::panic_message;
 
@@ -77,11 +79,13 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     let mut state = dynamic.lock();
     let key = sched_key(l);
     let priority = priority_slot(l, bases, &config.priority.kind)?;
-    if state.sched.as_ref().is_none_or(|s| s.key != key) {
+    let threads = l.call.threads;
+    // A scheduler made for one worker indexed no task's keys: several need them.
+    let fits = |s: &Scheduler| s.key == key && (threads == 1 || !s.lone);
+    if !state.sched.as_ref().is_some_and(fits) {
         make_scheduler(l, bases, key, &config, &mut state)?;
     }
     let t0 = Instant::now();
-    let threads = l.call.threads;
     // Several workers pull groups as they come free: more groups than workers keep them
     // busy while the first one chooses the next round. A group's worker sees the other
     // workers' changes to relaxed tables only when it ends one of its groups, so groups
@@ -113,6 +117,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         _ => rounds.run_parallel(&mut step, &mut state),
     };
     let modes = rounds.modes.clone();
+    let lone = state.sched.as_ref().is_some_and(|s| s.lone);
     let outcome = rounds.finish();
     l.call.note(|f| {
         f.ran = true;
@@ -130,9 +135,19 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
     if step.broken || matches!(outcome, Err(Error::AccessOutsidePlan { .. })) {
         state.sched = None;
     }
+    // A lone scheduler's modes say nothing of writes: learn them as a serial call does.
+    let written = match (lone, l.call.checkpointing()) {
+        (false, _) => written_slots(&modes),
+        (true, true) if outcome.is_ok() => serial_written(l, bases)?,
+        (true, _) => Vec::new(),
+    };
     drop(locked);
-    Ok(Ran::new(outcome, written_slots(&modes)))
+    Ok(Ran::new(outcome, written))
 }
+
+/// Tasks reconnoitred for a scheduler that one worker uses ([`Scheduler::lone`]): enough
+/// to find the tables every task reads at its own index, which are prefetched.
+const LONE_SAMPLE: usize = 64;
 
 /// What identifies the scheduler a call can use: its site, range and tables.
 fn sched_key<Task, I>(l: &Loop<'_, '_, Task, I>) -> SchedKey {
@@ -153,11 +168,47 @@ fn make_scheduler<Task: Sync, I: LoopIndex>(
     config: &Config,
     state: &mut State,
 ) -> Result<()> {
-    let (log, took) = l.reconnoitre(bases)?;
-    let t0 = Instant::now();
-    let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
     let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-    state.sched = Some(Scheduler::new(key, &log, modes, &lens, config));
+    // One worker in a world of one tests, tags and merges nothing: a few tasks show what
+    // to prefetch. (Across ranks, each rank's one worker exchanges its share's keys.)
+    let lone = l.call.threads == 1 && !l.call.here.is_distributed();
+    let (sched, took, t0) = match lone {
+        true => {
+            let t0 = Instant::now();
+            let (site, task) = (l.call.site, l.call.task());
+            let sample = l.n.min(LONE_SAMPLE);
+            let log = reconnoitre(site, l.start, sample, task, l.record, bases, 1)?;
+            let took = t0.elapsed();
+            let t0 = Instant::now();
+            let mut at = SlotMask::ALL;
+            for t in 0..sample {
+                at.and(SlotMask::of_task(l.start, t, log.task(t)));
+            }
+            // The tasks not sampled may read elsewhere: prefetch only what every index has.
+            let entries = &l.call.registry.entries;
+            let at_index = (at.to_vec(bases.len(), sample).into_iter().enumerate())
+                .filter(|&(s, at)| at && lens[s] >= l.start + l.n && !entries[s].table.is_map())
+                .map(|(s, _)| s)
+                .collect();
+            (
+                Scheduler::lone(key, l.n, bases.len(), at_index, config),
+                took,
+                t0,
+            )
+        }
+        false => {
+            let (log, took) = l.reconnoitre(bases)?;
+            let t0 = Instant::now();
+            let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
+            let mut sched = Scheduler::new(key, &log, modes, &lens, config);
+            // Rounds so far ran on one worker: go on in their order.
+            if let Some(old) = state.sched.take().filter(|s| s.lone && s.key == sched.key) {
+                sched.continue_from(old);
+            }
+            (sched, took, t0)
+        }
+    };
+    state.sched = Some(sched);
     state.stats.reconnaissance += 1;
     // Indexing the tasks' keys is the dynamic loop's planning.
     let planning = t0.elapsed();

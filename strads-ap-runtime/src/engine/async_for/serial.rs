@@ -88,7 +88,7 @@ pub(super) fn run_serially<Task, I: LoopIndex>(
 
 /// Which tables a loop run serially (no plan) may write, for its checkpoint: found by
 /// reconnaissance once per call site and tables, then cached.
-fn serial_written<Task: Sync, I: LoopIndex>(
+pub(super) fn serial_written<Task: Sync, I: LoopIndex>(
     l: &Loop<'_, '_, Task, I>,
     bases: &[Base],
 ) -> Result<Vec<bool>> {
