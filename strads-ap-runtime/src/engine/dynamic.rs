@@ -485,17 +485,27 @@ impl Scheduler {
         lens: &[usize],
         config: &Config,
     ) -> Self {
+        let mut s = Self::lone(key, log.tasks(), modes.len(), Vec::new(), config);
+        s.index(log, modes, lens);
+        s
+    }
+
+    /// Indexes the tasks' keys from their reconnaissance `log` and the tables' modes,
+    /// keeping the order chosen so far (priorities, cursor, set-aside tasks, random
+    /// stream): what a [`Scheduler::lone`] one lacks to serve several workers.
+    pub fn index(&mut self, log: &AccessLog, modes: Vec<SlotMode>, lens: &[usize]) {
+        let start = self.key.1;
         let n = log.tasks();
         let mut offsets = Vec::with_capacity(n + 1);
         let mut splits = Vec::with_capacity(n);
         let mut keys = Vec::new();
         offsets.push(0);
-        // The slots every task touches at its own index (`key.1` is the range's start).
+        // The slots every task touches at its own index.
         let mut at = SlotMask::ALL;
         let slot_modes = &modes[..];
         for t in 0..n {
             let accesses = log.task(t);
-            at.and(SlotMask::of_task(key.1, t, accesses));
+            at.and(SlotMask::of_task(start, t, accesses));
             // A task's accesses come sorted and distinct: the elements of written tables
             // first, then those of relaxed ones, each part in that order, with no sort.
             let of = |mode: SlotMode| {
@@ -532,19 +542,23 @@ impl Scheduler {
                 masks[slot][key] = 0;
             }
         }
-        let tasks = TaskKeys::new(offsets, splits, keys, key.1);
-        let at_index = (at.to_vec(modes.len(), n).into_iter().enumerate())
+        debug_assert_eq!(n, self.n, "a log of the scheduler's tasks");
+        self.tasks = Arc::new(TaskKeys::new(offsets, splits, keys, start));
+        self.at_index = (at.to_vec(modes.len(), n).into_iter().enumerate())
             .filter(|&(s, at)| at && modes[s] != SlotMode::Relaxed && lens[s] > 0)
             .map(|(s, _)| s)
             .collect();
-        Self::of_parts(key, modes, at_index, shared, tasks, masks, config)
+        self.modes = modes;
+        self.shared = shared;
+        self.masks = masks;
+        self.lone = false;
     }
 
     /// A scheduler for one worker in a world of one, which runs each round in order on
     /// the tables: nothing is tested, tagged or merged, so no task's keys are indexed and
     /// no reconnaissance of the whole range is needed. `at_index`: the tables to prefetch
     /// at each task's index. Its modes say nothing of what the tasks write
-    /// ([`Scheduler::lone`] is true): a call on several workers makes a full scheduler.
+    /// ([`Scheduler::lone`] is true): several workers need it [indexed](Scheduler::index).
     pub fn lone(
         key: SchedKey,
         n: usize,
@@ -553,49 +567,15 @@ impl Scheduler {
         config: &Config,
     ) -> Self {
         let tasks = TaskKeys::new(vec![0; n + 1], vec![0; n], Vec::new(), key.1);
-        let modes = vec![SlotMode::ReadOnly; slots];
-        let masks = vec![Vec::new(); slots];
-        let mut s = Self::of_parts(key, modes, at_index, vec![false; n], tasks, masks, config);
-        s.lone = true;
-        s
-    }
-
-    /// Takes over `old`'s order: its priorities, cursor, set-aside tasks and random
-    /// stream (a full scheduler replacing a [`Scheduler::lone`] one for the same loop).
-    pub fn continue_from(&mut self, old: Scheduler) {
-        debug_assert_eq!(self.n, old.n);
-        self.seen = old.seen;
-        self.rounds = old.rounds;
-        self.prio = old.prio;
-        self.swept = old.swept;
-        self.eta = old.eta;
-        self.cursor = old.cursor;
-        self.deferred = old.deferred;
-        self.rng = old.rng;
-        self.queue = old.queue;
-        self.drew = old.drew;
-        self.draws = old.draws;
-    }
-
-    fn of_parts(
-        key: SchedKey,
-        modes: Vec<SlotMode>,
-        at_index: Vec<usize>,
-        shared: Vec<bool>,
-        tasks: TaskKeys,
-        masks: Vec<Vec<u64>>,
-        config: &Config,
-    ) -> Self {
-        let n = shared.len();
         Scheduler {
             key,
-            modes,
+            modes: vec![SlotMode::ReadOnly; slots],
             at_index,
-            lone: false,
+            lone: true,
             n,
-            shared,
+            shared: vec![false; n],
             tasks: Arc::new(tasks),
-            masks,
+            masks: vec![Vec::new(); slots],
             marked: Vec::new(),
             nbr_round: vec![u64::MAX; n],
             nbr_mask: vec![0; n],

@@ -200,11 +200,14 @@ fn make_scheduler<Task: Sync, I: LoopIndex>(
             let (log, took) = l.reconnoitre(bases)?;
             let t0 = Instant::now();
             let modes = plan::slot_modes(&log, &table_infos(&l.call.registry, bases));
-            let mut sched = Scheduler::new(key, &log, modes, &lens, config);
             // Rounds so far ran on one worker: go on in their order.
-            if let Some(old) = state.sched.take().filter(|s| s.lone && s.key == sched.key) {
-                sched.continue_from(old);
-            }
+            let sched = match state.sched.take().filter(|s| s.lone && s.key == key) {
+                Some(mut lone) => {
+                    lone.index(&log, modes, &lens);
+                    lone
+                }
+                None => Scheduler::new(key, &log, modes, &lens, config),
+            };
             (sched, took, t0)
         }
     };
