@@ -849,16 +849,11 @@ fn fixed_costs_fix(dynamic: bool, busy: f64, workers: usize) -> String {
              so keep them"
         );
     }
-    match dynamic {
-        true => format!(
-            "{more}, or run the loop with `Opts::new().threads(1)`, where rounds need no \
-             dependency test (the {workers} workers run at about {gain:.1}x one worker's pace)"
-        ),
-        false => format!(
-            "{more}, or run a loop this short with `Opts::new().threads(1)` (the {workers} \
-             workers run at about {gain:.1}x one worker's pace)"
-        ),
-    }
+    let one = match dynamic {
+        true => "run the loop with `Opts::new().threads(1)`, where rounds need no dependency test",
+        false => "run a loop this short with `Opts::new().threads(1)`",
+    };
+    format!("{more}, or {one} (the {workers} workers run at about {gain:.1}x one worker's pace)")
 }
 
 fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f64) -> Diagnosis {
