@@ -348,6 +348,39 @@ fn short_rounds_of_a_dynamic_loop_name_the_round_size() {
     let d = finding(&stats, Finding::FixedCosts).expect("fixed costs diagnosed");
     assert!(d.fix.contains("Dynamic::round(n)"), "{}", d.fix);
     assert!(d.message.contains("rounds"), "{}", d.message);
+    assert!(d.message.contains("does not scale"), "{}", d.message);
+    assert_eq!(own.to_vec().unwrap(), vec![6u64; n]);
+}
+
+/// The same loop on one worker: nothing was asked of it but the serial body's pace, so it
+/// is not said not to scale, only to cost more than its bodies, and it is not told to run
+/// on the one thread it already runs on.
+#[test]
+fn short_rounds_on_one_worker_are_not_said_not_to_scale() {
+    let n = 2000;
+    let own = DVector::from_fn(n, |_| 0u64).unwrap();
+    let schedule = Dynamic::new(Priority::cyclic()).round(8);
+    let line = line!() + 2;
+    for _ in 0..6 {
+        async_for!(
+            0..n,
+            |k| {
+                own[k] += 1;
+            },
+            Opts::new().threads(1).dynamic(schedule.clone())
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::FixedCosts).expect("fixed costs diagnosed");
+    assert!(
+        d.message.contains("costs more than its loop bodies")
+            && d.message.contains("its one worker spends")
+            && !d.message.contains("does not scale"),
+        "{}",
+        d.message
+    );
+    assert!(!d.fix.contains("threads(1)"), "{}", d.fix);
     assert_eq!(own.to_vec().unwrap(), vec![6u64; n]);
 }
 

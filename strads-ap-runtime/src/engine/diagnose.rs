@@ -488,7 +488,7 @@ fn one_worker(
         format!("{fix}; `Opts::new().fallback(Fallback::Never)` keeps every call on all workers");
     Diagnosis {
         finding: Finding::OneWorker,
-        message: message(site, Finding::OneWorker, &what, &fix),
+        message: message(site, Finding::OneWorker, workers, &what, &fix),
         tables,
         hot_keys,
         fix,
@@ -526,9 +526,16 @@ fn quoted(names: &[String]) -> String {
     }
 }
 
-fn message(site: &CallSite, finding: Finding, what: &str, fix: &str) -> String {
+/// The diagnosis's text. `workers` is how many ran the loop: a loop on one worker is not
+/// said not to scale (nothing was asked of it but its serial body's pace), only to cost
+/// more than its bodies.
+fn message(site: &CallSite, finding: Finding, workers: usize, what: &str, fix: &str) -> String {
+    let headline = match workers {
+        1 => "costs more than its loop bodies",
+        _ => "does not scale",
+    };
     format!(
-        "strads-ap: {site} does not scale ({}): {what}\n  what to change: {fix}",
+        "strads-ap: {site} {headline} ({}): {what}\n  what to change: {fix}",
         finding.name()
     )
 }
@@ -681,7 +688,7 @@ fn idle_workers(site: &CallSite, registry: &Registry, shape: &PlanShape) -> Diag
     );
     Diagnosis {
         finding: Finding::IdleWorkers,
-        message: message(site, Finding::IdleWorkers, &what, &fix),
+        message: message(site, Finding::IdleWorkers, shape.workers, &what, &fix),
         tables,
         hot_keys,
         fix,
@@ -733,7 +740,7 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
     };
     Diagnosis {
         finding: Finding::AlwaysFirstCall,
-        message: message(site, Finding::AlwaysFirstCall, &what, &fix),
+        message: message(site, Finding::AlwaysFirstCall, m.workers, &what, &fix),
         tables: renewed,
         hot_keys: Vec::new(),
         fix,
@@ -812,7 +819,7 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
     };
     Diagnosis {
         finding: Finding::FixedCosts,
-        message: message(site, Finding::FixedCosts, &what, &fix),
+        message: message(site, Finding::FixedCosts, m.workers, &what, &fix),
         tables,
         hot_keys,
         fix,
@@ -879,7 +886,13 @@ fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f
         .to_string();
     Diagnosis {
         finding: Finding::MergeBound,
-        message: message(site, Finding::MergeBound, &what, &fix),
+        message: message(
+            site,
+            Finding::MergeBound,
+            figures.workers.unwrap_or(2),
+            &what,
+            &fix,
+        ),
         tables,
         hot_keys: Vec::new(),
         fix,
