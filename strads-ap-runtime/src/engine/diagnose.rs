@@ -488,7 +488,7 @@ fn one_worker(
         format!("{fix}; `Opts::new().fallback(Fallback::Never)` keeps every call on all workers");
     Diagnosis {
         finding: Finding::OneWorker,
-        message: message(site, Finding::OneWorker, workers, &what, &fix),
+        message: message(site, Finding::OneWorker, false, &what, &fix),
         tables,
         hot_keys,
         fix,
@@ -526,13 +526,13 @@ fn quoted(names: &[String]) -> String {
     }
 }
 
-/// The diagnosis's text. `workers` is how many ran the loop: a loop on one worker is not
-/// said not to scale (nothing was asked of it but its serial body's pace), only to cost
-/// more than its bodies.
-fn message(site: &CallSite, finding: Finding, workers: usize, what: &str, fix: &str) -> String {
-    let headline = match workers {
-        1 => "costs more than its loop bodies",
-        _ => "does not scale",
+/// The diagnosis's text. A loop that ran on `one_worker` is not said not to scale
+/// (nothing was asked of it but its serial body's pace), only to cost more than its
+/// bodies.
+fn message(site: &CallSite, finding: Finding, one_worker: bool, what: &str, fix: &str) -> String {
+    let headline = match one_worker {
+        true => "costs more than its loop bodies",
+        false => "does not scale",
     };
     format!(
         "strads-ap: {site} {headline} ({}): {what}\n  what to change: {fix}",
@@ -688,7 +688,7 @@ fn idle_workers(site: &CallSite, registry: &Registry, shape: &PlanShape) -> Diag
     );
     Diagnosis {
         finding: Finding::IdleWorkers,
-        message: message(site, Finding::IdleWorkers, shape.workers, &what, &fix),
+        message: message(site, Finding::IdleWorkers, false, &what, &fix),
         tables,
         hot_keys,
         fix,
@@ -740,7 +740,7 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
     };
     Diagnosis {
         finding: Finding::AlwaysFirstCall,
-        message: message(site, Finding::AlwaysFirstCall, m.workers, &what, &fix),
+        message: message(site, Finding::AlwaysFirstCall, m.workers == 1, &what, &fix),
         tables: renewed,
         hot_keys: Vec::new(),
         fix,
@@ -819,7 +819,7 @@ fn fixed_costs(site: &CallSite, registry: &Registry, m: &SiteMemory, busy: f64) 
     };
     Diagnosis {
         finding: Finding::FixedCosts,
-        message: message(site, Finding::FixedCosts, m.workers, &what, &fix),
+        message: message(site, Finding::FixedCosts, m.workers == 1, &what, &fix),
         tables,
         hot_keys,
         fix,
@@ -886,13 +886,7 @@ fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f
         .to_string();
     Diagnosis {
         finding: Finding::MergeBound,
-        message: message(
-            site,
-            Finding::MergeBound,
-            figures.workers.unwrap_or(2),
-            &what,
-            &fix,
-        ),
+        message: message(site, Finding::MergeBound, false, &what, &fix),
         tables,
         hot_keys: Vec::new(),
         fix,

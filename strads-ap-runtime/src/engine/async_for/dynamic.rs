@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use super::execute::{bind_worker, prefetched, push_replicas};
 use super::reconnoitre::reconnoitre;
-use super::serial::serial_written;
+use super::serial::checkpointed_writes;
 use super::{table_infos, written_slots, Loop};
 use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::dds::table::Replica;
@@ -136,10 +136,10 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(
         state.sched = None;
     }
     // A lone scheduler's modes say nothing of writes: learn them as a serial call does.
-    let written = match (lone, l.call.checkpointing()) {
-        (false, _) => written_slots(&modes),
-        (true, true) if outcome.is_ok() => serial_written(l, bases)?,
-        (true, _) => Vec::new(),
+    let written = match lone {
+        false => written_slots(&modes),
+        true if outcome.is_ok() => checkpointed_writes(l, bases)?,
+        true => Vec::new(),
     };
     drop(locked);
     Ok(Ran::new(outcome, written))

@@ -35,11 +35,19 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         f.groups = Some(1);
     });
     outcome?;
-    let written = match l.call.checkpointing() {
-        true => serial_written(l, &locked.bases)?,
-        false => Vec::new(),
-    };
-    Ok(Ran::new(Ok(()), written))
+    Ok(Ran::new(Ok(()), checkpointed_writes(l, &locked.bases)?))
+}
+
+/// The tables a call that kept no plan's modes may have written, when a checkpoint needs
+/// them (learned by [`serial_written`]); none otherwise, since only checkpoints ask.
+pub(super) fn checkpointed_writes<Task: Sync, I: LoopIndex>(
+    l: &Loop<'_, '_, Task, I>,
+    bases: &[Base],
+) -> Result<Vec<bool>> {
+    match l.call.checkpointing() {
+        true => serial_written(l, bases),
+        false => Ok(Vec::new()),
+    }
 }
 
 /// How many pieces a serial run is cut into while a progress bar is on.
@@ -88,7 +96,7 @@ pub(super) fn run_serially<Task, I: LoopIndex>(
 
 /// Which tables a loop run serially (no plan) may write, for its checkpoint: found by
 /// reconnaissance once per call site and tables, then cached.
-pub(super) fn serial_written<Task: Sync, I: LoopIndex>(
+fn serial_written<Task: Sync, I: LoopIndex>(
     l: &Loop<'_, '_, Task, I>,
     bases: &[Base],
 ) -> Result<Vec<bool>> {
