@@ -105,20 +105,62 @@ fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize
     // Counted here and added once: a shared counter bumped twice a mini-batch would be
     // one more cache line the workers pass between them.
     let mut merging = Duration::ZERO;
-    loop {
-        let b = next.fetch_add(1, Ordering::Relaxed);
-        if b >= hi || m.errors.failed() {
-            break;
-        }
+    let take =
+        || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&b| b < hi && !m.errors.failed());
+    let mut batch = take();
+    if let Some(b) = batch {
         let t_merge = Instant::now();
         refresh(m, &mut w, b);
         merging += t_merge.elapsed();
+    }
+    while let Some(b) = batch {
         m.run_batch(&w.ctx, b);
+        batch = take();
         let t_merge = Instant::now();
-        push(m, &mut w, b);
+        match batch {
+            // Without reconnaissance, one pass pushes this mini-batch and refreshes for the
+            // next: a key the worker wrote is locked once, not once each way.
+            Some(next) if m.sparse.is_none() => push_refresh(m, &mut w, next),
+            Some(next) => {
+                push(m, &mut w, b);
+                refresh(m, &mut w, next);
+            }
+            None => push(m, &mut w, b),
+        }
         merging += t_merge.elapsed();
     }
     m.merges.add(merging);
+}
+
+/// Without reconnaissance, between mini-batches: pushes the keys the worker wrote (which
+/// refreshes them) and refreshes for mini-batch `next` the other keys others pushed.
+///
+/// The news are read before the push: a key in them was pushed into the master before it
+/// was announced, so the push, which reads the key's master value after adding to it,
+/// brings the replica up to date with it, and [`Tracked::push_catch_up`] skips it.
+fn push_refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, next: usize) {
+    m.merges.with(|pushed| {
+        for (t, log) in w.tracked.iter_mut().zip(pushed.iter()) {
+            t.news(log);
+        }
+    });
+    {
+        let _shared = m.masters.read();
+        for ((t, (slot, r)), locks) in w.tracked.iter_mut().zip(&mut w.replicas).zip(&m.key_locks) {
+            let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
+            let master = m.bases[*slot].ptr;
+            // SAFETY: every merge of an element holds its stripe's lock, which
+            // `push_catch_up` takes; replicas are made only while no merge runs (`masters`,
+            // held shared here); the body has returned, so no view holds the worker's note
+            // of written keys.
+            unsafe { t.push_catch_up(&**merger, master, r, next, locks) };
+        }
+    }
+    m.merges.with(|pushed| {
+        for (t, log) in w.tracked.iter_mut().zip(pushed.iter_mut()) {
+            t.announce(log);
+        }
+    });
 }
 
 /// Before mini-batch `b`: refreshes the worker's replicas from the masters.

@@ -95,6 +95,35 @@ impl Tracked {
         unsafe { merger.push_keys(master, replica, &mut locks.each(keys)) };
     }
 
+    /// Between mini-batches: pushes the keys the worker wrote, as [`Tracked::push`] (which
+    /// refreshes them), then refreshes for mini-batch `next` the keys others pushed (noted by
+    /// [`Tracked::news`] before this call) that the push did not refresh already, as
+    /// [`Tracked::catch_up`]. Each key is locked once.
+    ///
+    /// # Safety
+    /// As for [`Tracked::push`].
+    pub unsafe fn push_catch_up(
+        &mut self,
+        merger: &dyn Merger,
+        master: *mut u8,
+        replica: &mut Replica,
+        next: usize,
+        locks: &KeyLocks,
+    ) {
+        // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
+        // caller's guarantee).
+        let dirty = unsafe { &*self.dirty };
+        let stamps = &mut self.stamps;
+        let keys = dirty.keys().iter().copied().inspect(|&key| {
+            stamps[key] = next as u32;
+        });
+        // SAFETY: the caller's guarantee; noted keys passed the views' bounds checks.
+        unsafe { merger.push_keys(master, replica, &mut locks.each(keys)) };
+        // SAFETY: the caller's guarantee; the keys just pushed are stamped `next`, so
+        // skipped: their push read the master after the news were.
+        unsafe { self.catch_up(merger, master, replica, next, locks) };
+    }
+
     /// Appends the keys pushed by [`Tracked::push`] to the window's `log` and forgets them.
     pub fn announce(&mut self, log: &mut Vec<usize>) {
         // SAFETY: as in `push`: no view is alive between the mini-batches.
