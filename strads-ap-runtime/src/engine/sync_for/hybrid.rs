@@ -139,11 +139,7 @@ fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize
 /// was announced, so the push, which reads the key's master value after adding to it,
 /// brings the replica up to date with it, and [`Tracked::push_catch_up`] skips it.
 fn push_refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, next: usize) {
-    m.merges.with(|pushed| {
-        for (t, log) in w.tracked.iter_mut().zip(pushed.iter()) {
-            t.news(log);
-        }
-    });
+    news(m, w);
     {
         let _shared = m.masters.read();
         for ((t, (slot, r)), locks) in w.tracked.iter_mut().zip(&mut w.replicas).zip(&m.key_locks) {
@@ -156,6 +152,20 @@ fn push_refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Wo
             unsafe { t.push_catch_up(&**merger, master, r, next, locks) };
         }
     }
+    announce(m, w);
+}
+
+/// Without reconnaissance: notes the keys others pushed since this worker last looked.
+fn news<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker) {
+    m.merges.with(|pushed| {
+        for (t, log) in w.tracked.iter_mut().zip(pushed.iter()) {
+            t.news(log);
+        }
+    });
+}
+
+/// Without reconnaissance: tells the other workers which keys this worker pushed.
+fn announce<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker) {
     m.merges.with(|pushed| {
         for (t, log) in w.tracked.iter_mut().zip(pushed.iter_mut()) {
             t.announce(log);
@@ -167,12 +177,7 @@ fn push_refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Wo
 fn refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, b: usize) {
     match m.sparse.as_deref() {
         None => {
-            // The keys others pushed since this worker last looked.
-            m.merges.with(|pushed| {
-                for (t, log) in w.tracked.iter_mut().zip(pushed.iter()) {
-                    t.news(log);
-                }
-            });
+            news(m, w);
             let _shared = m.masters.read();
             for ((t, (slot, r)), locks) in
                 w.tracked.iter_mut().zip(&mut w.replicas).zip(&m.key_locks)
@@ -238,10 +243,6 @@ fn push<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, b:
         }
     }
     if m.sparse.is_none() {
-        m.merges.with(|pushed| {
-            for (t, log) in w.tracked.iter_mut().zip(pushed.iter_mut()) {
-                t.announce(log);
-            }
-        });
+        announce(m, w);
     }
 }
