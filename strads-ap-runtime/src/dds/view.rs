@@ -165,29 +165,26 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
         if i.wrapping_sub(self.window_start) < self.window_len {
             return;
         }
+        let (held_start, held_len) = self.held.get();
+        if i.wrapping_sub(held_start) < held_len {
+            return;
+        }
         if i >= self.len {
             out_of_bounds(self.name, self.len, i);
         }
         if write && !self.writable {
             refuse(self.name, i, write, self.read_only_reason);
         }
-        if self.tags.is_null() {
-            return;
+        if !self.tags.is_null() {
+            admit_by_tag(
+                self.tags,
+                self.allowed,
+                self.remember.then_some(self.held),
+                self.name,
+                i,
+                write,
+            );
         }
-        // Only a view with tags remembers: a read-only table's accesses (`ratings[k]`)
-        // load nothing more than their bound.
-        let (held_start, held_len) = self.held.get();
-        if i.wrapping_sub(held_start) < held_len {
-            return;
-        }
-        admit_by_tag(
-            self.tags,
-            self.allowed,
-            self.remember.then_some(self.held),
-            self.name,
-            i,
-            write,
-        );
     }
 }
 
