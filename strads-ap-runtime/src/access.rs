@@ -16,7 +16,7 @@ pub(crate) const SHARED: u32 = u32::MAX;
 pub(crate) const UNTOUCHED: u32 = u32::MAX - 1;
 
 /// How one captured table is bound for the group that is running.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Binding {
     pub id: u64,
     /// Element 0 of the table's storage (type-erased `*mut T`).
@@ -43,10 +43,6 @@ pub(crate) struct Binding {
     /// one comparison, and check other keys by their tags. Empty for no window.
     pub window_start: usize,
     pub window_len: usize,
-    /// Without a window, the element a checked view last found the running group to hold,
-    /// as a window of one key or none (see `VectorView::check`). Kept here, out of the
-    /// view, so that it is not a value the body's loops carry.
-    pub held: std::cell::Cell<(usize, usize)>,
 }
 
 impl Binding {
@@ -67,7 +63,6 @@ impl Binding {
             locks: std::ptr::null(),
             window_start: 0,
             window_len: 0,
-            held: std::cell::Cell::new((0, 0)),
         }
     }
 

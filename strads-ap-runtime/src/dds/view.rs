@@ -37,15 +37,11 @@ pub struct VectorView<'a, T, const NOTE: bool = false> {
     name: &'static str,
     /// The worker's note of written keys (a Hybrid replica), or null.
     dirty: *mut Dirty,
-    /// Keys the group holds alone (see `Binding::window_start`). Never changed while the
-    /// view lives, so that the compiler may take the check of a key that does not change
-    /// within a loop (`p[u][f]` for every factor `f`) out of that loop.
-    window_start: usize,
-    window_len: usize,
-    /// Without such a window, the last element the view admitted that the group holds,
-    /// as a window of one key or none (see [`VectorView::check`]): the binding's.
-    held: &'a Cell<(usize, usize)>,
-    /// Whether the view remembers held elements (the binding gave no window).
+    /// Keys the group holds alone (see `Binding::window_start`); without such a window,
+    /// the last element the view admitted that the group holds (see [`VectorView::check`]).
+    window_start: Cell<usize>,
+    window_len: Cell<usize>,
+    /// Whether the window is that one remembered element (the binding gave none).
     remember: bool,
     _life: PhantomData<&'a mut [T]>,
 }
@@ -84,7 +80,7 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
     /// A view of the elements a binding points to (a vector's, or a map's values). A
     /// binding of a locking run (stamps, locks) needs a [`LockView`](super::LockView).
     #[inline(always)]
-    pub(crate) fn bind(b: &'a Binding, name: &'static str) -> Self {
+    pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
         debug_assert!(b.stamps.is_null(), "a checked view of a locking binding");
         // A write through a view that does not note would be lost to the replica's push.
         assert!(
@@ -101,13 +97,8 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
             read_only_reason: b.read_only_reason,
             name,
             dirty: b.dirty,
-            window_start: b.window_start,
-            window_len: b.window_len.min(b.len.saturating_sub(b.window_start)),
-            held: {
-                // A new group (or a new pass of the body) holds other elements.
-                b.held.set((0, 0));
-                &b.held
-            },
+            window_start: Cell::new(b.window_start),
+            window_len: Cell::new(b.window_len.min(b.len.saturating_sub(b.window_start))),
             remember: b.window_len == 0 && b.writable && !b.tags.is_null(),
             _life: PhantomData,
         }
@@ -149,24 +140,12 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
     /// element it admitted that the group holds (tag equal to the group's) as a window of
     /// one key: the tags do not change while the group runs, so the element stays the
     /// group's, and the body's next accesses to it (`v[j][f]` for every factor `f`) cost
-    /// a comparison, not a load of its tag.
-    ///
-    /// The remembered element is kept apart from the binding's window, out of the view
-    /// (in the binding), and written only out of line ([`admit_by_tag`]): when the window
-    /// itself was the remembered element, it changed inside the body's loops, so the
-    /// compiler kept every check of every access in every factor loop, and a rotated
-    /// factor body (`zoo biased-mf`, 2 workers) took 1.6-1.9× the time of the same body
-    /// over unchecked views; now the repeated checks of a key within one pass of a loop
-    /// fold into one, and it takes about 1.4×.
+    /// the one comparison a rotated block's window costs, not a load of its tag.
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
         // The group's own window: one comparison of values the compiler keeps in
         // registers (a rotated table's block, written by no other group meanwhile).
-        if i.wrapping_sub(self.window_start) < self.window_len {
-            return;
-        }
-        let (held_start, held_len) = self.held.get();
-        if i.wrapping_sub(held_start) < held_len {
+        if i.wrapping_sub(self.window_start.get()) < self.window_len.get() {
             return;
         }
         if i >= self.len {
@@ -176,39 +155,17 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
             refuse(self.name, i, write, self.read_only_reason);
         }
         if !self.tags.is_null() {
-            admit_by_tag(
-                self.tags,
-                self.allowed,
-                self.remember.then_some(self.held),
-                self.name,
-                i,
-                write,
-            );
+            // SAFETY: `tags` has one entry per element (the planner sizes it to the
+            // table), and `i < len` was checked above.
+            let tag = unsafe { *self.tags.add(i) };
+            if tag != self.allowed && (write || tag != SHARED) {
+                refuse(self.name, i, write, outside_reason(tag));
+            }
+            if self.remember && tag == self.allowed {
+                self.window_start.set(i);
+                self.window_len.set(1);
+            }
         }
-    }
-}
-
-/// Admits access `i` to an element of tag `tags[i]` (`i` within the table), remembering
-/// it in `held` if the group holds it, or raises the fault that refuses it. Out of line:
-/// inlined into the body, its store to `held` kept the compiler from folding the body's
-/// repeated window checks of one key (see [`VectorView::check`]).
-#[inline(never)]
-fn admit_by_tag(
-    tags: *const u32,
-    allowed: u32,
-    held: Option<&Cell<(usize, usize)>>,
-    name: &'static str,
-    i: usize,
-    write: bool,
-) {
-    // SAFETY: `tags` has one entry per element (the planner sizes it to the table), and
-    // the caller checked `i < len`.
-    let tag = unsafe { *tags.add(i) };
-    if tag != allowed && (write || tag != SHARED) {
-        refuse(name, i, write, outside_reason(tag));
-    }
-    if let Some(held) = held.filter(|_| tag == allowed) {
-        held.set((i, 1));
     }
 }
 
@@ -766,31 +723,6 @@ mod tests {
         }));
         assert!(!refused(0, || v[0] += 1));
         assert_eq!(data, [4, 0, 1, 0]);
-    }
-
-    #[test]
-    fn a_view_bound_for_the_next_group_forgets_what_the_last_one_held() {
-        // The element a view remembers is kept in the binding, which outlives the view:
-        // group 7 holds element 0; once the binding is re-tagged for group 8, which does
-        // not, a new view must check element 0's tag again and refuse it.
-        let mut data = vec![0u32; 2];
-        let tags = [7, 8];
-        let mut b = Binding {
-            tags: tags.as_ptr(),
-            allowed: 7,
-            ..Binding::direct(1, data.as_mut_ptr().cast(), 2, std::ptr::null())
-        };
-        {
-            let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
-            v[0] += 1;
-            assert!(refused(1, || v[1] += 1));
-        }
-        assert_eq!(b.held.get(), (0, 1));
-        b.allowed = 8;
-        let mut v: VectorView<'_, u32> = VectorView::bind(&b, "v");
-        assert!(refused(0, || v[0] += 1));
-        v[1] += 1;
-        assert_eq!(data, [1, 1]);
     }
 
     #[test]
