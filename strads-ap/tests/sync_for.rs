@@ -310,6 +310,58 @@ fn hybrid_with_reconnaissance_detects_drifting_accesses() {
     assert!(c[100..].iter().all(|&x| x == 1));
 }
 
+/// A sparse Hybrid body that writes a row reconnaissance saw it only read is refused: only
+/// the rows a mini-batch wrote are merged, so the write would stay in the worker's copy and
+/// be lost. The next call redoes reconnaissance, and counts every update once.
+#[test]
+fn hybrid_with_reconnaissance_refuses_a_write_to_a_row_it_only_read() {
+    let data = DVector::from_fn(100, |i| i as u32).unwrap();
+    // 0: each item reads the row of an item of the next mini-batch; 1: adds to it too.
+    let also = DVector::from_fn(1, |_| 0i64).unwrap();
+    let counts = DVector::from_fn(100, |_| 0i64)
+        .unwrap()
+        .aggregate_with(Aggregation::Sum);
+    let run = || {
+        sync_for!(
+            data,
+            10,
+            SyncMode::Hybrid,
+            |batch| {
+                for &x in batch {
+                    counts[x as usize] += 1;
+                    let next = (x as usize + 10) % 100;
+                    if also[0] == 0 {
+                        assert!(counts[next] >= 0);
+                    } else {
+                        counts[next] += also[0];
+                    }
+                }
+            },
+            Opts::new().threads(2).re(true)
+        )
+    };
+    run().unwrap();
+    also.set(0, 1).unwrap();
+    let err = run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            strads_ap::Error::AccessOutsidePlan {
+                table: "counts",
+                access: "wrote",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The failed call's mini-batches that ran before the fault keep their writes; the
+    // next call counts every item's two updates once.
+    let before = counts.to_vec().unwrap();
+    run().unwrap();
+    let after = counts.to_vec().unwrap();
+    assert!(before.iter().zip(&after).all(|(b, a)| a - b == 2), "{before:?} -> {after:?}");
+}
+
 /// Hybrid: every mini-batch starts from the shared values as they are when it starts,
 /// including other workers' pushes (with reconnaissance or without, when workers push and
 /// refresh only the keys written). Each mini-batch counts the ticks of the mini-batches

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::cross::{steps_everywhere, CrossRank, HYBRID_SYNCS, HYBRID_WINDOW};
 use super::keys::Tracked;
 use super::Minibatches;
-use crate::access::{ExecCtx, UNTOUCHED};
+use crate::access::{ExecCtx, SHARED, UNTOUCHED};
 use crate::cluster::collective::Comm;
 use crate::dds::table::Replica;
 use crate::dds::Element;
@@ -58,7 +58,8 @@ pub(super) fn run<Task: Sync, D: Element>(
 }
 
 /// A Hybrid worker: its context, its replicas, and per replica what it tracks (without
-/// reconnaissance) or the tag of every key (with: the mini-batch that may touch it now).
+/// reconnaissance) or the tag of every key (with: the mini-batch that writes it now,
+/// `SHARED` if it only reads it, untouched otherwise).
 struct Worker {
     ctx: ExecCtx,
     replicas: Vec<(usize, Replica)>,
@@ -201,8 +202,15 @@ fn refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker,
                         .filter(|a| a.slot() == *slot)
                         .map(|a| a.key() as usize)
                 };
+                // Keys the mini-batch only read in reconnaissance are shared for reading:
+                // only written keys are pushed, so a write to one of them (an access that
+                // drifted from reconnaissance) must be refused, not kept in the replica and
+                // lost. `push` makes the keys untouched again after the mini-batch.
                 for k in keys() {
-                    t[k] = b as u32;
+                    t[k] = SHARED;
+                }
+                for a in touched.iter().filter(|a| a.slot() == *slot && a.write()) {
+                    t[a.key() as usize] = b as u32;
                 }
                 w.ctx.bindings[*slot].allowed = b as u32;
                 let merger = m.registry.entries[*slot].merger.as_ref().expect("merger");
@@ -235,6 +243,12 @@ fn push<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker, b:
                     // here while the key is pushed; replicas are made only while no merge
                     // runs (`masters`, held shared here).
                     unsafe { merger.push_keys(master, r, &mut locks.each(written)) };
+                    // Untouched again: a later mini-batch on this worker that reads a key
+                    // it did not refresh (one its reconnaissance did not see) is refused,
+                    // not served this mini-batch's stale copy.
+                    for a in log.task(b).iter().filter(|a| a.slot() == *slot) {
+                        w.tags[k][a.key() as usize] = UNTOUCHED;
+                    }
                 }
                 // SAFETY: as above; the body has returned, so no view holds the worker's
                 // note of written keys.
