@@ -359,7 +359,10 @@ fn hybrid_with_reconnaissance_refuses_a_write_to_a_row_it_only_read() {
     let before = counts.to_vec().unwrap();
     run().unwrap();
     let after = counts.to_vec().unwrap();
-    assert!(before.iter().zip(&after).all(|(b, a)| a - b == 2), "{before:?} -> {after:?}");
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| a - b == 2),
+        "{before:?} -> {after:?}"
+    );
 }
 
 /// Hybrid: every mini-batch starts from the shared values as they are when it starts,
