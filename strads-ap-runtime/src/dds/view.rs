@@ -135,11 +135,8 @@ impl<'a, T, const NOTE: bool> VectorView<'a, T, NOTE> {
     ///
     /// The window never changes while the view lives, so the compiler may fold the
     /// repeated checks of a key that does not change within a loop (`p[u][f]` for every
-    /// factor `f`) into one. An earlier view remembered the last element its group held
-    /// as a window of one key; that made the window a value the body's loops changed, and
-    /// every check of every access in every factor loop stayed, even in rotation plans
-    /// that never remember anything (`zoo biased-mf`, 2 workers: 1.6-1.7× the time of the
-    /// same body over unchecked views).
+    /// factor `f`) into one. Keep it so: a window the body's loops could change kept every
+    /// check of every access (docs/architecture.md, "No remembered element").
     #[inline(always)]
     fn check(&self, i: usize, write: bool) {
         // The group's own window: one comparison of values the compiler keeps in
@@ -708,7 +705,7 @@ mod tests {
         // A shared element is read, and refused for writing.
         assert_eq!(v[1], 0);
         assert!(refused(1, || v[1] += 1));
-        // Another group's element is refused, right after a held one was admitted too.
+        // Another group's element is refused, read or written.
         v[2] += 1;
         assert!(refused(3, || v[3] += 1));
         assert!(refused(3, || {
