@@ -120,41 +120,59 @@ impl<'a, T: Clone> LockView<'a, T> {
             // SAFETY: `stamps` has one entry per element (`i < len`), owned by this worker.
             let stamp = unsafe { *self.stamps.add(i) };
             if stamp != self.ctx.epoch.get() {
-                self.first_touch(i);
+                let (ptr, stamps, locks) = (self.ptr, self.stamps, self.locks);
+                // SAFETY: `i < len`, the length of `ptr`, `stamps` and (when not null)
+                // `locks`; `undo` is this view's.
+                unsafe { first_touch(i, (ptr, stamps, locks), self.ctx, &self.undo) };
             }
         }
     }
+}
 
-    /// The running task's first access to element `i` in a locking run: takes the
-    /// element's lock (or abandons the task if another worker holds it) and saves the
-    /// element as it was, for an abandoned task to put back.
-    #[inline(never)]
-    fn first_touch(&self, i: usize) {
-        let epoch = self.ctx.epoch.get();
-        if !self.locks.is_null() {
-            // SAFETY: the lock words are one per element (`i < len`) and outlive the call.
-            let lock = unsafe { &*self.locks.add(i) };
-            // Acquire: the previous holder's writes to the element (released with its
-            // lock) happen before ours.
-            if lock
-                .0
-                .compare_exchange(FREE, self.ctx.tag, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                self.ctx.aborting.set(true);
-                std::panic::resume_unwind(Box::new(Conflict));
-            }
-            self.ctx.held.borrow_mut().push(lock);
+/// The running task's first access to element `i` in a locking run: takes the element's
+/// lock (or abandons the task if another worker holds it) and saves the element as it
+/// was, for an abandoned task to put back.
+///
+/// Out of line, and given the view's pointers rather than the view, so that no call is
+/// handed the view's address and the fields each access tests may stay in registers (as
+/// `refuse` does for checked views). A BPR body, three rows indexed per factor, spent 12%
+/// fewer samples in its own code on two workers than with a method taking `&self`.
+///
+/// # Safety
+/// `i` is below the length of the element, stamp and (when not null) lock arrays, which
+/// are a lock view's, and `undo` is that view's.
+#[inline(never)]
+unsafe fn first_touch<T: Clone>(
+    i: usize,
+    (ptr, stamps, locks): (*mut T, *mut u32, *const LockWord),
+    ctx: &ExecCtx,
+    undo: &UnsafeCell<Undo<T>>,
+) {
+    let epoch = ctx.epoch.get();
+    if !locks.is_null() {
+        // SAFETY: the lock words are one per element (`i < len`) and outlive the call.
+        let lock = unsafe { &*locks.add(i) };
+        // Acquire: the previous holder's writes to the element (released with its lock)
+        // happen before ours.
+        if lock
+            .0
+            .compare_exchange(FREE, ctx.tag, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            ctx.aborting.set(true);
+            std::panic::resume_unwind(Box::new(Conflict));
         }
-        // SAFETY: as in `check`; the stamps are this worker's alone.
-        unsafe { *self.stamps.add(i) = epoch };
-        // SAFETY: `undo` is used by this view's own methods only, on one thread, and no
-        // reference to it outlives this call.
-        let undo = unsafe { &mut *self.undo.get() };
-        // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica
-        // only this worker uses), so nothing writes it meanwhile.
-        undo.save(epoch, i, unsafe { &*self.ptr.add(i) });
+        ctx.held.borrow_mut().push(lock);
     }
+    // SAFETY: `i` is below the stamps' length (the caller's promise); the stamps are this
+    // worker's alone.
+    unsafe { *stamps.add(i) = epoch };
+    // SAFETY: `undo` is used by its view's own methods and this function only, on one
+    // thread, and no reference to it outlives this call.
+    let undo = unsafe { &mut *undo.get() };
+    // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica only
+    // this worker uses), so nothing writes it meanwhile.
+    undo.save(epoch, i, unsafe { &*ptr.add(i) });
 }
 
 impl<T> Drop for LockView<'_, T> {
