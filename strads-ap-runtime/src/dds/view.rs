@@ -180,7 +180,9 @@ pub(crate) fn outside_reason(tag: u32) -> &'static str {
     match tag {
         crate::access::UNTOUCHED => "no task touched this element during reconnaissance",
         SHARED => "reconnaissance saw only reads of this element",
-        _ => "the element belongs to another task group of the plan",
+        // Another group holds it now, or (a dynamic loop, or a key left from an earlier
+        // step) no group of this step does.
+        _ => "the plan does not give this element to this task group at this step",
     }
 }
 
