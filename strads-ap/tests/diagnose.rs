@@ -501,24 +501,28 @@ fn a_sync_for_that_mostly_merges_is_diagnosed() {
 
 /// An `async_for!` with a large relaxed table each task writes one row of merges every
 /// row after every group: told to relax only small, widely written tables (not the
-/// mini-batch advice of `sync_for!`, which it has no mini-batches for).
+/// mini-batch advice of `sync_for!`, which it has no mini-batches for), naming the relaxed
+/// table and not the planned one it also writes.
 #[test]
 fn an_async_for_that_mostly_merges_a_large_relaxed_table_is_told_to_relax_less() {
     let w = DVector::from_fn(20_000, |_| vec![0.0f32; 256])
         .unwrap()
         .relaxed(Relaxed::Sum);
+    let seen = DVector::from_fn(20_000, |_| 0u32).unwrap();
     let line = line!() + 2;
     for _ in 0..3 {
         async_for!(
             0..w.len(),
             |i| {
                 w[i][0] += 1.0;
+                seen[i] += 1;
             },
             Opts::new().threads(2).fallback(Fallback::Never)
         )
         .unwrap();
     }
     assert_eq!(w.get(7).unwrap()[0], 3.0, "every update kept");
+    assert_eq!(seen.get(7).unwrap(), 3);
     let stats = stats_at(line);
     let d = finding(&stats, Finding::MergeBound).expect("merge-bound diagnosed");
     assert_eq!(d.tables, vec!["w".to_string()]);

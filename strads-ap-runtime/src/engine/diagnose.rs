@@ -864,11 +864,17 @@ fn fixed_costs_fix(dynamic: bool, busy: f64, workers: usize) -> String {
 }
 
 fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f64) -> Diagnosis {
+    // A `sync_for!` keeps a replica of every table it writes; an `async_for!` only of its
+    // relaxed ones (the others are planned or locked, and merge nothing).
+    let replicated = |e: &super::registry::Registered| match site.kind {
+        LoopKind::Sync => true,
+        LoopKind::Async => e.table.is_relaxed(),
+    };
     let tables: Vec<String> = registry
         .entries
         .iter()
         .zip(&figures.written)
-        .filter(|(_, &w)| w)
+        .filter(|(e, &w)| w && replicated(e))
         .map(|(e, _)| e.name.to_string())
         .collect();
     let what = format!(
@@ -883,20 +889,18 @@ fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f
     );
     let fix = match site.kind {
         LoopKind::Sync => {
-            "use larger mini-batches (each row is merged once per mini-batch \
-                           that wrote it), or an `async_for!` over the samples, which keeps \
-                           no replicas"
+            "use larger mini-batches (each row is merged once per mini-batch that wrote it), \
+             or an `async_for!` over the samples, which keeps no replicas"
         }
         // An `async_for!` merges its relaxed tables after every group of tasks, each row
         // the group wrote: worth it for a small table most tasks write, not for a large
         // one whose tasks write a few rows each (TransE's entities relaxed: 64% of the
         // workers' time merging, a call 4x slower than one worker's).
         LoopKind::Async => {
-            "relax only small tables that most tasks write (a bias, a few \
-                            hot rows): each group of tasks merges every row of a relaxed \
-                            table it wrote, so leave a large table whose tasks write a few \
-                            rows each unrelaxed, and the plan (or element locks, with \
-                            `Opts::recheck(true)`) keeps its tasks apart"
+            "relax only small tables that most tasks write (a bias, a few hot rows): each \
+             group of tasks merges every row of a relaxed table it wrote, so leave a large \
+             table whose tasks write a few rows each unrelaxed, and the plan (or element \
+             locks, with `Opts::recheck(true)`) keeps its tasks apart"
         }
     }
     .to_string();
