@@ -211,6 +211,39 @@ fn locking_runs_are_serializable_on_2_to_4_threads() {
     }
 }
 
+#[test]
+fn a_rechecked_loop_that_writes_only_relaxed_tables_runs_on_all_workers_and_sums_exactly() {
+    // Nothing is locked, so no task is abandoned and the relaxed elements are not saved:
+    // the workers add into their replicas, merged after each chunk.
+    let n = 5000usize;
+    let counts = DVector::from_fn(10, |_| 0u64)
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let weights = DVector::from_fn(n, |k| (k % 7) as u64).unwrap();
+    for call in 1..=3u64 {
+        let line = line!() + 1;
+        async_for!(
+            0..n,
+            |k| {
+                counts[k % 10] += weights[k];
+            },
+            Opts::new()
+                .threads(2)
+                .recheck(true)
+                .fallback(Fallback::Never)
+        )
+        .unwrap();
+        let s = stats_at(line);
+        let strategy = if call == 1 { "recorded" } else { "locks" };
+        assert_eq!((s.strategy, s.retried), (strategy, 0), "{s:?}");
+        let mut want = vec![0u64; 10];
+        for k in 0..n {
+            want[k % 10] += call * (k % 7) as u64;
+        }
+        assert_eq!(counts.to_vec().unwrap(), want, "call {call}");
+    }
+}
+
 static ARMED: AtomicBool = AtomicBool::new(false);
 static B_HOLDS: AtomicBool = AtomicBool::new(false);
 static A_TRIED: AtomicBool = AtomicBool::new(false);

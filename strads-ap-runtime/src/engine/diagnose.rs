@@ -451,12 +451,20 @@ fn one_worker(
     }
     let (fix, tables, hot_keys) = match &m.shape {
         _ if locks => {
-            what.push_str(
-                "; there every access to a written table took a lock and a copy, because \
-                 the loop is re-checked",
-            );
+            let written = |relaxed: bool| -> Vec<String> {
+                (registry.entries.iter().zip(&figures.written))
+                    .filter(|(e, &w)| w && e.table.is_relaxed() == relaxed)
+                    .map(|(e, _)| e.name.to_string())
+                    .collect()
+            };
+            let locked = written(false);
+            what.push_str(&lock_costs(&locked, &written(true)));
             let renewed: Vec<String> = m.renewed.iter().map(|t| t.to_string()).collect();
             let fix = match m.locked_instead {
+                _ if locked.is_empty() => {
+                    "give each call more work (more tasks per call, or more work per task)"
+                        .to_string()
+                }
                 true => format!(
                     "make {} once, before the loop, and refill it in place each call \
                      (`transform`, `set`), so that a plan made at the first call serves \
@@ -492,6 +500,33 @@ fn one_worker(
         tables,
         hot_keys,
         fix,
+    }
+}
+
+/// What each access of a re-checked loop on all workers cost: a lock and a copy for a
+/// table it writes and does not relax (`locked`), nothing for its `relaxed` ones when
+/// nothing is locked (no task can be abandoned, so nothing is saved), a copy otherwise.
+fn lock_costs(locked: &[String], relaxed: &[String]) -> String {
+    let tables = |names: &[String]| match names.len() {
+        1 => format!("table {}", quoted(names)),
+        _ => format!("tables {}", quoted(names)),
+    };
+    match (locked.is_empty(), relaxed.is_empty()) {
+        (true, _) => "; it locks no table (every table it writes is relaxed), so on all \
+                      workers it paid only for its replicas"
+            .to_string(),
+        (false, true) => format!(
+            "; there every access to {} took a lock and a copy, because the loop is \
+             re-checked",
+            tables(locked)
+        ),
+        (false, false) => format!(
+            "; there every access to {} took a lock and a copy, because the loop is \
+             re-checked, and every access to relaxed {} a copy (so that a task abandoned \
+             on a held lock leaves no half update)",
+            tables(locked),
+            tables(relaxed)
+        ),
     }
 }
 
@@ -936,6 +971,27 @@ mod tests {
         );
         assert!(!e.why.trim_end().ends_with("of"), "{}", e.why);
         assert!(e.fix.contains("threads(1)"), "{}", e.fix);
+    }
+
+    /// A re-checked loop's costs name the tables it locks; one that writes only relaxed
+    /// tables is not said to have taken locks.
+    #[test]
+    fn lock_costs_name_the_locked_tables_and_no_lock_where_none_is_taken() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let none = lock_costs(&[], &names(&["relations"]));
+        assert!(!none.contains("took a lock"), "{none}");
+        assert!(none.contains("locks no table"), "{none}");
+        let one = lock_costs(&names(&["entities"]), &[]);
+        assert!(
+            one.contains("every access to table `entities` took a lock"),
+            "{one}"
+        );
+        let both = lock_costs(&names(&["entities", "seen"]), &names(&["relations"]));
+        assert!(
+            both.contains("tables `entities` and `seen` took a lock"),
+            "{both}"
+        );
+        assert!(both.contains("relaxed table `relations` a copy"), "{both}");
     }
 
     /// `threads(1)` is advised only where one worker would be faster: Lasso's rounds at

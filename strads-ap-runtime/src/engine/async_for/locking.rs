@@ -21,7 +21,8 @@
 //! Reconnaissance runs on the first call only, to learn which tables are written: tables no
 //! task writes are read without locks (a write to one is refused, as with a plan), and a
 //! relaxed table is a per-worker replica (its elements are saved too, so that an abandoned
-//! task leaves no half of its update in the replica).
+//! task leaves no half of its update in the replica; where no table is locked, no task is
+//! abandoned and nothing is saved).
 //!
 //! [`Opts::recheck`]: crate::Opts::recheck
 
@@ -142,12 +143,14 @@ fn run_locked<Task: Sync, I: LoopIndex>(
     let errors = FirstError::new();
     let next_tag = AtomicU32::new(1);
 
+    let any_locked = modes.contains(&SlotMode::Checked);
     let new_worker = || -> Worker {
         let mut stamps: Vec<Vec<u32>> = modes
             .iter()
             .zip(bases)
             .map(|(mode, base)| match mode {
                 SlotMode::ReadOnly => Vec::new(),
+                SlotMode::Relaxed if !any_locked => Vec::new(),
                 _ => vec![0; base.len],
             })
             .collect();
@@ -161,7 +164,9 @@ fn run_locked<Task: Sync, I: LoopIndex>(
                     b.locks = locks[slot].as_ptr();
                     b.stamps = stamps[slot].as_mut_ptr();
                 }
-                SlotMode::Relaxed => b.stamps = stamps[slot].as_mut_ptr(),
+                // With no table locked no task is abandoned: nothing to save.
+                SlotMode::Relaxed if any_locked => b.stamps = stamps[slot].as_mut_ptr(),
+                SlotMode::Relaxed => {}
             }
         });
         let mut ctx = ExecCtx::new(bindings);
