@@ -512,7 +512,8 @@ fn lock_costs(locked: &[String], relaxed: &[String]) -> String {
         _ => format!("tables {}", quoted(names)),
     };
     match (locked.is_empty(), relaxed.is_empty()) {
-        (true, _) => "; it locks no table (every table it writes is relaxed), so on all \
+        (true, true) => "; it writes no table, so it locked nothing".to_string(),
+        (true, false) => "; it locks no table (every table it writes is relaxed), so on all \
                       workers it paid only for its replicas"
             .to_string(),
         (false, true) => format!(
