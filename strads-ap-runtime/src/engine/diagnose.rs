@@ -25,7 +25,7 @@
 
 use std::fmt::Write as _;
 
-use super::registry::Registry;
+use super::registry::{Registered, Registry};
 use super::stats::{Figures, LoopStats, OneWorker};
 use super::{CallSite, LoopKind};
 use crate::plan::{Plan, Schedule, SlotMode, TableInfo};
@@ -451,14 +451,9 @@ fn one_worker(
     }
     let (fix, tables, hot_keys) = match &m.shape {
         _ if locks => {
-            let written = |relaxed: bool| -> Vec<String> {
-                (registry.entries.iter().zip(&figures.written))
-                    .filter(|(e, &w)| w && e.table.is_relaxed() == relaxed)
-                    .map(|(e, _)| e.name.to_string())
-                    .collect()
-            };
-            let locked = written(false);
-            what.push_str(&lock_costs(&locked, &written(true)));
+            let locked = written_tables(registry, figures, |e| !e.table.is_relaxed());
+            let relaxed = written_tables(registry, figures, |e| e.table.is_relaxed());
+            what.push_str(&lock_costs(&locked, &relaxed));
             let renewed: Vec<String> = m.renewed.iter().map(|t| t.to_string()).collect();
             let fix = match m.locked_instead {
                 _ if locked.is_empty() => {
@@ -501,6 +496,18 @@ fn one_worker(
         hot_keys,
         fix,
     }
+}
+
+/// The names of the tables the call wrote that `keep` accepts, in registry order.
+fn written_tables(
+    registry: &Registry,
+    figures: &Figures,
+    keep: impl Fn(&Registered) -> bool,
+) -> Vec<String> {
+    (registry.entries.iter().zip(&figures.written))
+        .filter(|(e, &w)| w && keep(e))
+        .map(|(e, _)| e.name.to_string())
+        .collect()
 }
 
 /// What each access of a re-checked loop on all workers cost: a lock and a copy for a
@@ -902,17 +909,10 @@ fn fixed_costs_fix(dynamic: bool, busy: f64, workers: usize) -> String {
 fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f64) -> Diagnosis {
     // A `sync_for!` keeps a replica of every table it writes; an `async_for!` only of its
     // relaxed ones (the others are planned or locked, and merge nothing).
-    let replicated = |e: &super::registry::Registered| match site.kind {
+    let tables = written_tables(registry, figures, |e| match site.kind {
         LoopKind::Sync => true,
         LoopKind::Async => e.table.is_relaxed(),
-    };
-    let tables: Vec<String> = registry
-        .entries
-        .iter()
-        .zip(&figures.written)
-        .filter(|(e, &w)| w && replicated(e))
-        .map(|(e, _)| e.name.to_string())
-        .collect();
+    });
     let what = format!(
         "its workers spend {:.0}% of their time merging their replicas of {} into the shared \
          values",

@@ -111,6 +111,17 @@ fn chunk_size(n: usize, threads: usize) -> usize {
     (n / (threads * 32)).clamp(64, 1024)
 }
 
+/// Whether a locking run with table modes `modes` saves an element of a `mode` table at a
+/// task's first touch: always for a locked table, for a relaxed one only where some table
+/// is locked (with none, no task is abandoned, so there is nothing to put back).
+fn saves_copies(mode: SlotMode, modes: &[SlotMode]) -> bool {
+    match mode {
+        SlotMode::Checked => true,
+        SlotMode::Relaxed => modes.contains(&SlotMode::Checked),
+        SlotMode::ReadOnly => false,
+    }
+}
+
 /// A worker of a locking run: its context, the stamps its views compare, and its replicas
 /// of relaxed tables.
 struct Worker {
@@ -143,15 +154,14 @@ fn run_locked<Task: Sync, I: LoopIndex>(
     let errors = FirstError::new();
     let next_tag = AtomicU32::new(1);
 
-    let any_locked = modes.contains(&SlotMode::Checked);
+    let saves = |mode| saves_copies(mode, modes);
     let new_worker = || -> Worker {
         let mut stamps: Vec<Vec<u32>> = modes
             .iter()
             .zip(bases)
-            .map(|(mode, base)| match mode {
-                SlotMode::ReadOnly => Vec::new(),
-                SlotMode::Relaxed if !any_locked => Vec::new(),
-                _ => vec![0; base.len],
+            .map(|(&mode, base)| match saves(mode) {
+                true => vec![0; base.len],
+                false => Vec::new(),
             })
             .collect();
         let (bindings, replicas) = bind_worker(registry, bases, modes, &merges, |slot, b| {
@@ -164,8 +174,9 @@ fn run_locked<Task: Sync, I: LoopIndex>(
                     b.locks = locks[slot].as_ptr();
                     b.stamps = stamps[slot].as_mut_ptr();
                 }
-                // With no table locked no task is abandoned: nothing to save.
-                SlotMode::Relaxed if any_locked => b.stamps = stamps[slot].as_mut_ptr(),
+                SlotMode::Relaxed if saves(SlotMode::Relaxed) => {
+                    b.stamps = stamps[slot].as_mut_ptr()
+                }
                 SlotMode::Relaxed => {}
             }
         });
