@@ -298,6 +298,12 @@ const LAY_OUT_RUN: usize = 4096;
 /// elements also stay in a spare buffer beside it, so that the next call swaps buffers
 /// and moves nothing: that table's own range is held twice, for calls that cost nothing
 /// to enter and leave.
+///
+/// A gap form left by a loop that wrote the table is *hollow* where the element type owns
+/// heap memory (a `Vec` row): its stale values are never read again (the next loop fetches
+/// what its steps need, and `with_all` refreshes every element), so each is replaced by a
+/// [`placeholder`] holding no heap memory, and a rank keeps only its own elements' values
+/// between such loops.
 pub(crate) struct Shadow<T> {
     /// Every element (`len`; its own range current when `own_current`), or in the gap
     /// form the elements before the own range, then those after it (`len - own`).
@@ -315,6 +321,8 @@ pub(crate) struct Shadow<T> {
     spare: Vec<T>,
     /// `spare` holds the table's own elements (taken when the table was expanded).
     spare_current: bool,
+    /// `full` (in the gap form) holds placeholders, not the other ranks' values.
+    hollow: bool,
 }
 
 impl<T> Default for Shadow<T> {
@@ -327,8 +335,25 @@ impl<T> Default for Shadow<T> {
             own_current: false,
             spare: Vec::new(),
             spare_current: false,
+            hollow: false,
         }
     }
+}
+
+/// A value of `T` that stands in a hollow shadow's slots (see [`Shadow`]): `T` decoded
+/// from zero bytes (an empty `Vec` or `String`, zero numbers), which owns no heap memory.
+/// `None` where there is nothing to save (`T` owns no heap memory), where zero bytes do
+/// not decode to a `T`, or where the value decoded still looks heap-backed (encodes to more
+/// bytes than its inline size, as a boxed array would): such shadows keep their values.
+pub(crate) fn placeholder<T: super::Element>() -> Option<T> {
+    if !std::mem::needs_drop::<T>() {
+        return None;
+    }
+    let size = std::mem::size_of::<T>();
+    let zeros = vec![0u8; 2 * size + 64];
+    let (value, _) = postcard::take_from_bytes::<T>(&zeros).ok()?;
+    let encoded = postcard::to_stdvec(&value).ok()?;
+    (encoded.len() <= size.max(1)).then_some(value)
 }
 
 impl<T> Shadow<T> {
@@ -428,7 +453,12 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     fn memory(&self) -> TableMemory {
         let data = self.data.read();
         let shadow = self.shadow.lock();
-        let extra = shadow.full.as_ref().map_or(0, Vec::len) + shadow.spare.len();
+        let kept = shadow.full.as_ref().map_or(0, Vec::len);
+        // A hollow shadow's slots hold no other rank's values: only their inline bytes.
+        let (extra, hollow_bytes) = match shadow.hollow {
+            true => (shadow.spare.len(), kept * std::mem::size_of::<T>()),
+            false => (kept + shadow.spare.len(), 0),
+        };
         let sample: &[T] = match data.is_empty() {
             true => shadow.full.as_deref().unwrap_or(&[]),
             false => &data,
@@ -440,7 +470,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
             len: self.len,
             held: data.len(),
             extra,
-            bytes: estimate_bytes(sample, data.len() + extra),
+            bytes: estimate_bytes(sample, data.len() + extra) + hollow_bytes,
         }
     }
     fn is_relaxed(&self) -> bool {
@@ -580,6 +610,7 @@ impl<T: super::Element> Spread for VectorTable<T> {
                 shadow.spare = Vec::new();
                 shadow.spare_current = false;
                 shadow.own_current = false;
+                shadow.hollow = false;
                 Ok(())
             }
             full => {
@@ -601,9 +632,17 @@ impl<T: super::Element> Spread for VectorTable<T> {
         let mut shadow = self.shadow.lock();
         if matches!(valid, ShadowValidity::Stale) {
             // Written by the loop: the own elements move out (the gap form), and no
-            // element is kept twice.
+            // element is kept twice; the others' stale values make way for placeholders.
             let own: Vec<T> = data.drain(range).collect();
-            shadow.full = Some(std::mem::replace(&mut *data, own));
+            let mut gap = std::mem::replace(&mut *data, own);
+            shadow.hollow = match placeholder::<T>() {
+                Some(p) => {
+                    gap.iter_mut().for_each(|x| *x = p.clone());
+                    true
+                }
+                None => false,
+            };
+            shadow.full = Some(gap);
             shadow.spare = Vec::new();
             shadow.spare_current = false;
             shadow.own_current = false;
@@ -642,6 +681,7 @@ impl<T: super::Element> Spread for VectorTable<T> {
             ShadowValidity::Unchanged | ShadowValidity::Stale => {}
         }
         shadow.full = Some(full);
+        shadow.hollow = false;
         shadow.version = self.version.load(Ordering::Acquire);
     }
     unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
@@ -770,6 +810,7 @@ impl<T: super::Element> VectorTable<T> {
         let mut shadow = self.shadow.lock();
         if shadow.full.is_none() {
             shadow.full = Some(full);
+            shadow.hollow = false;
             shadow.version = version;
             shadow.all_valid = true;
             shadow.valid_for.clear();
@@ -1379,5 +1420,27 @@ impl<T: Aggregate> Merger for VectorMerger<T> {
             b.work.clone_from_slice(master);
             b.base.clone_from_slice(master);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholder;
+
+    /// Placeholders stand in for heap-backed elements only, and hold no heap memory.
+    #[test]
+    fn placeholders_are_empty_values_of_heap_backed_types() {
+        let row = placeholder::<Vec<f32>>().expect("a Vec row has one");
+        assert_eq!((row.len(), row.capacity()), (0, 0));
+        assert_eq!(placeholder::<String>().as_deref(), Some(""));
+        let pair = placeholder::<(u32, Vec<u64>)>().expect("a tuple with a Vec has one");
+        assert_eq!(pair, (0, Vec::new()));
+        // Nothing to save: no heap memory.
+        assert_eq!(placeholder::<f64>(), None);
+        assert_eq!(placeholder::<[f32; 8]>(), None);
+        // Zero bytes that decode to a heap-backed value (a boxed array) save nothing.
+        assert_eq!(placeholder::<Box<[f32; 32]>>(), None);
+        // Zero bytes that do not decode at all.
+        assert_eq!(placeholder::<(Vec<u8>, std::num::NonZeroU32)>(), None);
     }
 }

@@ -6,7 +6,8 @@
 //! joined, and every rank makes the same plan, which [`DistPlan`] cuts into steps; later
 //! calls reuse it. Before each step the [`Exchanger`] moves the elements the step needs;
 //! when the call ends each rank keeps its own range as the table and the other ranks'
-//! elements as its shadow.
+//! elements as its shadow (of a written table, placeholders where the elements own heap
+//! memory: see [`Shadow`](crate::dds::table::Shadow)).
 
 use std::time::{Duration, Instant};
 
