@@ -743,6 +743,42 @@ fn each_rank_reports_the_elements_it_holds() {
     }
 }
 
+/// A table of `Vec` rows written by one loop and only read by the next, in turns: after
+/// each writing call every rank keeps placeholders (empty rows) for the other ranks'
+/// rows, so both loops must fetch every row they touch (an empty row would panic at
+/// `x[i][1]`). Three turns on 2 and 3 ranks give a world of one's results exactly.
+#[test]
+fn rows_written_by_one_loop_and_read_by_the_next_are_fetched_each_turn() {
+    let job = || -> strads_ap::Result<(Vec<Vec<u64>>, Vec<u64>)> {
+        let pairs = DVector::from_vec(serial_pairs())?;
+        let x = DVector::from_fn(300, |i| vec![i as u64, 1])?;
+        let y = DVector::from_fn(300, |_| 0u64)?;
+        for _ in 0..3 {
+            async_for!(0..pairs.len(), |k| {
+                let (i, j) = pairs[k];
+                if i != j {
+                    // Adds up in any order: any serializable run gives the same rows.
+                    x[i][1] += 3;
+                    x[j][0] += 1;
+                }
+            })?;
+            async_for!(0..pairs.len(), |k| {
+                let (i, j) = pairs[k];
+                y[i] += x[i][1] + x[j][0];
+            })?;
+        }
+        Ok((x.to_vec()?, y.to_vec()?))
+    };
+    let alone = job().unwrap();
+    assert!(alone.1.iter().sum::<u64>() > 0);
+    for world in [2, 3] {
+        for (rank, r) in on_ranks(world, job).into_iter().enumerate() {
+            let dist = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+            assert_eq!(dist, alone, "{world} ranks, rank {rank}");
+        }
+    }
+}
+
 /// The pairs [`each_rank_reports_the_elements_it_holds`] runs over.
 fn serial_pairs() -> Vec<(usize, usize)> {
     (0..600)
