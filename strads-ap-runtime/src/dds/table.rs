@@ -48,10 +48,12 @@ pub struct TableMemory {
     /// Elements this rank holds as its own part.
     pub held: usize,
     /// Elements this rank holds besides its part: the other ranks' elements kept between
-    /// distributed loops (the shadow).
+    /// distributed loops (the shadow). A loop that wrote a table of heap-backed elements
+    /// (`Vec` rows) leaves none: their slots hold empty placeholders until the next loop.
     pub extra: usize,
     /// Estimated bytes of `held + extra` elements: each element's own size, plus for
-    /// elements that own heap memory (a `Vec` row) its encoded size, from a sample.
+    /// elements that own heap memory (a `Vec` row) its encoded size, from a sample; plus
+    /// the inline size of each placeholder slot.
     pub bytes: usize,
 }
 
