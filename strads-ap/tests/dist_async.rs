@@ -710,20 +710,13 @@ fn each_rank_reports_the_elements_it_holds() {
             }
         })?;
         let after = strads_ap::table_memory();
-        let sums = x.with_all(|all| (all.iter().map(|r| r[0]).sum(), all[299].clone()))?;
-        Ok((before, after, sums))
+        let all = x.with_all(|all| all.to_vec())?;
+        Ok((before, after, all))
     });
-    let (mut first, mut last) = (0.0, vec![1.0; 4]);
-    for &(i, j) in &serial_pairs() {
-        if i != j {
-            first += 1.0;
-            last[0] += f64::from(i == 299);
-            last[1] += f64::from(j == 299);
-        }
-    }
+    let expected = counted_rows();
     for (rank, r) in results.into_iter().enumerate() {
-        let (before, after, sums) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-        assert_eq!(sums, (300.0 + first, last.clone()), "rank {rank} reads all");
+        let (before, after, all) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert_eq!(all, expected, "rank {rank} reads every rank's results");
         let rows = |m: &[strads_ap::TableMemory]| {
             m.iter()
                 .find(|t| t.len == 300)
@@ -779,11 +772,24 @@ fn rows_written_by_one_loop_and_read_by_the_next_are_fetched_each_turn() {
     }
 }
 
-/// The pairs [`each_rank_reports_the_elements_it_holds`] runs over.
+/// The pairs the tests of what ranks keep after a loop run over.
 fn serial_pairs() -> Vec<(usize, usize)> {
     (0..600)
         .map(|k| ((k * 7) % 300, (k * 13 + 1) % 300))
         .collect()
+}
+
+/// The rows of 300 `[1.0; 4]` after counting [`serial_pairs`] (`x[i][0] += 1.0` and
+/// `x[j][1] += 1.0` for each pair of two keys), as a world of one computes them.
+fn counted_rows() -> Vec<Vec<f64>> {
+    let mut rows = vec![vec![1.0f64; 4]; 300];
+    for (i, j) in serial_pairs() {
+        if i != j {
+            rows[i][0] += 1.0;
+            rows[j][1] += 1.0;
+        }
+    }
+    rows
 }
 
 /// After a distributed loop, `with_all` reads the full-length copy each rank keeps,
@@ -792,18 +798,9 @@ fn serial_pairs() -> Vec<(usize, usize)> {
 /// writes, and agrees on every rank.
 #[test]
 fn with_all_after_a_loop_reads_the_kept_copy_refreshed() {
-    let pairs: Vec<(usize, usize)> = (0..600)
-        .map(|k| ((k * 7) % 300, (k * 13 + 1) % 300))
-        .collect();
-    let mut expected = vec![vec![1.0f64; 4]; 300];
-    for &(i, j) in &pairs {
-        if i != j {
-            expected[i][0] += 1.0;
-            expected[j][1] += 1.0;
-        }
-    }
+    let expected = counted_rows();
     let results = on_ranks(3, || -> strads_ap::Result<_> {
-        let pairs = DVector::from_vec(pairs.clone())?;
+        let pairs = DVector::from_vec(serial_pairs())?;
         let x = DVector::from_fn(300, |_| vec![1.0f64; 4])?;
         async_for!(0..pairs.len(), |k| {
             let (i, j) = pairs[k];
