@@ -64,11 +64,11 @@ pub use strads_ap_macros::{async_for, sync_for};
 /// [`ReadOptions`]: sharded across ranks, gzip-aware, errors naming file and line.
 pub use strads_ap_runtime::formats;
 pub use strads_ap_runtime::{
-    checkpoint, cluster, dds::set_gather_limit, dds::table_memory, dds::TableMemory, finish, init,
-    init_with, is_driver, loop_stats, rank, read_from_file, threads, world_size, Aggregate,
-    Aggregation, Array, CallCosts, Config, DMap, DMultiMap, DVector, Depends, Diagnosis, Dynamic,
-    DynamicStats, Element, Error, Fallback, Finding, HotKey, LoopStats, Opts, Priority,
-    ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
+    checkpoint, cluster, dds::set_fetch_above, dds::set_gather_limit, dds::table_memory,
+    dds::TableMemory, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
+    threads, world_size, Aggregate, Aggregation, Array, CallCosts, Config, DMap, DMultiMap,
+    DVector, Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
+    LoopStats, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
 };
 
 /// What a loop body may not do with a captured `DMap` (add or remove keys), refused at

@@ -206,7 +206,12 @@ fn matrix_factorisation_matches_a_world_of_one() {
         let local = train.clone();
         let (serial_rmse, _) = local(world).unwrap();
         let dist = train.clone();
-        let results = on_ranks(world, move || dist(1));
+        // On 3 ranks the planning call fetches what it reads rather than gathering.
+        let fetch = (world == 3).then_some(0);
+        let results = on_ranks(world, move || {
+            strads_ap::set_fetch_above(fetch);
+            dist(1)
+        });
         let mut first: Option<Vec<Vec<f32>>> = None;
         for (rank, r) in results.into_iter().enumerate() {
             let (rmse, w) = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
@@ -764,10 +769,18 @@ fn rows_written_by_one_loop_and_read_by_the_next_are_fetched_each_turn() {
     };
     let alone = job().unwrap();
     assert!(alone.1.iter().sum::<u64>() > 0);
-    for world in [2, 3] {
-        for (rank, r) in on_ranks(world, job).into_iter().enumerate() {
-            let dist = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
-            assert_eq!(dist, alone, "{world} ranks, rank {rank}");
+    // Planning calls gather the small tables whole, or (fetching above 0 bytes) fetch
+    // what reconnaissance reads: the same result.
+    for fetch in [None, Some(0)] {
+        for world in [2, 3] {
+            let ranks = on_ranks(world, move || {
+                strads_ap::set_fetch_above(fetch);
+                job()
+            });
+            for (rank, r) in ranks.into_iter().enumerate() {
+                let dist = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+                assert_eq!(dist, alone, "{world} ranks, rank {rank}, fetch {fetch:?}");
+            }
         }
     }
 }
@@ -859,4 +872,58 @@ fn a_dvector_saved_across_ranks_loads_whole() {
     let alone = on_ranks(1, || DVector::<Vec<u32>>::load(&path)?.to_vec());
     assert_eq!(alone.into_iter().next().unwrap().unwrap(), expected);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A planning call across ranks fetches what its tasks read instead of gathering tables
+/// whole: tasks follow chains of pointers through other ranks' rows (`next[i]`, then
+/// `next[j]`) and read a table shorter than the world (a rank holding none of it stops a
+/// task at its first absent element), over more tasks than one window of reconnaissance.
+/// Every rank computes what a world of one does, exactly, on the planning call and on the
+/// next (planned) call, and reconnaissance counts the elements it fetched.
+#[test]
+fn reconnaissance_fetches_chained_reads_from_their_owners() {
+    let n = 70_000usize;
+    let run = move || -> strads_ap::Result<(Vec<u64>, u64)> {
+        strads_ap::set_fetch_above(Some(0));
+        let next = DVector::from_fn(n, |i| vec![((i * 7919 + 13) % n) as u32])?;
+        let vals = DVector::from_fn(n, |i| vec![(i % 1000) as u64 + 1])?;
+        let tiny = DVector::from_fn(2, |i| vec![100 * (i as u64 + 1)])?;
+        let out = DVector::from_fn(n, |_| 0u64)?;
+        let line = line!() + 2;
+        for _ in 0..2 {
+            async_for!(0..out.len(), |i| {
+                let j = next[i][0] as usize;
+                let k = next[j][0] as usize;
+                out[i] += vals[j][0] + vals[k][0] * 3 + tiny[i % 2][0];
+            })?;
+        }
+        let here = format!("dist_async.rs:{line}:");
+        let fetched = strads_ap::loop_stats()
+            .iter()
+            .find(|s| s.site.contains(&here))
+            .expect("the loop")
+            .fetched;
+        Ok((out.to_vec()?, fetched))
+    };
+    let expected: Vec<u64> = (0..n)
+        .map(|i| {
+            let j = (i * 7919 + 13) % n;
+            let k = (j * 7919 + 13) % n;
+            2 * ((j % 1000) as u64 + 1 + ((k % 1000) as u64 + 1) * 3 + 100 * (i as u64 % 2 + 1))
+        })
+        .collect();
+    let (alone, fetched) = run().unwrap();
+    assert_eq!(alone, expected, "a world of one");
+    assert_eq!(fetched, 0, "a world of one fetches nothing");
+    for world in [2, 3] {
+        for (rank, r) in on_ranks(world, run).into_iter().enumerate() {
+            let (out, fetched) = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+            assert_eq!(out, expected, "{world} ranks, rank {rank}");
+            // Tasks read rows of other ranks: at least the share's first link each.
+            assert!(
+                fetched as usize >= n / world / 2,
+                "{world} ranks, rank {rank}: fetched {fetched}"
+            );
+        }
+    }
 }

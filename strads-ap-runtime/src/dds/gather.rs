@@ -64,6 +64,44 @@ fn half_the_memory() -> Option<u64> {
     })
 }
 
+/// This rank's size above which a planning call fetches a table's elements (see
+/// [`set_fetch_above`]).
+#[derive(Default)]
+struct FetchAbove(Mutex<Option<u64>>);
+
+/// Tables smaller than this many bytes (estimated, the whole table) are gathered whole on
+/// every rank when a distributed `async_for!` is planned, unless set otherwise.
+pub const FETCH_ABOVE_DEFAULT: u64 = 64 << 20;
+
+/// Sets the size, in bytes, above which a distributed `async_for!` that is being planned
+/// leaves a captured `DVector` partitioned and fetches from their owners only the elements
+/// its tasks read (`None`: back to the default, `STRADS_FETCH_ABOVE` or
+/// [`FETCH_ABOVE_DEFAULT`]). Smaller tables are gathered whole for the planning call, which
+/// is quicker: fetching runs reconnaissance twice (once to find what is read). The ranks
+/// agree on the smallest setting among them.
+///
+/// # Examples
+/// ```
+/// use strads_ap_runtime::dds::set_fetch_above;
+///
+/// // Plan loops over tables of more than 1 MiB without gathering them whole
+/// // (`strads_ap::loop_stats()` then counts the elements fetched, per loop).
+/// set_fetch_above(Some(1 << 20));
+/// // Back to the default.
+/// set_fetch_above(None);
+/// ```
+pub fn set_fetch_above(bytes: Option<u64>) {
+    *crate::cluster::here().local::<FetchAbove>().0.lock() = bytes;
+}
+
+/// This rank's size above which a planning call fetches (see [`set_fetch_above`]).
+pub(crate) fn fetch_above() -> u64 {
+    static ENV: OnceLock<Option<u64>> = OnceLock::new();
+    let set = *crate::cluster::here().local::<FetchAbove>().0.lock();
+    let env = *ENV.get_or_init(|| std::env::var("STRADS_FETCH_ABOVE").ok()?.parse().ok());
+    set.or(env).unwrap_or(FETCH_ABOVE_DEFAULT)
+}
+
 /// Checks that gathering the whole of a table (`what`, of `len` elements, of which this
 /// rank holds about `held_bytes`) on this rank stays within the gather limit. Across ranks
 /// (`comm`) a collective: the ranks exchange their parts' sizes and limits, so that every

@@ -8,7 +8,7 @@
 
 pub mod body;
 mod direct;
-mod gather;
+pub(crate) mod gather;
 mod lock_view;
 mod map;
 pub(crate) mod persist;
@@ -21,7 +21,7 @@ mod view;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
 pub use direct::{DirectFallback, DirectView};
-pub use gather::set_gather_limit;
+pub use gather::{set_fetch_above, set_gather_limit, FETCH_ABOVE_DEFAULT};
 pub use lock_view::{LockFallback, LockView};
 pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use table::{table_memory, TableMemory};

@@ -196,6 +196,20 @@ pub(crate) trait Spread {
     fn shrink_to_shadow(&self, _valid: ShadowValidity) {
         self.keep_own_range()
     }
+    /// Makes the table full-length for a planning call without gathering it: this rank's
+    /// range is moved in, every other slot holds a filler (see [`filler`]) that
+    /// reconnaissance never reads (it fetches what a task reads, see
+    /// `engine::async_for::fetching`). Drops the shadow. Returns `false`, changing nothing,
+    /// where the table cannot be so made (a map, or an element type no filler is made of).
+    fn expand_hollow(&self, _op: &'static str) -> Result<bool> {
+        Ok(false)
+    }
+    /// Puts a filler back at `keys` of the locked elements at `ptr` (after
+    /// [`Spread::expand_hollow`]), dropping what was fetched there.
+    ///
+    /// # Safety
+    /// As for [`Spread::unpack`].
+    unsafe fn refill(&self, _ptr: *mut u8, _keys: &[u64]) {}
     /// In a job of several ranks: the owner of each key (position), when it is not the
     /// rank whose balanced range holds it (maps own keys by hash).
     fn owners(&self) -> Option<Vec<u16>> {
@@ -356,6 +370,14 @@ pub(crate) fn placeholder<T: super::Element>() -> Option<T> {
     let (value, _) = postcard::take_from_bytes::<T>(&zeros).ok()?;
     let encoded = postcard::to_stdvec(&value).ok()?;
     (encoded.len() <= size.max(1)).then_some(value)
+}
+
+/// A value of `T` to fill the slots of a table made full-length without its values (see
+/// [`Spread::expand_hollow`]): `T` decoded from zero bytes, as [`placeholder`] (zero numbers,
+/// empty rows). `None` where zero bytes do not decode to a `T` (a `NonZeroU32`).
+pub(crate) fn filler<T: super::Element>() -> Option<T> {
+    let zeros = vec![0u8; 2 * std::mem::size_of::<T>() + 64];
+    postcard::take_from_bytes::<T>(&zeros).ok().map(|(v, _)| v)
 }
 
 impl<T> Shadow<T> {
@@ -685,6 +707,41 @@ impl<T: super::Element> Spread for VectorTable<T> {
         shadow.full = Some(full);
         shadow.hollow = false;
         shadow.version = self.version.load(Ordering::Acquire);
+    }
+    fn expand_hollow(&self, op: &'static str) -> Result<bool> {
+        let Some(fill) = filler::<T>() else {
+            return Ok(false);
+        };
+        let range = self.own_range();
+        let mut data = self.write(op)?;
+        if data.len() != range.len() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "DVector {} holds {} elements here, expected its range of {}",
+                    self.id,
+                    data.len(),
+                    range.len()
+                ),
+            ));
+        }
+        // The shadow's values would be stale or unread: the loop fetches what it reads.
+        *self.shadow.lock() = Shadow::default();
+        let mut full = Vec::with_capacity(self.len);
+        full.resize(range.start, fill.clone());
+        full.append(&mut data);
+        full.resize(self.len, fill);
+        *data = full;
+        Ok(true)
+    }
+    unsafe fn refill(&self, ptr: *mut u8, keys: &[u64]) {
+        let Some(fill) = filler::<T>() else { return };
+        let elems = ptr as *mut T;
+        for &k in keys {
+            // SAFETY: the caller guarantees exclusive access to initialised elements, more
+            // than any key.
+            unsafe { *elems.add(k as usize) = fill.clone() };
+        }
     }
     unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
         // SAFETY: the caller's guarantee, passed on.

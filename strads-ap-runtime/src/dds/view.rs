@@ -235,6 +235,8 @@ pub struct RecordVectorView<'a, T, W: Writes = ToScratch> {
     slot: usize,
     rec: &'a Recorder,
     name: &'static str,
+    /// Which elements are here, where only some are (see `Recorder::with_presence`).
+    present: Option<crate::recon::Presence>,
     /// The running task's last accesses logged through this view, kept by the recorder
     /// (see `Recorder::last_logged`).
     last: &'a crate::recon::Logged,
@@ -264,6 +266,7 @@ impl<'a, T, W: Writes> RecordVectorView<'a, T, W> {
             slot,
             rec,
             name,
+            present: rec.presence(slot),
             last: rec.last_logged(slot),
             mark: Cell::new(NO_MARK),
             _life: PhantomData,
@@ -279,15 +282,25 @@ impl<'a, T, W: Writes> RecordVectorView<'a, T, W> {
     /// where the recorder's state (which the body's stores may alias, as far as the
     /// compiler knows) costs a load per access. Generated code starts each task with
     /// `__strads_task`, which forgets `mark`.
+    ///
+    /// Returns the element to read: `i`, or where element `i` is not here (a planning call
+    /// across ranks) a stand-in the recorder names, after noting the miss (the task's log
+    /// is then dropped and the task run again once the element is fetched).
     #[inline(always)]
-    fn note(&self, i: usize, write: bool) {
+    fn note(&self, i: usize, write: bool) -> usize {
         let mark = (i << 1) | usize::from(write);
         let last = self.mark.get();
         if mark == last || mark | 1 == last {
-            return;
+            return i;
+        }
+        if let Some(p) = self.present {
+            if !p.has(i) {
+                return self.rec.missed(self.slot, i);
+            }
         }
         self.mark.set(mark);
         self.rec.note(self.last, self.slot, i as u64, write);
+        i
     }
 
     /// Starts a task: its accesses are logged anew. Called by generated code before
@@ -351,12 +364,12 @@ impl<T: Clone, W: Writes> Index<usize> for RecordVectorView<'_, T, W> {
     #[inline(always)]
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
-        self.note(i, false);
-        // SAFETY: `i < len`, and `ptr` points to `len` initialised elements that the
+        let at = self.note(i, false);
+        // SAFETY: `at < len` (`i`, or a stand-in below the length), and `ptr` points to `len` initialised elements that the
         // engine keeps alive and locked for the operator. In reconnaissance nothing
         // writes them (views write to scratch); in a recorded run only this thread's
         // views do, and `&self` rules out a mutable reference from this view.
-        let element = unsafe { &*self.ptr.add(i) };
+        let element = unsafe { &*self.ptr.add(at) };
         if W::IN_PLACE {
             return element;
         }
@@ -371,7 +384,7 @@ impl<T: Clone, W: Writes> IndexMut<usize> for RecordVectorView<'_, T, W> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         self.bounds(i);
-        self.note(i, true);
+        let at = self.note(i, true);
         if W::IN_PLACE {
             // SAFETY: as in `index`; a recorded run is the only user of the table, on
             // this thread, and `&mut self` rules out a second reference from this view.
@@ -379,7 +392,7 @@ impl<T: Clone, W: Writes> IndexMut<usize> for RecordVectorView<'_, T, W> {
         }
         let epoch = self.rec.task_epoch();
         // SAFETY: as in `index`: nothing writes the table during reconnaissance.
-        let src = unsafe { &*self.ptr.add(i) };
+        let src = unsafe { &*self.ptr.add(at) };
         scratch_copy(&mut self.scratch, i, epoch, src)
     }
 }

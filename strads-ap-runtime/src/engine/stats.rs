@@ -29,6 +29,10 @@ pub struct LoopStats {
     pub groups: usize,
     /// Tasks a locking run abandoned on a conflict and ran again.
     pub retried: u64,
+    /// Elements of other ranks that reconnaissance fetched on this rank (planning calls
+    /// across ranks read what their tasks read from its owner, rather than gathering
+    /// whole tables; each element once per window of tasks).
+    pub fetched: u64,
     /// Time the workers spent merging their replicas into the shared tables, or waiting
     /// to (`sync_for!`, and relaxed tables of `async_for!`), summed over the workers.
     pub merging: Duration,
@@ -192,6 +196,7 @@ pub(crate) struct Figures {
     pub merging: Duration,
     pub recorded: Option<Duration>,
     pub retried: u64,
+    pub fetched: u64,
     pub strategy: Option<&'static str>,
     pub groups: Option<usize>,
     pub workers: Option<usize>,
@@ -238,6 +243,7 @@ impl Figures {
             s.running += self.running;
             s.merging += self.merging;
             s.retried += self.retried;
+            s.fetched += self.fetched;
             s.busy += self.busy;
             s.wall += self.wall;
             s.steps += self.steps as u64;

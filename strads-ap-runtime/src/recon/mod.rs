@@ -743,7 +743,44 @@ pub struct Recorder {
     /// A recorded run's task logged more accesses than its room held (this many): the log
     /// misses some and must not plan.
     overflowed: Cell<Option<usize>>,
+    /// Per table slot, where only some elements are here (a planning call across ranks):
+    /// the bitmap of those present, and a present element that stands in for absent ones.
+    present: Vec<Option<Presence>>,
+    /// Absent elements tasks read, as (slot, key): see [`Recorder::missed`].
+    misses: RefCell<Vec<(usize, u64)>>,
 }
+
+/// Which elements of a table reconnaissance may read (see [`Recorder::with_presence`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Presence {
+    /// A bitmap over the table's keys, bit `k % 64` of word `k / 64` set where element `k`
+    /// holds its value.
+    pub bits: *const u64,
+    /// An element that holds its value, read in place of an absent one so that the task
+    /// goes on (and meets its other absent elements in the same pass); `None` where there
+    /// is none (the task then stops at its first absent element).
+    pub stand_in: Option<usize>,
+}
+
+impl Presence {
+    /// Whether element `key` holds its value.
+    #[inline(always)]
+    pub(crate) fn has(&self, key: usize) -> bool {
+        // SAFETY: the bitmap covers every key of the table (see `Recorder::with_presence`)
+        // and views check `key` against the length first.
+        let word = unsafe { *self.bits.add(key / 64) };
+        word & (1 << (key % 64)) != 0
+    }
+}
+
+// SAFETY: a `Presence` is a pointer to a bitmap that nothing writes while recorders read
+// it (the engine changes bitmaps only between reconnaissance passes, when no worker runs).
+unsafe impl Send for Presence {}
+// SAFETY: as above.
+unsafe impl Sync for Presence {}
+
+/// A task stopped at an element that is not here (see [`Presence::stand_in`]).
+pub(crate) struct Absent;
 
 /// The elements the running task logged through a view, as `key << 1 | written` with
 /// where in the log each entry is, so that a body that touches a row many times (`p[u][f]`
@@ -902,7 +939,41 @@ impl Recorder {
             in_place: false,
             headroom: Cell::new(headroom),
             overflowed: Cell::new(None),
+            present: Vec::new(),
+            misses: RefCell::new(Vec::new()),
         }
+    }
+
+    /// A recorder whose views read only the present elements of some tables (`present`, in
+    /// slot order; `None` where every element is here): a read of an absent one is noted
+    /// (see [`Recorder::take_misses`]) and answered with a stand-in. Each bitmap must cover
+    /// its table's keys and stay unwritten while the recorder is used.
+    pub(crate) fn with_presence(mut self, present: Vec<Option<Presence>>) -> Self {
+        self.present = present;
+        self
+    }
+
+    /// Which elements of table slot `slot` views may read: `None` for every one.
+    pub(crate) fn presence(&self, slot: usize) -> Option<Presence> {
+        self.present.get(slot).copied().flatten()
+    }
+
+    /// The running task read element `key` of slot `slot`, which is not here: noted; returns
+    /// the element to read instead, or stops the task (unwinding with [`Absent`]) where
+    /// there is none.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn missed(&self, slot: usize, key: usize) -> usize {
+        self.misses.borrow_mut().push((slot, key as u64));
+        match self.presence(slot).and_then(|p| p.stand_in) {
+            Some(i) => i,
+            None => std::panic::resume_unwind(Box::new(Absent)),
+        }
+    }
+
+    /// The absent elements read since the last call, as (slot, key).
+    pub(crate) fn take_misses(&self) -> Vec<(usize, u64)> {
+        std::mem::take(&mut *self.misses.borrow_mut())
     }
 
     /// A recorder whose views write the tables in place: the recorded run is the call

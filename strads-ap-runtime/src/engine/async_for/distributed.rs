@@ -2,8 +2,10 @@
 //!
 //! Every rank holds a full-length copy of each captured table for the duration of the call
 //! (its own range current, the rest filled from shadows or on demand). A planning call
-//! gathers every table whole, each rank reconnoitres its share of the tasks, the logs are
-//! joined, and every rank makes the same plan, which [`DistPlan`] cuts into steps; later
+//! gathers small tables whole and leaves large vectors hollow (see
+//! [`fetching`](super::fetching)), each rank reconnoitres its share of the tasks, fetching
+//! from their owners what they read of the hollow tables, the logs are joined, and every
+//! rank makes the same plan, which [`DistPlan`] cuts into steps; later
 //! calls reuse it. Before each step the [`Exchanger`] moves the elements the step needs;
 //! when the call ends each rank keeps its own range as the table and the other ranks'
 //! elements as its shadow (of a written table, placeholders where the elements own heap
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::exchange::Exchanger;
 use super::execute::execute;
+use super::fetching::reconnoitre_fetching;
 use super::planned::{make_plan, LogSource};
 use super::reconnoitre::reconnoitre;
 use super::{table_infos, written_slots, Loop};
@@ -36,6 +39,12 @@ pub(super) struct Entry {
     pub has: Vec<bool>,
     /// Per slot: the shadow is current for the cached plan.
     pub fresh: Vec<bool>,
+    /// Per slot, where the rank keeps no plan: the table's estimated bytes, whole (joined:
+    /// the largest estimate); empty otherwise.
+    pub sizes: Vec<u64>,
+    /// Tables larger than this are fetched, not gathered, by a planning call (joined: the
+    /// smallest; see `dds::set_fetch_above`).
+    pub fetch_above: u64,
 }
 
 /// Most worker threads a rank may say it has: more is taken for a malformed entry (the
@@ -52,6 +61,8 @@ fn join_entries(all: Vec<Entry>, slots: usize) -> std::result::Result<Entry, (us
         cached: true,
         has: vec![true; slots],
         fresh: vec![true; slots],
+        sizes: vec![0; slots],
+        fetch_above: u64::MAX,
     };
     for (rank, e) in all.into_iter().enumerate() {
         if e.has.len() != slots || e.fresh.len() != slots {
@@ -73,6 +84,19 @@ fn join_entries(all: Vec<Entry>, slots: usize) -> std::result::Result<Entry, (us
                 ),
             ));
         }
+        if !e.sizes.is_empty() && e.sizes.len() != slots {
+            return Err((
+                rank,
+                format!(
+                    "sizes of {} tables; the loop captures {slots}",
+                    e.sizes.len()
+                ),
+            ));
+        }
+        for (j, x) in joined.sizes.iter_mut().zip(&e.sizes) {
+            *j = (*j).max(*x);
+        }
+        joined.fetch_above = joined.fetch_above.min(e.fetch_above);
         joined.threads += e.threads;
         joined.cached &= e.cached;
         for (j, x) in joined.has.iter_mut().zip(&e.has) {
@@ -126,14 +150,14 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         tables: l.call.registry.entries.iter().map(|e| &*e.table).collect(),
         validity: vec![ShadowValidity::Stale; l.call.registry.entries.len()],
     };
-    let gathered = make_ready(l, comm, &entry, cached.is_none())?;
+    let (gathered, hollow) = make_ready(l, comm, &entry, cached.is_none())?;
     let agreed = Agreed {
         entry,
         gathered,
         since,
     };
     // A cached plan works out the read-only tables' transfers when first needed.
-    let cut_read_only = match &cached {
+    let cut_cached = match &cached {
         Some(Cached {
             plan,
             dist: Some(dist),
@@ -141,7 +165,7 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         _ => false,
     };
     // Owners of map entries (by key hash), for cutting a plan; read before locking.
-    let owners: Vec<Option<Vec<u16>>> = match cached.is_none() || cut_read_only {
+    let owners: Vec<Option<Vec<u16>>> = match cached.is_none() || cut_cached {
         true => l
             .call
             .registry
@@ -154,16 +178,20 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     let locked = l.call.lock()?;
     let bases = &locked.bases;
     let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-    let (plan, mut dist) = match cached {
+    let (plan, mut dist, cut_read_only) = match cached {
         Some(Cached {
             plan,
             dist: Some(dist),
-        }) => (plan, dist),
+        }) => (plan, dist, cut_cached),
         _ => {
-            // Gathering whole tables is part of planning: later calls fetch only what the
+            // Making tables ready is part of planning: later calls fetch only what the
             // plan needs.
             l.call.note(|f| f.recon += agreed.since.elapsed());
-            plan_across(l, comm, bases, &agreed, &lens, &owners)?
+            let (plan, dist) = plan_across(l, comm, bases, &agreed, &hollow, &lens, &owners)?;
+            // Read-only tables not gathered whole (fetched in reconnaissance, or held
+            // stale) get the plan's transfers now.
+            let cut = (0..plan.modes.len()).any(|s| agreed.stale(&plan.modes, s));
+            (plan, dist, cut)
         }
     };
     if cut_read_only {
@@ -222,11 +250,22 @@ pub(super) fn agree_entry<Task, I>(
         .iter()
         .map(|e| e.table.shadow_state(fingerprint))
         .collect();
+    // Sizes matter only to a planning call: a rank that keeps a plan sends none.
+    let sizes = match kept {
+        true => Vec::new(),
+        false => registry
+            .entries
+            .iter()
+            .map(|e| whole_bytes(&e.table.memory()))
+            .collect(),
+    };
     let mine = Entry {
         threads: l.call.threads,
         cached: kept,
         has: states.iter().map(|s| s.0).collect(),
         fresh: states.iter().map(|s| s.1).collect(),
+        sizes,
+        fetch_above: crate::dds::gather::fetch_above(),
     };
     // Every rank checks and joins every rank's entry (in rank order, so alike everywhere).
     let what = || format!("entry to {}", l.call.site);
@@ -239,31 +278,50 @@ pub(super) fn agree_entry<Task, I>(
     })
 }
 
+/// A table's estimated bytes, whole, from what this rank holds of it.
+fn whole_bytes(m: &crate::dds::table::TableMemory) -> u64 {
+    let held = (m.held + m.extra).max(1) as u64;
+    (m.bytes as u64).saturating_mul(m.len as u64) / held
+}
+
 /// Makes every table full-length here until the call ends; returns which were gathered
-/// whole.
+/// whole, and which are hollow (this rank's range and fillers).
 ///
-/// A table is gathered whole when some rank has no shadow of it yet, when it is relaxed
-/// (every rank replicates it), or when the loop is about to be planned (`planning`):
-/// reconnaissance must see current values, as accesses may depend on them.
+/// A relaxed table is gathered whole (every rank replicates it). When the loop is about to
+/// be planned (`planning`), reconnaissance must see current values, as accesses may depend
+/// on them: a table every rank holds current in its shadow is expanded from it; a vector
+/// larger than the agreed `fetch_above` is made hollow, and reconnaissance fetches what it
+/// reads (see [`fetching`](super::fetching)); the others (smaller tables, maps, element
+/// types no filler is made of) are gathered whole. A later call expands from the shadows, gathering a table only where
+/// some rank has no shadow of it.
 fn make_ready<Task, I>(
     l: &Loop<'_, '_, Task, I>,
     comm: &Comm,
     entry: &Entry,
     planning: bool,
-) -> Result<Vec<bool>> {
+) -> Result<(Vec<bool>, Vec<bool>)> {
     let registry = &l.call.registry;
     let op = l.call.site.operator();
     let mut gathered = vec![false; registry.entries.len()];
+    let mut hollow = vec![false; registry.entries.len()];
     for (slot, e) in registry.entries.iter().enumerate() {
         let relaxed = e.table.is_relaxed() && e.merger.is_some();
-        if relaxed || !entry.has[slot] || planning {
+        let current = entry.has[slot] && entry.fresh[slot];
+        let large = entry
+            .sizes
+            .get(slot)
+            .is_some_and(|&b| b > entry.fetch_above);
+        // The same choice on every rank: `entry` is agreed, the rest is the table's type.
+        if !relaxed && planning && !current && large && e.table.expand_hollow(op)? {
+            hollow[slot] = true;
+        } else if relaxed || !entry.has[slot] || (planning && !current) {
             e.table.gather_all(op, comm)?;
             gathered[slot] = true;
         } else {
             e.table.expand_from_shadow(op)?;
         }
     }
-    Ok(gathered)
+    Ok((gathered, hollow))
 }
 
 /// Plans the call across ranks: each rank reconnoitres its share of the tasks, the logs
@@ -274,6 +332,7 @@ fn plan_across<Task: Sync, I: LoopIndex>(
     comm: &Comm,
     bases: &[Base],
     agreed: &Agreed,
+    hollow: &[bool],
     lens: &[usize],
     owners: &[Option<Vec<u16>>],
 ) -> Result<(Plan, DistPlan)> {
@@ -282,15 +341,18 @@ fn plan_across<Task: Sync, I: LoopIndex>(
     let t0 = Instant::now();
     let share = crate::store::RangePartition::new(n, world).range(me);
     let (task, record, threads) = (l.call.task(), l.record, l.call.threads);
-    let mine = reconnoitre(
-        site,
-        start + share.start,
-        share.len(),
-        task,
-        record,
-        bases,
-        threads,
-    );
+    let mine = match hollow.iter().any(|&h| h) {
+        true => reconnoitre_fetching(l, comm, bases, hollow, start + share.start, share.len()),
+        false => reconnoitre(
+            site,
+            start + share.start,
+            share.len(),
+            task,
+            record,
+            bases,
+            threads,
+        ),
+    };
     let bytes = comm.gather_outcomes(mine.map(|log| log.to_bytes(start + share.start)))?;
     // The logs of other ranks are checked as they are decoded: the planner indexes the
     // tables' tags and scratch arrays by their keys.
@@ -445,17 +507,34 @@ mod tests {
             cached,
             has: has.to_vec(),
             fresh: fresh.to_vec(),
+            sizes: Vec::new(),
+            fetch_above: u64::MAX,
         }
     }
 
     #[test]
     fn entries_join_in_rank_order() {
-        let all = vec![
-            entry(2, true, &[true, true], &[true, false]),
-            entry(3, false, &[false, true], &[true, false]),
-        ];
-        let joined = join_entries(all, 2).unwrap();
-        assert_eq!(joined, entry(5, false, &[false, true], &[true, false]));
+        // A rank that keeps no plan sends its tables' sizes; one that does, none.
+        let planning = Entry {
+            sizes: vec![10, 700],
+            fetch_above: 100,
+            ..entry(2, false, &[true, true], &[true, false])
+        };
+        let keeping = Entry {
+            fetch_above: 50,
+            ..entry(3, true, &[false, true], &[true, false])
+        };
+        let other = Entry {
+            sizes: vec![20, 600],
+            ..entry(1, false, &[true, true], &[true, true])
+        };
+        let joined = join_entries(vec![planning, keeping, other], 2).unwrap();
+        let expected = Entry {
+            sizes: vec![20, 700],
+            fetch_above: 50,
+            ..entry(6, false, &[false, true], &[true, false])
+        };
+        assert_eq!(joined, expected);
     }
 
     /// An entry with fewer shadow states than the loop has tables panicked every rank
@@ -477,7 +556,16 @@ mod tests {
             "{why}"
         );
         let idle = entry(0, true, &[true, true], &[true, true]);
-        assert_eq!(join_entries(vec![good, idle], 2).unwrap_err().0, 1);
+        assert_eq!(join_entries(vec![good.clone(), idle], 2).unwrap_err().0, 1);
+        let sized = Entry {
+            sizes: vec![1, 2, 3],
+            ..good.clone()
+        };
+        let (rank, why) = join_entries(vec![good, sized], 2).unwrap_err();
+        assert_eq!(
+            (rank, why.as_str()),
+            (1, "sizes of 3 tables; the loop captures 2")
+        );
     }
 
     proptest::proptest! {

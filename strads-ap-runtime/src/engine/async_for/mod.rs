@@ -29,6 +29,7 @@ mod distributed;
 mod dynamic;
 mod exchange;
 mod execute;
+mod fetching;
 mod locking;
 mod lone;
 mod planned;
