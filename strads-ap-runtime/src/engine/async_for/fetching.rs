@@ -15,9 +15,9 @@
 //!    its range is bounded by what one window reads, and the next window starts.
 //!
 //! A chunk runs again only after something it missed was fetched, so every round makes
-//! progress; the rounds end when every rank has logged its whole share. SGDMF takes two
-//! rounds a window: the tasks' ratings are this rank's, so one pass meets every absent
-//! factor row.
+//! progress; the rounds end when every rank has logged its whole share. SGDMF runs each
+//! window twice: the tasks' ratings are this rank's, so one pass meets every absent factor
+//! row. A window's second pass and the next window's first share a round.
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -108,17 +108,20 @@ pub(super) fn reconnoitre_fetching<Task: Sync, I: LoopIndex>(
     let mut next = 0;
     let mut failure: Option<Error> = None;
     loop {
-        let window = next..(next + per_window).min(chunks.len());
+        // Windows run until one misses something (or the share is done): a window
+        // finished in this round hands over to the next without waiting for one.
         let mut want = Vec::new();
-        if failure.is_none() && !window.is_empty() {
+        while failure.is_none() && next < chunks.len() {
+            let window = next..(next + per_window).min(chunks.len());
             match pass(l, bases, &here, &chunks, window.clone(), &mut logs) {
                 Ok(missed) => want = missed,
                 Err(e) => failure = Some(e),
             }
-            if want.is_empty() && failure.is_none() {
-                drop_fetched(l, bases, &mut here);
-                next = window.end;
+            if !want.is_empty() || failure.is_some() {
+                break;
             }
+            drop_fetched(l, bases, &mut here);
+            next = window.end;
         }
         let done = next >= chunks.len() || failure.is_some();
         let mut out = vec![Round::default(); world];
