@@ -147,6 +147,10 @@ pub(crate) trait TableHandle: Spread + Snapshot + Send + Sync {
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
     /// What the table holds on this rank (see [`table_memory`]).
     fn memory(&self) -> TableMemory;
+    /// Estimated bytes of this rank's own part (summed over the ranks: the whole table's).
+    fn part_bytes(&self) -> u64 {
+        self.memory().bytes as u64
+    }
     /// Element `key` as a body indexes it, for messages: `[3]` (a map shows its key).
     fn describe_key(&self, key: u64) -> String {
         format!("[{key}]")
@@ -365,16 +369,15 @@ pub(crate) fn placeholder<T: super::Element>() -> Option<T> {
     if !std::mem::needs_drop::<T>() {
         return None;
     }
-    let size = std::mem::size_of::<T>();
-    let zeros = vec![0u8; 2 * size + 64];
-    let (value, _) = postcard::take_from_bytes::<T>(&zeros).ok()?;
+    let value = filler::<T>()?;
     let encoded = postcard::to_stdvec(&value).ok()?;
-    (encoded.len() <= size.max(1)).then_some(value)
+    (encoded.len() <= std::mem::size_of::<T>().max(1)).then_some(value)
 }
 
 /// A value of `T` to fill the slots of a table made full-length without its values (see
-/// [`Spread::expand_hollow`]): `T` decoded from zero bytes, as [`placeholder`] (zero numbers,
-/// empty rows). `None` where zero bytes do not decode to a `T` (a `NonZeroU32`).
+/// [`Spread::expand_hollow`]), and the base of a [`placeholder`]: `T` decoded from zero
+/// bytes (zero numbers, empty rows). `None` where zero bytes do not decode to a `T` (a
+/// `NonZeroU32`).
 pub(crate) fn filler<T: super::Element>() -> Option<T> {
     let zeros = vec![0u8; 2 * std::mem::size_of::<T>() + 64];
     postcard::take_from_bytes::<T>(&zeros).ok().map(|(v, _)| v)
@@ -473,6 +476,10 @@ impl<T> TableLock for VectorLock<'_, T> {
 impl<T: super::Element> TableHandle for VectorTable<T> {
     fn id(&self) -> u64 {
         self.id
+    }
+    fn part_bytes(&self) -> u64 {
+        let data = self.data.read();
+        estimate_bytes(&data, data.len()) as u64
     }
     fn memory(&self) -> TableMemory {
         let data = self.data.read();

@@ -365,10 +365,11 @@ impl<T: Clone, W: Writes> Index<usize> for RecordVectorView<'_, T, W> {
     fn index(&self, i: usize) -> &T {
         self.bounds(i);
         let at = self.note(i, false);
-        // SAFETY: `at < len` (`i`, or a stand-in below the length), and `ptr` points to `len` initialised elements that the
-        // engine keeps alive and locked for the operator. In reconnaissance nothing
-        // writes them (views write to scratch); in a recorded run only this thread's
-        // views do, and `&self` rules out a mutable reference from this view.
+        // SAFETY: `at < len` (`i`, or a stand-in below the length), and `ptr` points to
+        // `len` initialised elements that the engine keeps alive and locked for the
+        // operator. In reconnaissance nothing writes them (views write to scratch); in a
+        // recorded run only this thread's views do, and `&self` rules out a mutable
+        // reference from this view.
         let element = unsafe { &*self.ptr.add(at) };
         if W::IN_PLACE {
             return element;

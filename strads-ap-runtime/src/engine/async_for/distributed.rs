@@ -39,8 +39,8 @@ pub(super) struct Entry {
     pub has: Vec<bool>,
     /// Per slot: the shadow is current for the cached plan.
     pub fresh: Vec<bool>,
-    /// Per slot, where the rank keeps no plan: the table's estimated bytes, whole (joined:
-    /// the largest estimate); empty otherwise.
+    /// Per slot, where the rank keeps no plan: the estimated bytes of its own part of the
+    /// table (joined: summed, the whole table's); empty otherwise.
     pub sizes: Vec<u64>,
     /// Tables larger than this are fetched, not gathered, by a planning call (joined: the
     /// smallest; see `dds::set_fetch_above`).
@@ -94,7 +94,7 @@ fn join_entries(all: Vec<Entry>, slots: usize) -> std::result::Result<Entry, (us
             ));
         }
         for (j, x) in joined.sizes.iter_mut().zip(&e.sizes) {
-            *j = (*j).max(*x);
+            *j = j.saturating_add(*x);
         }
         joined.fetch_above = joined.fetch_above.min(e.fetch_above);
         joined.threads += e.threads;
@@ -250,13 +250,14 @@ pub(super) fn agree_entry<Task, I>(
         .iter()
         .map(|e| e.table.shadow_state(fingerprint))
         .collect();
-    // Sizes matter only to a planning call: a rank that keeps a plan sends none.
+    // Sizes matter only to a planning call: a rank that keeps a plan sends none (its part
+    // then counts as nothing, alike on every rank).
     let sizes = match kept {
         true => Vec::new(),
         false => registry
             .entries
             .iter()
-            .map(|e| whole_bytes(&e.table.memory()))
+            .map(|e| e.table.part_bytes())
             .collect(),
     };
     let mine = Entry {
@@ -278,12 +279,6 @@ pub(super) fn agree_entry<Task, I>(
     })
 }
 
-/// A table's estimated bytes, whole, from what this rank holds of it.
-fn whole_bytes(m: &crate::dds::table::TableMemory) -> u64 {
-    let held = (m.held + m.extra).max(1) as u64;
-    (m.bytes as u64).saturating_mul(m.len as u64) / held
-}
-
 /// Makes every table full-length here until the call ends; returns which were gathered
 /// whole, and which are hollow (this rank's range and fillers).
 ///
@@ -292,8 +287,8 @@ fn whole_bytes(m: &crate::dds::table::TableMemory) -> u64 {
 /// on them: a table every rank holds current in its shadow is expanded from it; a vector
 /// larger than the agreed `fetch_above` is made hollow, and reconnaissance fetches what it
 /// reads (see [`fetching`](super::fetching)); the others (smaller tables, maps, element
-/// types no filler is made of) are gathered whole. A later call expands from the shadows, gathering a table only where
-/// some rank has no shadow of it.
+/// types no filler is made of) are gathered whole. A later call expands from the shadows,
+/// gathering a table only where some rank has no shadow of it.
 fn make_ready<Task, I>(
     l: &Loop<'_, '_, Task, I>,
     comm: &Comm,
@@ -530,7 +525,7 @@ mod tests {
         };
         let joined = join_entries(vec![planning, keeping, other], 2).unwrap();
         let expected = Entry {
-            sizes: vec![20, 700],
+            sizes: vec![30, 1300],
             fetch_above: 50,
             ..entry(6, false, &[false, true], &[true, false])
         };

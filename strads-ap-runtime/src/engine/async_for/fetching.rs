@@ -20,17 +20,16 @@
 //! row. A window's second pass and the next window's first share a round.
 
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rayon::prelude::*;
 
-use super::reconnoitre::chunk_ranges;
+use super::reconnoitre::{chunk_ranges, record_chunk};
 use super::Loop;
 use crate::access::LoopIndex;
 use crate::cluster::collective::Comm;
-use crate::engine::{body_error, Base};
+use crate::engine::Base;
 use crate::error::{Error, Result};
-use crate::recon::{AccessLog, LogRoom, Presence, RecordIndices, Recorder};
+use crate::recon::{AccessLog, Presence};
 use crate::store::RangePartition;
 
 /// Tasks reconnoitred between two droppings of what was fetched: bounds what a rank holds
@@ -94,7 +93,10 @@ pub(super) fn reconnoitre_fetching<Task: Sync, I: LoopIndex>(
     let (world, me) = (comm.world_size(), comm.rank());
     let threads = l.call.threads;
     let mut here: Vec<Option<Here>> = (0..bases.len())
-        .map(|s| hollow[s].then(|| Here::new(bases[s].len, own_range(bases[s].len, world, me))))
+        .map(|s| {
+            let own = RangePartition::new(bases[s].len, world).range(me);
+            hollow[s].then(|| Here::new(bases[s].len, own))
+        })
         .collect();
     // Chunks of 2^shift tasks, so that their logs join without copying.
     let chunk = n
@@ -155,11 +157,6 @@ pub(super) fn reconnoitre_fetching<Task: Sync, I: LoopIndex>(
     Ok(AccessLog::from_chunks(shift, logs.collect()))
 }
 
-/// This rank's range of a table of `len` elements.
-fn own_range(len: usize, world: usize, me: usize) -> Range<usize> {
-    RangePartition::new(len, world).range(me)
-}
-
 /// Runs the chunks of `window` not logged yet, in parallel; keeps the logs of those that
 /// read nothing absent and returns what the others read absent, as sorted (slot, key).
 fn pass<Task: Sync, I: LoopIndex>(
@@ -186,24 +183,17 @@ fn pass<Task: Sync, I: LoopIndex>(
         todo.par_iter()
             .map(|&c| {
                 let r = chunks[c].clone();
-                let room = LogRoom::new(r.len(), bases.len());
-                let rec = Recorder::new(bases.iter().map(Base::recorded).collect(), room)
-                    .with_presence(presence.clone());
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    record(task, &rec, RecordIndices::new(r.clone(), &rec));
-                }));
+                let (rec, failed) =
+                    record_chunk(site, task, record, bases, r.clone(), presence.clone());
                 let misses = rec.take_misses();
-                match (outcome, misses.is_empty()) {
+                match (failed, misses.is_empty()) {
                     // Stopped at an absent element, or failed on a stand-in's value: run
                     // again once they are here (a real failure then shows).
                     (_, false) => Ok((None, misses)),
-                    (Ok(()), true) => {
+                    (Some(e), true) => Err(e),
+                    (None, true) => {
                         crate::progress::count(r.len());
                         Ok((Some(rec.into_log()), misses))
-                    }
-                    (Err(payload), true) => {
-                        rec.abort_task();
-                        Err(body_error(site, rec.index(), payload))
                     }
                 }
             })

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::access::LoopIndex;
 use crate::engine::{body_error, Base, CallSite};
 use crate::error::Result;
-use crate::recon::{AccessLog, LogRoom, RecordIndices, Recorder};
+use crate::recon::{AccessLog, LogRoom, Presence, RecordIndices, Recorder};
 
 /// Indices `start..start + n` in consecutive ranges of `chunk` (the last may be shorter).
 pub(super) fn chunk_ranges(start: usize, n: usize, chunk: usize) -> Vec<Range<usize>> {
@@ -39,19 +39,9 @@ pub(super) fn reconnoitre<Task: Sync, I: LoopIndex>(
         chunks
             .par_iter()
             .map(|r| {
-                let room = LogRoom::new(r.len(), bases.len());
-                let rec = Recorder::new(bases.iter().map(Base::recorded).collect(), room);
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    crate::progress::count(r.len());
-                    record(task, &rec, RecordIndices::new(r.clone(), &rec));
-                }));
-                match outcome {
-                    Ok(()) => Ok(rec.into_log()),
-                    Err(payload) => {
-                        rec.abort_task();
-                        Err(body_error(site, rec.index(), payload))
-                    }
-                }
+                crate::progress::count(r.len());
+                let (rec, failed) = record_chunk(site, task, record, bases, r.clone(), Vec::new());
+                failed.map_or_else(|| Ok(rec.into_log()), Err)
             })
             .collect()
     });
@@ -59,4 +49,29 @@ pub(super) fn reconnoitre<Task: Sync, I: LoopIndex>(
         shift,
         logs.into_iter().collect::<Result<_>>()?,
     ))
+}
+
+/// Records the tasks of `range` with a recorder of its own, whose views read only what
+/// `present` says is here (see [`Recorder::with_presence`]; empty: everything is). Returns
+/// the recorder and, where the body panicked, the error naming the task (its accesses
+/// dropped).
+pub(super) fn record_chunk<Task: Sync, I: LoopIndex>(
+    site: &CallSite,
+    task: &Task,
+    record: fn(&Task, &Recorder, RecordIndices<'_, I>),
+    bases: &[Base],
+    range: Range<usize>,
+    present: Vec<Option<Presence>>,
+) -> (Recorder, Option<crate::error::Error>) {
+    let room = LogRoom::new(range.len(), bases.len());
+    let rec =
+        Recorder::new(bases.iter().map(Base::recorded).collect(), room).with_presence(present);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        record(task, &rec, RecordIndices::new(range, &rec));
+    }));
+    let failed = outcome.err().map(|payload| {
+        rec.abort_task();
+        body_error(site, rec.index(), payload)
+    });
+    (rec, failed)
 }
