@@ -23,6 +23,21 @@ pub fn squared_error(w: &[Vec<f32>], h: &[Vec<f32>], r: &Rating) -> f64 {
     f64::from(err) * f64::from(err)
 }
 
+/// Squared error of the prediction `w_row · h_row` for a rating of the user and item whose
+/// rows they are: the same figure as [`squared_error`], for a loop body that reads the two
+/// rows in place.
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::{data::Rating, metrics::row_squared_error};
+/// let r = Rating { user: 0, item: 0, rating: 4.0 };
+/// assert_eq!(row_squared_error(&[1.0, 1.0], &[1.0, 2.0], &r), 1.0);
+/// ```
+pub fn row_squared_error(w_row: &[f32], h_row: &[f32], r: &Rating) -> f64 {
+    let err = r.rating - dot(w_row, h_row);
+    f64::from(err) * f64::from(err)
+}
+
 /// Root mean square from a sum of squared errors over `count` elements (0 when empty).
 pub fn rmse(sum_squared: f64, count: usize) -> f64 {
     if count == 0 {

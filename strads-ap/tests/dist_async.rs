@@ -880,6 +880,66 @@ fn a_dvector_saved_across_ranks_loads_whole() {
 /// task at its first absent element), over more tasks than one window of reconnaissance.
 /// Every rank computes what a world of one does, exactly, on the planning call and on the
 /// next (planned) call, and reconnaissance counts the elements it fetched.
+/// An evaluation loop (reads a large model's rows and a small one's, sums into a reduction)
+/// across ranks: every rank gets the world of one's sum, and each task runs where the user
+/// row it reads lives, so what moves is the ratings and the small table, not the rows.
+#[test]
+fn read_only_loops_run_each_task_where_its_rows_live() {
+    const USERS: usize = 5_000;
+    const WIDTH: usize = 32;
+    let n = 4 * USERS;
+    let pairs: Vec<(u32, u32)> = {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        (0..n)
+            .map(|_| (rng.gen_range(0..USERS as u32), rng.gen_range(0..100)))
+            .collect()
+    };
+    let expected: u64 = pairs
+        .iter()
+        .map(|&(u, i)| (0..WIDTH as u64).map(|f| u as u64 * f + f).sum::<u64>() * (i as u64 + 1))
+        .sum();
+    let pairs2 = pairs.clone();
+    let run = move || -> strads_ap::Result<(u64, u64)> {
+        strads_ap::set_fetch_above(Some(0));
+        let set = DVector::from_vec(pairs2.clone())?;
+        let w = DVector::from_fn(USERS, |u| {
+            (0..WIDTH as u64)
+                .map(|f| u as u64 * f + f)
+                .collect::<Vec<u64>>()
+        })?;
+        let h = DVector::from_fn(100, |i| i as u64 + 1)?;
+        let line = line!() + 2;
+        let mut sum = 0u64;
+        async_for!(0..set.len(), |k| {
+            let (u, i) = set[k];
+            sum += w[u as usize].iter().sum::<u64>() * h[i as usize];
+        })?;
+        let here = format!("dist_async.rs:{line}:");
+        let stats = strads_ap::loop_stats();
+        let s = stats
+            .iter()
+            .find(|s| s.site.contains(&here))
+            .expect("the loop");
+        Ok((sum, s.received_bytes))
+    };
+    assert_eq!(run().unwrap().0, expected, "a world of one");
+    for world in [2, 3] {
+        for (rank, r) in on_ranks(world, run.clone()).into_iter().enumerate() {
+            let (sum, received) = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+            assert_eq!(sum, expected, "{world} ranks, rank {rank}");
+            // Run where the loop puts them, a rank's tasks would read the rows of most
+            // users other ranks own (each user has four ratings): 212 KB of 640 KB on two
+            // ranks (postcard's varints shrink small numbers). Run where their rows live,
+            // they move ratings and `h`: 15 KB.
+            let rows = (USERS - USERS / world) * WIDTH * 8;
+            assert!(
+                (received as usize) < rows / 16,
+                "{world} ranks, rank {rank}: received {received} bytes (rows: {rows})"
+            );
+        }
+    }
+}
+
 #[test]
 fn reconnaissance_fetches_chained_reads_from_their_owners() {
     let n = 70_000usize;

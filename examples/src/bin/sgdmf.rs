@@ -14,7 +14,7 @@ use strads_ap::check_finite;
 use strads_ap::prelude::*;
 use strads_ap_examples::cli::SgdmfArgs;
 use strads_ap_examples::data;
-use strads_ap_examples::metrics::{rmse, squared_error};
+use strads_ap_examples::metrics::{rmse, row_squared_error};
 use strads_ap_examples::model::{dot, factor_scale, init_row};
 use strads_ap_examples::report::{
     print_json_line, print_loop_stats, progress, EpochClock, SgdmfResult, STRADS,
@@ -64,15 +64,15 @@ fn main() -> Result<()> {
     let w: DVector<Vec<f32>> = DVector::from_fn(users, |u| init_row(seed, 0, u, rank, scale))?;
     let h: DVector<Vec<f32>> = DVector::from_fn(items, |v| init_row(seed, 1, v, rank, scale))?;
 
-    // Squared error summed over a DVector of ratings, reading the parameters in place.
+    // Squared error summed over a DVector of ratings: a loop that only reads the
+    // parameters and adds into `sum` (a reduction). Across ranks each rating is evaluated
+    // where its user's row lives, so the user rows stay where they are.
     let sum_squared = |set: &DVector<data::Rating>| -> Result<f64> {
-        if set.is_empty() {
-            return Ok(0.0);
-        }
-        // One `?` per operator: with_all(w), with_all(h), map_reduce.
-        let sum = w.with_all(|wv| {
-            h.with_all(|hv| set.map_reduce(|r| squared_error(wv, hv, r), |a, b| a + b))
-        })???;
+        let mut sum = 0.0f64;
+        async_for!(0..set.len(), |k| {
+            let r = &set[k];
+            sum += row_squared_error(&w[r.user as usize], &h[r.item as usize], r);
+        })?;
         Ok(sum)
     };
 

@@ -345,6 +345,24 @@ pub(crate) struct Shadow<T> {
     hollow: bool,
 }
 
+impl<T> Shadow<T> {
+    /// Notes what a loop that only read the table (or replicated it) leaves current.
+    fn note_validity(&mut self, valid: ShadowValidity) {
+        match valid {
+            ShadowValidity::All => {
+                self.all_valid = true;
+                self.valid_for.clear();
+            }
+            ShadowValidity::Plan(p) => {
+                if !self.valid_for.contains(&p) {
+                    self.valid_for.push(p);
+                }
+            }
+            ShadowValidity::Unchanged | ShadowValidity::Stale => {}
+        }
+    }
+}
+
 impl<T> Default for Shadow<T> {
     fn default() -> Self {
         Shadow {
@@ -635,13 +653,14 @@ impl<T: super::Element> Spread for VectorTable<T> {
                 Ok(())
             }
             Some(mut full) if whole && full.len() + range.len() == self.len => {
-                // The gap form: the own elements move into their gap.
+                // The gap form: the own elements move into their gap (`hollow` stays for
+                // the shadow the loop leaves, if it leaves the gap form: see
+                // `shrink_to_shadow`).
                 full.splice(range.start..range.start, data.drain(..));
                 *data = full;
                 shadow.spare = Vec::new();
                 shadow.spare_current = false;
                 shadow.own_current = false;
-                shadow.hollow = false;
                 Ok(())
             }
             full => {
@@ -682,10 +701,24 @@ impl<T: super::Element> Spread for VectorTable<T> {
             shadow.version = self.version.load(Ordering::Acquire);
             return;
         }
-        // Read (or replicated): the own elements leave the full-length copy by the
-        // cheapest way: the spare buffer already holds them if the loop did not write the
-        // table; otherwise they are swapped into it; without a spare of the right length
-        // they are cloned.
+        // Read (or replicated). A table as large as a planning call fetches rather than
+        // gathers keeps no second copy of its own range: the own elements move out and the
+        // shadow takes the gap form, as a written table's (keeping its `hollow` mark: the
+        // slots no loop fetched since still hold placeholders).
+        if estimate_bytes(&data, self.len) as u64 > super::gather::fetch_above() {
+            let own: Vec<T> = data.drain(range).collect();
+            let gap = std::mem::replace(&mut *data, own);
+            shadow.spare = Vec::new();
+            shadow.spare_current = false;
+            shadow.own_current = false;
+            shadow.note_validity(valid);
+            shadow.full = Some(gap);
+            shadow.version = self.version.load(Ordering::Acquire);
+            return;
+        }
+        // Otherwise the own elements leave the full-length copy by the cheapest way: the
+        // spare buffer already holds them if the loop did not write the table; otherwise
+        // they are swapped into it; without a spare of the right length they are cloned.
         let unwritten = matches!(valid, ShadowValidity::Unchanged | ShadowValidity::Plan(_));
         let mut own = std::mem::take(&mut shadow.spare);
         if own.len() == range.len() && unwritten && shadow.spare_current {
@@ -699,18 +732,7 @@ impl<T: super::Element> Spread for VectorTable<T> {
         }
         shadow.spare_current = false;
         let full = std::mem::replace(&mut *data, own);
-        match valid {
-            ShadowValidity::All => {
-                shadow.all_valid = true;
-                shadow.valid_for.clear();
-            }
-            ShadowValidity::Plan(p) => {
-                if !shadow.valid_for.contains(&p) {
-                    shadow.valid_for.push(p);
-                }
-            }
-            ShadowValidity::Unchanged | ShadowValidity::Stale => {}
-        }
+        shadow.note_validity(valid);
         shadow.full = Some(full);
         shadow.hollow = false;
         shadow.version = self.version.load(Ordering::Acquire);

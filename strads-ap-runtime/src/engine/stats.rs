@@ -33,6 +33,12 @@ pub struct LoopStats {
     /// across ranks read what their tasks read from its owner, rather than gathering
     /// whole tables; each element once per window of tasks).
     pub fetched: u64,
+    /// Elements this rank received from other ranks in the exchanges around the steps of
+    /// calls across ranks (what the plan's steps read or write of elements other ranks
+    /// hold), and their encoded bytes.
+    pub received: u64,
+    /// See [`LoopStats::received`].
+    pub received_bytes: u64,
     /// Time the workers spent merging their replicas into the shared tables, or waiting
     /// to (`sync_for!`, and relaxed tables of `async_for!`), summed over the workers.
     pub merging: Duration,
@@ -197,6 +203,8 @@ pub(crate) struct Figures {
     pub recorded: Option<Duration>,
     pub retried: u64,
     pub fetched: u64,
+    pub received: u64,
+    pub received_bytes: u64,
     pub strategy: Option<&'static str>,
     pub groups: Option<usize>,
     pub workers: Option<usize>,
@@ -244,6 +252,8 @@ impl Figures {
             s.merging += self.merging;
             s.retried += self.retried;
             s.fetched += self.fetched;
+            s.received += self.received;
+            s.received_bytes += self.received_bytes;
             s.busy += self.busy;
             s.wall += self.wall;
             s.steps += self.steps as u64;

@@ -11,7 +11,8 @@
 //!   partition) and moves the other table's blocks around the ring: in step `s`, rank `p`
 //!   runs the cells of its share against the `(p + s) mod R`-th share of the moving blocks;
 //! * a **components** plan runs batch after batch, the groups of each batch placed on ranks
-//!   by longest-processing-time-first.
+//!   by longest-processing-time-first; a plan free of conflicts (no checked table) places
+//!   its tasks where what they read lives instead ([`place_by_owner`]).
 //!
 //! Before each step every rank receives, from the rank holding the latest value, each
 //! element its tasks of that step read or write and it does not hold yet; after the last
@@ -79,9 +80,10 @@ pub(crate) struct Exchange {
 pub(crate) enum Transfers {
     /// The tables the plan's tasks write: every call moves them.
     Written,
-    /// The tables they only read: needed only by a call that finds such a table stale on
-    /// some rank (changed since the rank last held all of it). A planning call gathers
-    /// every table whole, so these are worked out later, if ever.
+    /// The tables they only read: moved only by a call that finds such a table stale on
+    /// some rank (changed since the rank last held what the plan reads of it). Worked out
+    /// with the written ones by the planning call, while the log is at hand (the kept
+    /// plan drops it).
     ReadOnly,
 }
 
@@ -228,9 +230,13 @@ fn cut_steps(
             for (b, batch) in batches.iter().enumerate() {
                 let mut load = vec![0usize; world];
                 let mut groups: Vec<Vec<usize>> = vec![Vec::new(); world];
-                // Groups come heaviest first: longest processing time first.
+                // Groups come heaviest first: longest processing time first, unless the
+                // plan placed them by what they read.
                 for (g, group) in batch.groups.iter().enumerate() {
-                    let rank = (0..world).min_by_key(|&r| (load[r], r)).expect("ranks");
+                    let rank = match batch.ranks.get(g) {
+                        Some(&r) => usize::from(r),
+                        None => (0..world).min_by_key(|&r| (load[r], r)).expect("ranks"),
+                    };
                     load[rank] += group.tasks.len();
                     groups[rank].push(g);
                     (b, g, rank).hash(hasher);
@@ -242,6 +248,138 @@ fn cut_steps(
         }
     }
     per_rank
+}
+
+/// Places the tasks of a plan free of conflicts on the ranks that own what they read
+/// ("owner computes"), across `world` ranks; returns whether it did.
+///
+/// It does so for a plan of one batch and no checked table (a loop that only reads, or
+/// also reduces into variables or writes relaxed tables): its tasks may run anywhere, and
+/// by load alone an evaluation over ratings would fetch nearly every user's row of a
+/// large model to another rank. Each element a task reads counts for its owner, weighed by
+/// its table's bytes per element (`bytes`: the whole table's estimate) shared among the
+/// tasks that read it (an element every task reads goes to every rank wherever they run).
+/// A task goes to the rank with the most weight; ties, and tasks reading nothing weighed,
+/// to the rank whose share of the loop holds it. No rank takes more than its share and
+/// 1/16; the tasks past that go to the least loaded ranks. Each rank's tasks, in loop
+/// order, are cut into as many consecutive runs (its groups) as the plan had groups per
+/// rank. Deterministic: every rank places alike from the same log.
+pub(crate) fn place_by_owner(
+    plan: &mut Plan,
+    lens: &[usize],
+    owners: &[Option<Vec<u16>>],
+    bytes: &[u64],
+    world: usize,
+) -> bool {
+    let Schedule::Components(batches) = &plan.schedule else {
+        return false;
+    };
+    if world < 2 || batches.len() != 1 || plan.modes.contains(&SlotMode::Checked) {
+        return false;
+    }
+    let per_rank = batches[0].groups.len().div_ceil(world).max(1);
+    let rank_of = preferred_ranks(plan, lens, owners, bytes, world);
+    let n = rank_of.len();
+    let cap = n.div_ceil(world) + n / (16 * world);
+    let mut tasks: Vec<Vec<u32>> = vec![Vec::new(); world];
+    let mut over = Vec::new();
+    for (t, &r) in rank_of.iter().enumerate() {
+        match tasks[usize::from(r)].len() < cap {
+            true => tasks[usize::from(r)].push(t as u32),
+            false => over.push(t as u32),
+        }
+    }
+    for t in over {
+        let r = (0..world)
+            .min_by_key(|&r| (tasks[r].len(), r))
+            .expect("ranks");
+        tasks[r].push(t);
+    }
+    let mut groups: Vec<(Vec<u32>, u16)> = Vec::new();
+    for (r, list) in tasks.iter().enumerate() {
+        if !list.is_empty() {
+            let runs = super::consecutive_runs(list, per_rank.min(list.len()));
+            groups.extend(runs.into_iter().map(|g| (g, r as u16)));
+        }
+    }
+    // Heaviest first, as every components batch (stable: ties stay in rank order).
+    groups.sort_by_key(|(g, _)| std::cmp::Reverse(g.len()));
+    plan.stats.groups = groups.len();
+    plan.stats.largest_group = groups.first().map_or(0, |(g, _)| g.len());
+    let (groups, ranks): (Vec<super::Group>, Vec<u16>) = groups
+        .into_iter()
+        .enumerate()
+        .map(|(id, (tasks, r))| {
+            let id = id as u32;
+            (super::Group { id, tasks }, r)
+        })
+        .unzip();
+    plan.schedule = Schedule::Components(vec![super::Batch { groups, ranks }]);
+    true
+}
+
+/// Per task of `plan`: the rank holding the most weight of what it reads (see
+/// [`place_by_owner`]).
+fn preferred_ranks(
+    plan: &Plan,
+    lens: &[usize],
+    owners: &[Option<Vec<u16>>],
+    bytes: &[u64],
+    world: usize,
+) -> Vec<u16> {
+    let n = plan.log.tasks();
+    let weighed: Vec<bool> = (0..lens.len())
+        .map(|s| plan.modes[s] == SlotMode::ReadOnly && lens[s] > 0 && bytes[s] > 0)
+        .collect();
+    // Per slot, per key: the tasks reading it.
+    let mut readers: Vec<Vec<u32>> = (0..lens.len())
+        .map(|s| vec![0; if weighed[s] { lens[s] } else { 0 }])
+        .collect();
+    for t in 0..n {
+        for a in plan.log.task(t) {
+            if let Some(r) = readers[a.slot()].get_mut(a.key() as usize) {
+                *r = r.saturating_add(1);
+            }
+        }
+    }
+    let parts: Vec<RangePartition> = lens
+        .iter()
+        .map(|&len| RangePartition::new(len, world))
+        .collect();
+    let per_key: Vec<f64> = (0..lens.len())
+        .map(|s| bytes[s] as f64 / lens[s].max(1) as f64)
+        .collect();
+    let tasks = RangePartition::new(n, world);
+    let mut score = vec![0f64; world];
+    let mut touched: Vec<usize> = Vec::new();
+    (0..n)
+        .map(|t| {
+            for a in plan.log.task(t) {
+                let (s, key) = (a.slot(), a.key() as usize);
+                let Some(&readers) = readers[s].get(key) else {
+                    continue;
+                };
+                let owner = match owners[s].as_ref().and_then(|o| o.get(key)) {
+                    Some(&o) => usize::from(o),
+                    None => parts[s].owner(key),
+                };
+                if score[owner] == 0.0 {
+                    touched.push(owner);
+                }
+                score[owner] += per_key[s] / f64::from(readers.max(1));
+            }
+            let mut best = tasks.owner(t);
+            for &r in &touched {
+                if score[r] > score[best] {
+                    best = r;
+                }
+            }
+            for r in touched.drain(..) {
+                score[r] = 0.0;
+            }
+            best as u16
+        })
+        .collect()
 }
 
 /// Who holds the latest value of each element, step by step, from one rank's point of
@@ -256,6 +394,8 @@ struct Simulation<'p> {
     me: usize,
     /// Per slot: simulated (by `which`).
     tracked: Vec<bool>,
+    /// The read-only tables are simulated (`which`).
+    read_only: bool,
     /// Each element's owner, looked up rather than computed (a division) per access.
     owner_of: Vec<Vec<u8>>,
     /// Per slot, per key: the ranks holding its latest value (a bit set).
@@ -308,13 +448,20 @@ impl<'p> Simulation<'p> {
             .iter()
             .map(|of| of.iter().map(|&r| 1u64 << r).collect())
             .collect();
-        let arriving = holders.iter().map(|h| vec![0; h.len()]).collect();
+        // Read-only elements always come from their owner, which never stops holding
+        // them: no sources to rule out.
+        let read_only = which == Transfers::ReadOnly;
+        let arriving = holders
+            .iter()
+            .map(|h| vec![0; if read_only { 0 } else { h.len() }])
+            .collect();
         Simulation {
             plan,
             lens,
             world,
             me,
             tracked,
+            read_only,
             owner_of,
             holders,
             arriving,
@@ -421,12 +568,17 @@ impl<'p> Simulation<'p> {
         let bit = 1u64 << q;
         let held = &mut self.holders[slot][key];
         if *held & bit == 0 {
-            let sources = *held & !self.arriving[slot][key];
             let home = self.owner_of[slot][key] as usize;
-            let src = if sources >> home & 1 == 1 {
-                home
-            } else {
-                sources.trailing_zeros() as usize
+            let src = match self.read_only {
+                true => home,
+                false => {
+                    let sources = *held & !self.arriving[slot][key];
+                    if sources >> home & 1 == 1 {
+                        home
+                    } else {
+                        sources.trailing_zeros() as usize
+                    }
+                }
             };
             debug_assert!(src < self.world, "an element with no holder");
             if src == self.me {
@@ -437,10 +589,12 @@ impl<'p> Simulation<'p> {
                 self.received += 1;
             }
             *held |= bit;
-            if self.arriving[slot][key] == 0 {
-                self.arrived.push((slot, key));
+            if !self.read_only {
+                if self.arriving[slot][key] == 0 {
+                    self.arrived.push((slot, key));
+                }
+                self.arriving[slot][key] |= bit;
             }
-            self.arriving[slot][key] |= bit;
         }
         if write {
             *held = bit;

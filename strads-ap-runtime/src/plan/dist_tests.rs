@@ -50,6 +50,7 @@ fn two_groups() -> Schedule {
                 tasks: vec![1],
             },
         ],
+        ranks: Vec::new(),
     }])
 }
 
@@ -234,4 +235,62 @@ fn work_all_lists_every_group_of_a_world_of_one() {
             groups: vec![0, 1]
         }]
     );
+}
+
+/// The tasks of a read-only plan, each reading its own element of a small table (slot 0,
+/// `set[t]`) and a row of a large one (slot 1, `w[user(t)]`), on two ranks: which rank
+/// runs each task, after `place_by_owner` with the tables' `bytes`.
+fn placed(users: &[u64], bytes: [u64; 2], w_len: usize) -> Vec<usize> {
+    let tasks: Vec<Vec<(usize, u64, bool)>> = users
+        .iter()
+        .enumerate()
+        .map(|(t, &u)| vec![(0, t as u64, false), (1, u, false)])
+        .collect();
+    let refs: Vec<&[(usize, u64, bool)]> = tasks.iter().map(Vec::as_slice).collect();
+    let groups = Schedule::Components(vec![Batch {
+        groups: vec![Group {
+            id: 0,
+            tasks: (0..users.len() as u32).collect(),
+        }],
+        ranks: Vec::new(),
+    }]);
+    let mut plan = plan_of(vec![SlotMode::ReadOnly; 2], groups, &refs);
+    let lens = [users.len(), w_len];
+    assert!(place_by_owner(&mut plan, &lens, &[None, None], &bytes, 2));
+    let mut rank_of = vec![usize::MAX; users.len()];
+    for me in 0..2 {
+        let d = DistPlan::new(&plan, &lens, &[None, None], 2, me, Transfers::ReadOnly);
+        assert_eq!(d.steps.len(), 1, "one batch, one step");
+        for_tasks(&plan, &d.steps[0], |t| {
+            assert_eq!(rank_of[t as usize], usize::MAX, "task {t} placed twice");
+            rank_of[t as usize] = me;
+        });
+    }
+    assert!(rank_of.iter().all(|&r| r < 2), "every task placed");
+    rank_of
+}
+
+#[test]
+fn read_only_tasks_run_where_the_rows_they_read_live() {
+    // Eight tasks; users alternate between the halves of a 4-row table (rank 0 owns rows
+    // 0 and 1). The rows weigh more than the set's elements: each task goes to its row.
+    let users = [0, 3, 1, 2, 0, 3, 1, 2];
+    let rank_of = placed(&users, [8 * 4, 4 * 400], 4);
+    let by_row: Vec<usize> = users.iter().map(|&u| usize::from(u >= 2)).collect();
+    assert_eq!(rank_of, by_row);
+    // The set's elements weigh more: tasks stay with their own element (first half of the
+    // loop on rank 0), as by load.
+    let rank_of = placed(&users, [8 * 4000, 4 * 4], 4);
+    assert_eq!(rank_of, vec![0, 0, 0, 0, 1, 1, 1, 1]);
+}
+
+#[test]
+fn placement_by_owner_keeps_the_ranks_balanced() {
+    // Every task reads a row rank 0 owns: rank 0 takes its share and 1/16 more, rank 1
+    // the rest, in loop order.
+    let users = vec![0u64; 64];
+    let rank_of = placed(&users, [64, 1 << 20], 4);
+    let on_zero = rank_of.iter().filter(|&&r| r == 0).count();
+    assert_eq!(on_zero, 32 + 64 / 32);
+    assert!(rank_of[..on_zero].iter().all(|&r| r == 0));
 }

@@ -34,7 +34,7 @@ pub(crate) mod dist;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use dist::{DistPlan, Transfers, Work, MAX_RANKS};
+pub(crate) use dist::{place_by_owner, DistPlan, Transfers, Work, MAX_RANKS};
 
 /// The shape of one captured table, as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +111,9 @@ pub struct Group {
 pub struct Batch {
     /// Groups, heaviest first.
     pub groups: Vec<Group>,
+    /// Across ranks: per group, the rank that runs it, where the plan placed its groups by
+    /// what they read (see `dist::place_by_owner`); empty where they go by load.
+    pub ranks: Vec<u16>,
 }
 
 /// How groups are formed and ordered.
@@ -150,7 +153,8 @@ pub struct Plan {
     pub schedule: Schedule,
     /// Figures.
     pub stats: PlanStats,
-    /// The access log the plan was made from (components re-tag from it per batch).
+    /// The access log the plan was made from (components re-tag from it per batch);
+    /// empty once running the plan needs it no more (see [`Plan::drop_log`]).
     pub log: AccessLog,
     /// Read-only slots that every task reads at its own loop index (`ratings[k]`): the
     /// engine prefetches them ahead in plan order.
@@ -1067,7 +1071,7 @@ struct KeyMarks {
 
 /// The tasks of a batch in which no two conflict, as `bins` runs of consecutive tasks:
 /// they read their loop-indexed elements in memory order.
-fn consecutive_runs(chunk: &[u32], bins: usize) -> Vec<Vec<u32>> {
+pub(super) fn consecutive_runs(chunk: &[u32], bins: usize) -> Vec<Vec<u32>> {
     let mut tasks: Vec<u32> = chunk.to_vec();
     tasks.sort_unstable();
     (0..bins)
@@ -1238,7 +1242,10 @@ impl Batches {
             .stats
             .largest_group
             .max(groups.first().map_or(0, |g| g.tasks.len()));
-        self.batches.push(Batch { groups });
+        self.batches.push(Batch {
+            groups,
+            ranks: Vec::new(),
+        });
     }
 
     /// The schedule and its figures, with the first batch's keys tagged.
@@ -1512,6 +1519,16 @@ impl Plan {
     /// The tag a group may access in a slot (see [`Schedule::allowed`]).
     pub fn allowed(&self, slot: usize, group: GroupRef) -> u32 {
         self.schedule.allowed(slot, group)
+    }
+
+    /// Drops the access log where running the plan does not read it (all but a components
+    /// plan of several batches, which re-tags each batch from it): a kept plan's largest
+    /// part, some 30 bytes a task, and nothing else needs it once the plan is made and, across
+    /// ranks, cut into steps with every table's transfers.
+    pub fn drop_log(&mut self) {
+        if !matches!(&self.schedule, Schedule::Components(b) if b.len() > 1) {
+            self.log = AccessLog::new();
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use crate::engine::cache::{kept, Cached, Keep};
 use crate::engine::pipeline::Ran;
 use crate::engine::Base;
 use crate::error::{Error, Result};
-use crate::plan::{DistPlan, Plan, SlotMode, Transfers, MAX_RANKS};
+use crate::plan::{place_by_owner, DistPlan, Plan, SlotMode, Transfers, MAX_RANKS};
 use crate::recon::{AccessLog, LogShape};
 
 /// What every rank says about itself when entering a distributed `async_for!`.
@@ -156,16 +156,8 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
         gathered,
         since,
     };
-    // A cached plan works out the read-only tables' transfers when first needed.
-    let cut_cached = match &cached {
-        Some(Cached {
-            plan,
-            dist: Some(dist),
-        }) => !dist.read_only && (0..plan.modes.len()).any(|s| agreed.stale(&plan.modes, s)),
-        _ => false,
-    };
     // Owners of map entries (by key hash), for cutting a plan; read before locking.
-    let owners: Vec<Option<Vec<u16>>> = match cached.is_none() || cut_cached {
+    let owners: Vec<Option<Vec<u16>>> = match cached.is_none() {
         true => l
             .call
             .registry
@@ -178,29 +170,18 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
     let locked = l.call.lock()?;
     let bases = &locked.bases;
     let lens: Vec<usize> = bases.iter().map(|b| b.len).collect();
-    let (plan, mut dist, cut_read_only) = match cached {
+    let (plan, dist) = match cached {
         Some(Cached {
             plan,
             dist: Some(dist),
-        }) => (plan, dist, cut_cached),
+        }) => (plan, dist),
         _ => {
             // Making tables ready is part of planning: later calls fetch only what the
             // plan needs.
             l.call.note(|f| f.recon += agreed.since.elapsed());
-            let (plan, dist) = plan_across(l, comm, bases, &agreed, &hollow, &lens, &owners)?;
-            // Read-only tables not gathered whole (fetched in reconnaissance, or held
-            // stale) get the plan's transfers now.
-            let cut = (0..plan.modes.len()).any(|s| agreed.stale(&plan.modes, s));
-            (plan, dist, cut)
+            plan_across(l, comm, bases, &agreed, &hollow, &lens, &owners)?
         }
     };
-    if cut_read_only {
-        let t_cut = Instant::now();
-        let (world, me) = (comm.world_size(), comm.rank());
-        let read_only = DistPlan::new(&plan, &lens, &owners, world, me, Transfers::ReadOnly);
-        dist.add_read_only(read_only);
-        l.call.note(|f| f.planning += t_cut.elapsed());
-    }
     let steps = run_steps(l, comm, bases, &agreed, plan, dist, &mut shrink.validity);
     drop(locked);
     let t_shrink = Instant::now();
@@ -369,9 +350,28 @@ fn plan_across<Task: Sync, I: LoopIndex>(
     drop(bytes);
     let recon = LogSource::Reconnoitred(t0.elapsed());
     let tables = table_infos(&l.call.registry, bases);
-    let plan = make_plan(l, log, recon, tables, agreed.entry.threads);
+    let mut plan = make_plan(l, log, recon, tables, agreed.entry.threads);
     let t_cut = Instant::now();
-    let dist = DistPlan::new(&plan, lens, owners, world, me, Transfers::Written);
+    // Every rank sent its tables' sizes (none keeps a plan): tasks free to run anywhere
+    // go where what they read lives.
+    if agreed.entry.sizes.len() == lens.len() {
+        place_by_owner(&mut plan, lens, owners, &agreed.entry.sizes, world);
+    }
+    let mut dist = DistPlan::new(&plan, lens, owners, world, me, Transfers::Written);
+    // The read-only tables' transfers too, while the log is at hand: a later call that
+    // finds one stale (changed since this rank last held what the plan reads of it) moves
+    // them, and the kept plan drops its log.
+    if plan.modes.contains(&SlotMode::ReadOnly) {
+        dist.add_read_only(DistPlan::new(
+            &plan,
+            lens,
+            owners,
+            world,
+            me,
+            Transfers::ReadOnly,
+        ));
+    }
+    plan.drop_log();
     let prints = comm.allgather(dist.fingerprint)?;
     l.call.note(|f| f.planning += t_cut.elapsed());
     if let Some(rank) = prints.iter().position(|&f| f != dist.fingerprint) {
@@ -442,10 +442,11 @@ fn run_steps<Task: Sync, I: LoopIndex>(
         // SAFETY: `execute` calls this only between steps, when no worker runs.
         Some(&mut |i, errors| unsafe { exchanger.exchange(i, registry, bases, errors) }),
     );
-    let exchanging = exchanger.spent;
+    let (exchanging, received) = (exchanger.spent, exchanger.received);
     drop(exchanger);
     let running = t0.elapsed();
     l.call.note(|f| {
+        (f.received, f.received_bytes) = received;
         f.ran = true;
         f.running += running;
         f.replans_by_design = l.opts.recheck;

@@ -19,6 +19,8 @@ pub(crate) struct Exchanger<'a> {
     relaxed: Vec<(usize, Box<dyn std::any::Any + Send>)>,
     /// Time spent in exchanges so far.
     pub spent: std::time::Duration,
+    /// Elements received from other ranks so far, and their encoded bytes.
+    pub received: (u64, u64),
 }
 
 impl<'a> Exchanger<'a> {
@@ -51,6 +53,7 @@ impl<'a> Exchanger<'a> {
             skip_first,
             relaxed,
             spent: std::time::Duration::ZERO,
+            received: (0, 0),
         }
     }
 
@@ -146,8 +149,10 @@ impl<'a> Exchanger<'a> {
             if peer == me {
                 continue;
             }
+            self.received.1 += rest.len() as u64;
             for (slot, keys) in plan.recv[peer].iter().enumerate() {
                 if !keys.is_empty() && !skipped[slot] {
+                    self.received.0 += keys.len() as u64;
                     // SAFETY: as above; this thread is the only one touching the table.
                     unsafe {
                         registry.entries[slot]

@@ -27,10 +27,11 @@ pub(super) fn run<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result
             let (log, took) = l.reconnoitre(bases)?;
             let recon = LogSource::Reconnoitred(took);
             let tables = table_infos(&l.call.registry, bases);
-            let plan = make_plan(l, log, recon, tables, l.call.threads);
+            let mut plan = make_plan(l, log, recon, tables, l.call.threads);
             if !l.on_one_worker() {
                 lay_out_task_tables(l, bases, &plan);
             }
+            plan.drop_log();
             plan
         }
     };
