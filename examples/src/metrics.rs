@@ -2,8 +2,9 @@
 //! accuracy for multinomial logistic regression.
 //!
 //! The per-element functions take the parameters as plain slices of rows, so the serial
-//! twins call them from iterators and the strads-ap twins from `DVector::map_reduce` over
-//! a snapshot of the parameters (`w.to_vec()?`).
+//! twins call them from iterators and the strads-ap twins from `DVector::map_reduce` inside
+//! `with_all`; [`row_squared_error`] takes the two rows, for a loop body (SGDMF evaluates
+//! with a read-only `async_for!` that sums into a reduction).
 
 use crate::data::{Rating, Sample};
 use crate::model::{dot, score, softmax};
