@@ -680,44 +680,38 @@ impl<T: super::Element> Spread for VectorTable<T> {
         }
         let range = self.own_range();
         let mut shadow = self.shadow.lock();
-        if matches!(valid, ShadowValidity::Stale) {
-            // Written by the loop: the own elements move out (the gap form), and no
-            // element is kept twice; the others' stale values make way for placeholders.
+        // The gap form, where the loop wrote the table or it is as large as a planning
+        // call fetches rather than gathers: the own elements move out, so none is kept
+        // twice. Written, the others' stale values make way for placeholders; read, they
+        // stay (still `hollow` where they were and no loop fetched since, unless every
+        // element is current).
+        let written = matches!(valid, ShadowValidity::Stale);
+        if written || estimate_bytes(&data, self.len) as u64 > super::gather::fetch_above() {
             let own: Vec<T> = data.drain(range).collect();
             let mut gap = std::mem::replace(&mut *data, own);
-            shadow.hollow = match placeholder::<T>() {
-                Some(p) => {
-                    gap.iter_mut().for_each(|x| *x = p.clone());
-                    true
-                }
-                None => false,
-            };
+            if written {
+                shadow.hollow = match placeholder::<T>() {
+                    Some(p) => {
+                        gap.iter_mut().for_each(|x| *x = p.clone());
+                        true
+                    }
+                    None => false,
+                };
+                shadow.all_valid = false;
+                shadow.valid_for.clear();
+            } else {
+                shadow.hollow &= valid != ShadowValidity::All;
+                shadow.note_validity(valid);
+            }
             shadow.full = Some(gap);
             shadow.spare = Vec::new();
             shadow.spare_current = false;
             shadow.own_current = false;
-            shadow.all_valid = false;
-            shadow.valid_for.clear();
             shadow.version = self.version.load(Ordering::Acquire);
             return;
         }
-        // Read (or replicated). A table as large as a planning call fetches rather than
-        // gathers keeps no second copy of its own range: the own elements move out and the
-        // shadow takes the gap form, as a written table's (keeping its `hollow` mark: the
-        // slots no loop fetched since still hold placeholders).
-        if estimate_bytes(&data, self.len) as u64 > super::gather::fetch_above() {
-            let own: Vec<T> = data.drain(range).collect();
-            let gap = std::mem::replace(&mut *data, own);
-            shadow.spare = Vec::new();
-            shadow.spare_current = false;
-            shadow.own_current = false;
-            shadow.note_validity(valid);
-            shadow.full = Some(gap);
-            shadow.version = self.version.load(Ordering::Acquire);
-            return;
-        }
-        // Otherwise the own elements leave the full-length copy by the cheapest way: the
-        // spare buffer already holds them if the loop did not write the table; otherwise
+        // Read (or replicated), otherwise: the own elements leave the full-length copy by
+        // the cheapest way: the spare buffer already holds them if the loop did not write the table; otherwise
         // they are swapped into it; without a spare of the right length they are cloned.
         let unwritten = matches!(valid, ShadowValidity::Unchanged | ShadowValidity::Plan(_));
         let mut own = std::mem::take(&mut shadow.spare);

@@ -356,7 +356,7 @@ fn preferred_ranks(
         .map(|t| {
             for a in plan.log.task(t) {
                 let (s, key) = (a.slot(), a.key() as usize);
-                let Some(&readers) = readers[s].get(key) else {
+                let Some(&count) = readers[s].get(key) else {
                     continue;
                 };
                 let owner = match owners[s].as_ref().and_then(|o| o.get(key)) {
@@ -366,7 +366,7 @@ fn preferred_ranks(
                 if score[owner] == 0.0 {
                     touched.push(owner);
                 }
-                score[owner] += per_key[s] / f64::from(readers.max(1));
+                score[owner] += per_key[s] / f64::from(count.max(1));
             }
             let mut best = tasks.owner(t);
             for &r in &touched {

@@ -352,11 +352,9 @@ fn plan_across<Task: Sync, I: LoopIndex>(
     let tables = table_infos(&l.call.registry, bases);
     let mut plan = make_plan(l, log, recon, tables, agreed.entry.threads);
     let t_cut = Instant::now();
-    // Every rank sent its tables' sizes (none keeps a plan): tasks free to run anywhere
-    // go where what they read lives.
-    if agreed.entry.sizes.len() == lens.len() {
-        place_by_owner(&mut plan, lens, owners, &agreed.entry.sizes, world);
-    }
+    // Tasks free to run anywhere go where what they read lives, weighed by the tables'
+    // sizes the ranks sent (a rank that keeps a plan sent none: its parts weigh nothing).
+    place_by_owner(&mut plan, lens, owners, &agreed.entry.sizes, world);
     let mut dist = DistPlan::new(&plan, lens, owners, world, me, Transfers::Written);
     // The read-only tables' transfers too, while the log is at hand: a later call that
     // finds one stale (changed since this rank last held what the plan reads of it) moves
