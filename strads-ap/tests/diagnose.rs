@@ -1,16 +1,14 @@
 //! Diagnoses: a loop that does not scale says why and what to change, once, in its loop
 //! figures (and on stderr); a loop that scales says nothing.
 
+mod common;
+
 use strads_ap::prelude::*;
 use strads_ap::{Diagnosis, Finding, LoopStats};
 
 /// The figures of the loop at line `line` of this file.
 fn stats_at(line: u32) -> LoopStats {
-    let here = format!("diagnose.rs:{line}:");
-    strads_ap::loop_stats()
-        .into_iter()
-        .find(|s| s.site.contains(&here))
-        .expect("this loop's figures")
+    common::stats_at("diagnose.rs", line)
 }
 
 fn finding(stats: &LoopStats, finding: Finding) -> Option<&Diagnosis> {

@@ -131,12 +131,7 @@ fn dimensions_rotate_across_ranks_serializably() {
                     Opts::new().threads(1)
                 )?;
             }
-            let here = format!("dist_async.rs:{line}:");
-            let stats = strads_ap::loop_stats();
-            let site = stats
-                .iter()
-                .find(|s| s.site.contains(&here))
-                .expect("the loop");
+            let site = common::stats_at("dist_async.rs", line);
             Ok((
                 site.strategy,
                 [w.to_vec()?, h.to_vec()?, bw.to_vec()?, bh.to_vec()?],
@@ -914,12 +909,7 @@ fn read_only_loops_run_each_task_where_its_rows_live() {
             let (u, i) = set[k];
             sum += w[u as usize].iter().sum::<u64>() * h[i as usize];
         })?;
-        let here = format!("dist_async.rs:{line}:");
-        let stats = strads_ap::loop_stats();
-        let s = stats
-            .iter()
-            .find(|s| s.site.contains(&here))
-            .expect("the loop");
+        let s = common::stats_at("dist_async.rs", line);
         // A table larger than the fetch size keeps its shadow in the gap form after a loop
         // that read it: its own rows are held once, not also in a full-length copy.
         let memory = strads_ap::table_memory();
@@ -962,12 +952,7 @@ fn reconnaissance_fetches_chained_reads_from_their_owners() {
                 out[i] += vals[j][0] + vals[k][0] * 3 + tiny[i % 2][0];
             })?;
         }
-        let here = format!("dist_async.rs:{line}:");
-        let fetched = strads_ap::loop_stats()
-            .iter()
-            .find(|s| s.site.contains(&here))
-            .expect("the loop")
-            .fetched;
+        let fetched = common::stats_at("dist_async.rs", line).fetched;
         Ok((out.to_vec()?, fetched))
     };
     let expected: Vec<u64> = (0..n)

@@ -2,6 +2,8 @@
 //! indices in order on one worker while logging their accesses, and that log plans the
 //! later calls.
 
+mod common;
+
 use std::time::Duration;
 
 use strads_ap::prelude::*;
@@ -9,11 +11,7 @@ use strads_ap::{Error, LoopStats};
 
 /// The figures of the loop at line `line` of this file.
 fn stats_at(line: u32) -> LoopStats {
-    let here = format!("recorded.rs:{line}:");
-    strads_ap::loop_stats()
-        .into_iter()
-        .find(|s| s.site.contains(&here))
-        .expect("this loop's figures")
+    common::stats_at("recorded.rs", line)
 }
 
 /// Element pairs of a seeded pattern with repeats, so that tasks conflict.

@@ -156,11 +156,7 @@ fn a_write_outside_a_packing_plan_is_refused_in_a_late_batch() {
 
 /// The figures of the loop call site on line `line` of this file.
 fn stats_at(line: u32) -> strads_ap::LoopStats {
-    let here = format!("serializability.rs:{line}:");
-    strads_ap::loop_stats()
-        .into_iter()
-        .find(|s| s.site.contains(&here))
-        .expect("the loop ran")
+    common::stats_at("serializability.rs", line)
 }
 
 #[test]

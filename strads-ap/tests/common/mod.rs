@@ -194,3 +194,13 @@ pub fn acyclic(edges: &[Vec<usize>]) -> bool {
 pub fn on_ranks<T: Send>(world: usize, job: impl Fn() -> Result<T> + Sync) -> Vec<Result<T>> {
     strads_ap::cluster::simulate(world, job)
 }
+
+/// The figures of the loop whose call site is line `line` of test file `file`
+/// (`"dist_async.rs"`), on this rank.
+pub fn stats_at(file: &str, line: u32) -> strads_ap::LoopStats {
+    let here = format!("{file}:{line}:");
+    strads_ap::loop_stats()
+        .into_iter()
+        .find(|s| s.site.contains(&here))
+        .unwrap_or_else(|| panic!("no figures of a loop at {here}"))
+}
