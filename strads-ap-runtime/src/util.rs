@@ -9,10 +9,13 @@ pub(crate) fn warn(message: &str) {
     eprintln!("strads-ap: warning: {message}");
 }
 
-/// FNV-1a, 64 bit: a stable checksum and hash that does not change between processes,
-/// builds or Rust versions.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a's state before any byte.
+pub(crate) const FNV1A_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64 bit, continued from state `h` over `bytes` (from [`FNV1A_START`] for a
+/// whole): a stable checksum that does not change between processes, builds or Rust
+/// versions, and that a file read or written in pieces, in order, gets piece by piece.
+pub(crate) fn fnv1a_extend(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= b as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);

@@ -137,6 +137,67 @@ fn save_on_a_cluster_loads_in_a_world_of_one_and_back() {
         let msg = r.unwrap_err().to_string();
         assert!(msg.contains("missing.bin"), "{msg}");
     }
+    // Rank 0 cannot make the file: every rank gets its error (none waits for ever for
+    // rank 0 to ask for its part), and nothing is left behind.
+    let nowhere = dir.join("no-such-dir").join("v.bin");
+    for r in on_ranks(3, move || {
+        DVector::from_fn(11, |i| i as f64)?.save(&nowhere)
+    }) {
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("no-such-dir"), "{msg}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("v.bin")]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A file larger than the pieces `load` reads (1 MiB), saved across 3 ranks and loaded on
+/// 2: rank 0 streams it in both directions and every rank gets its range. A damaged byte
+/// anywhere, a truncated file, or bytes added at the end are errors on every rank, none of
+/// which returns a table.
+#[test]
+fn a_large_saved_table_streams_and_a_damaged_one_fails_everywhere() {
+    let dir = std::env::temp_dir().join(format!("strads-dist-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rows.bin");
+    let row = |i: usize| vec![i as u32; 1 + i % 7];
+    let expected: Vec<Vec<u32>> = (0..200_000).map(row).collect();
+    let p = path.clone();
+    for r in on_ranks(3, move || DVector::from_fn(200_000, row)?.save(&p)) {
+        r.unwrap();
+    }
+    assert!(std::fs::metadata(&path).unwrap().len() > 2 << 20);
+    let p = path.clone();
+    for r in on_ranks(2, move || DVector::<Vec<u32>>::load(&p)?.to_vec()) {
+        assert!(r.unwrap() == expected);
+    }
+    let good = std::fs::read(&path).unwrap();
+    let mut flipped = good.clone();
+    flipped[good.len() / 3] ^= 0x40;
+    let mut longer = good.clone();
+    longer.extend_from_slice(&[0; 5]);
+    for (what, bytes, says) in [
+        ("a flipped byte", flipped, "checksum mismatch"),
+        (
+            "a truncated file",
+            good[..good.len() / 2].to_vec(),
+            "checksum mismatch",
+        ),
+        ("bytes added", longer, "checksum mismatch"),
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let p = path.clone();
+        for r in on_ranks(3, move || DVector::<Vec<u32>>::load(&p).map(|_| ())) {
+            let msg = r.unwrap_err().to_string();
+            assert!(
+                msg.contains(says) && msg.contains("rows.bin"),
+                "{what}: {msg}"
+            );
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -846,9 +846,9 @@ fn with_all_after_a_loop_reads_the_kept_copy_refreshed() {
     }
 }
 
-/// `DVector::save` across ranks: rank 0 joins every rank's part (decoded straight into
-/// one `Vec`) and writes the file; loading it on the ranks, or in a world of one, gives
-/// the elements back in order.
+/// `DVector::save` across ranks: rank 0 asks each rank for its part in turn and writes
+/// it to the file as it comes; loading it on the ranks, or in a world of one, gives the
+/// elements back in order.
 #[test]
 fn a_dvector_saved_across_ranks_loads_whole() {
     let dir = std::env::temp_dir().join(format!("strads-dist-save-{}", std::process::id()));

@@ -302,23 +302,6 @@ impl Comm {
         self.join_parts(tag, mine, total)
     }
 
-    /// Every rank's elements joined in rank order into one `Vec` of `total` elements at
-    /// `root` (`None` elsewhere): [`Comm::allgather_concat`] to one rank, for a table that
-    /// only the root needs whole (a file it writes).
-    pub fn gather_concat<T: Serialize + DeserializeOwned + Clone>(
-        &self,
-        root: Rank,
-        mine: Cow<'_, [T]>,
-        total: usize,
-    ) -> Result<Option<Vec<T>>> {
-        if self.rank() != root {
-            self.send_part_to(&mine, vec![root])?;
-            return Ok(None);
-        }
-        let tag = self.next_tag();
-        self.join_parts(tag, mine, total).map(Some)
-    }
-
     /// The other ranks' parts of collective `tag` and this rank's (`mine`, moved or cloned
     /// into its place), joined in rank order.
     fn join_parts<T: DeserializeOwned + Clone>(
@@ -379,11 +362,17 @@ impl Comm {
 
     /// [`Comm::send_part`] to the ranks `to` only.
     fn send_part_to<T: Serialize>(&self, mine: &[T], to: Vec<Rank>) -> Result<u64> {
-        let t = &self.transport;
         let tag = self.next_tag();
+        self.send_part_tagged(mine, &to, tag)?;
+        Ok(tag)
+    }
+
+    /// [`Comm::send_part`] to the ranks `to`, as collective `tag`.
+    fn send_part_tagged<T: Serialize>(&self, mine: &[T], to: &[Rank], tag: u64) -> Result<()> {
+        let t = &self.transport;
         let send = |bytes: Vec<u8>| -> Result<()> {
             let bytes = Bytes::from(bytes);
-            for &r in &to {
+            for &r in to {
                 t.send_shared(r, tag, bytes.clone())?;
             }
             Ok(())
@@ -402,8 +391,7 @@ impl Comm {
         if chunk.len() > 1 {
             send(chunk)?;
         }
-        send(postcard::to_extend(&mine.len(), vec![PART_END]).map_err(codec)?)?;
-        Ok(tag)
+        send(postcard::to_extend(&mine.len(), vec![PART_END]).map_err(codec)?)
     }
 
     /// [`Comm::allgather_each`]'s second half: every other rank's part, decoded into `put`
@@ -430,43 +418,9 @@ impl Comm {
                 at += own_len;
                 continue;
             }
-            let bad = |message: String| Error::BadPeerData {
-                rank: r,
-                what: "part of a gathered table".into(),
-                message,
-            };
-            let first = at;
-            loop {
-                let message = self.recv(r, tag, deadline)?;
-                match message.split_first() {
-                    Some((&PART_ELEMENTS, mut rest)) => {
-                        while !rest.is_empty() {
-                            if at == total {
-                                return Err(bad(format!(
-                                    "more elements than the {total} expected in all"
-                                )));
-                            }
-                            let (value, after) = postcard::take_from_bytes::<T>(rest)
-                                .map_err(|e| bad(e.to_string()))?;
-                            put(at, value);
-                            at += 1;
-                            rest = after;
-                        }
-                    }
-                    Some((&PART_END, rest)) => {
-                        let (count, _) = postcard::take_from_bytes::<usize>(rest)
-                            .map_err(|e| bad(e.to_string()))?;
-                        if count != at - first {
-                            return Err(bad(format!(
-                                "a part said to hold {count} elements holds {}",
-                                at - first
-                            )));
-                        }
-                        break;
-                    }
-                    _ => return Err(bad("a message that is not part of a gather".into())),
-                }
-            }
+            self.recv_part(r, tag, deadline, total, &mut at, |at, _, value| {
+                put(at, value)
+            })?;
         }
         if at != total {
             return Err(Error::Transport(format!(
@@ -474,6 +428,172 @@ impl Comm {
             )));
         }
         Ok(())
+    }
+
+    /// Rank `r`'s part of collective `tag`, message by message: `put(index, bytes, element)`
+    /// for each element as it is decoded (`bytes`: its encoding), from index `*at` on, which
+    /// it advances. More elements than `total` leaves room for, bytes that do not decode, or
+    /// a count that does not match are errors naming the rank.
+    fn recv_part<T: DeserializeOwned>(
+        &self,
+        r: Rank,
+        tag: u64,
+        deadline: std::time::Instant,
+        total: usize,
+        at: &mut usize,
+        mut put: impl FnMut(usize, &[u8], T),
+    ) -> Result<()> {
+        let bad = |message: String| Error::BadPeerData {
+            rank: r,
+            what: "part of a gathered table".into(),
+            message,
+        };
+        let first = *at;
+        loop {
+            let message = self.recv(r, tag, deadline)?;
+            match message.split_first() {
+                Some((&PART_ELEMENTS, mut rest)) => {
+                    while !rest.is_empty() {
+                        if *at == total {
+                            return Err(bad(format!(
+                                "more elements than the {total} expected in all"
+                            )));
+                        }
+                        let (value, after) =
+                            postcard::take_from_bytes::<T>(rest).map_err(|e| bad(e.to_string()))?;
+                        put(*at, &rest[..rest.len() - after.len()], value);
+                        *at += 1;
+                        rest = after;
+                    }
+                }
+                Some((&PART_END, rest)) => {
+                    let (count, _) =
+                        postcard::take_from_bytes::<usize>(rest).map_err(|e| bad(e.to_string()))?;
+                    if count != *at - first {
+                        return Err(bad(format!(
+                            "a part said to hold {count} elements holds {}",
+                            *at - first
+                        )));
+                    }
+                    return Ok(());
+                }
+                _ => return Err(bad("a message that is not part of a gather".into())),
+            }
+        }
+    }
+
+    /// Every rank's elements (`total` in all), encoded, handed to `sink` at `root` in rank
+    /// order, one rank's part at a time: the root asks a rank for its part only once it has
+    /// handed the previous one on, so no rank ever holds more than its own part and one
+    /// other (a table written to a file that no rank holds whole). Each element is checked
+    /// to decode as a `T` before `sink` sees its bytes. The other ranks return once they
+    /// have sent their part, or once the root told them it stopped after a failure, which
+    /// is the root's to report.
+    pub fn gather_encoded<T: Serialize + DeserializeOwned>(
+        &self,
+        root: Rank,
+        mine: &[T],
+        total: usize,
+        mut sink: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        const GO: u8 = 1;
+        const STOP: u8 = 0;
+        let t = &self.transport;
+        let tag = self.next_tag();
+        if t.rank() != root {
+            let asked = self.recv(root, tag, deadline_in(self.timeout))?;
+            return match asked[..] {
+                [GO] => self.send_part_tagged(mine, &[root], tag),
+                _ => Ok(()),
+            };
+        }
+        let deadline = deadline_in(self.timeout);
+        let mut at = 0;
+        let mut outcome = Ok(());
+        for r in 0..t.world_size() {
+            if r == root {
+                outcome = outcome.and_then(|()| {
+                    let mut chunk = Vec::new();
+                    for value in mine {
+                        chunk = postcard::to_extend(value, chunk).map_err(|e| Error::Codec {
+                            what: GATHERED.to_string(),
+                            message: e.to_string(),
+                        })?;
+                        if chunk.len() >= GATHER_CHUNK {
+                            sink(&chunk)?;
+                            chunk.clear();
+                        }
+                    }
+                    at += mine.len();
+                    sink(&chunk)
+                });
+            } else if outcome.is_ok() {
+                outcome = t.send(r, tag, vec![GO]).and_then(|()| {
+                    let mut failed = Ok(());
+                    self.recv_part(r, tag, deadline, total, &mut at, |_, bytes, _: T| {
+                        if failed.is_ok() {
+                            failed = sink(bytes);
+                        }
+                    })?;
+                    failed
+                });
+            } else {
+                // Told to stop, a rank returns rather than waiting for ever.
+                let _ = t.send(r, tag, vec![STOP]);
+            }
+        }
+        outcome?;
+        if at != total {
+            return Err(Error::Transport(format!(
+                "gather: the ranks' parts hold {at} elements, expected {total}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Each rank's part, made at `root` one rank at a time in rank order (`next(r)`: rank
+    /// `r`'s elements, of `total` in all) and sent as it is made, so the root holds one
+    /// part besides its own (a table read from a file that no rank holds whole). After a
+    /// failure of `next` the root sends the remaining ranks empty parts and returns the
+    /// failure; the others cannot tell an empty part from a failed one, so the caller
+    /// tells them (as `DVector::load` does, with the root's outcome).
+    pub fn scatter_parts<T: Serialize + DeserializeOwned>(
+        &self,
+        root: Rank,
+        total: usize,
+        mut next: impl FnMut(Rank) -> Result<Vec<T>>,
+    ) -> Result<Vec<T>> {
+        let t = &self.transport;
+        let tag = self.next_tag();
+        if t.rank() != root {
+            let mut part = Vec::new();
+            let mut at = 0;
+            self.recv_part(
+                root,
+                tag,
+                deadline_in(self.timeout),
+                total,
+                &mut at,
+                |_, _, v| part.push(v),
+            )?;
+            return Ok(part);
+        }
+        let mut own = Ok(Vec::new());
+        let mut failed = None;
+        for r in 0..t.world_size() {
+            let part = match failed {
+                None => next(r).map_err(|e| failed = Some(e)).unwrap_or_default(),
+                Some(_) => Vec::new(),
+            };
+            match r == root {
+                true => own = Ok(part),
+                false => self.send_part_tagged(&part, &[r], tag)?,
+            }
+        }
+        if let Some(e) = failed {
+            own = Err(e);
+        }
+        own
     }
 
     /// Typed personalised all-to-all: `out[r]` goes to rank `r`; returns what every rank
@@ -711,7 +831,14 @@ mod tests {
                 .map(|i| vec![rank as u32; i + 1])
                 .collect();
             let lean = comm.allgather_concat(Cow::Borrowed(&part), 5).unwrap();
-            let at_one = comm.gather_concat(1, Cow::Owned(part.clone()), 5).unwrap();
+            // At rank 1, the encoded elements: postcard's sequence once its length is put
+            // in front.
+            let mut at_one = postcard::to_stdvec(&5usize).unwrap();
+            comm.gather_encoded(1, &part, 5, |bytes| {
+                at_one.extend_from_slice(bytes);
+                Ok(())
+            })
+            .unwrap();
             let joined = comm.allgather(part).unwrap().concat();
             (rank, lean, at_one, joined)
         });
@@ -719,10 +846,49 @@ mod tests {
             assert_eq!(lean.len(), 5);
             assert_eq!(lean, joined);
             match rank {
-                1 => assert_eq!(at_one.as_ref(), Some(&joined)),
-                _ => assert_eq!(at_one, None),
+                1 => assert_eq!(
+                    postcard::from_bytes::<Vec<Vec<u32>>>(&at_one).unwrap(),
+                    joined
+                ),
+                _ => assert_eq!(at_one.len(), 1, "only the root's sink runs"),
             }
         }
+    }
+
+    /// A root whose sink fails stops asking: the ranks it had not asked yet return
+    /// instead of waiting, the ones it asked have sent their part, and only the root
+    /// reports the failure. Bytes that do not decode as the element type are an error
+    /// naming the rank that sent them.
+    #[test]
+    fn a_gather_to_a_failing_sink_stops_every_rank() {
+        let out = on_ranks(4, |rank, comm| {
+            let part = vec![rank as u64; 2];
+            let mut calls = 0;
+            let outcome = comm.gather_encoded(0, &part, 8, |_| {
+                calls += 1;
+                match calls {
+                    3 => Err(Error::Config("the disk is full".into())),
+                    _ => Ok(()),
+                }
+            });
+            (outcome.map_err(|e| e.to_string()), calls)
+        });
+        assert_eq!(out[0], (Err("configuration: the disk is full".into()), 3));
+        for other in &out[1..] {
+            assert_eq!(*other, (Ok(()), 0));
+        }
+        let garbage = on_two(|rank, comm| match rank {
+            0 => comm
+                .gather_encoded(0, &[1u64], 2, |_| Ok(()))
+                .map_err(|e| e.to_string()),
+            // u128::MAX is a varint of 19 bytes, longer than any u64's.
+            _ => comm
+                .gather_encoded(0, &[u128::MAX], 2, |_| Ok(()))
+                .map_err(|e| e.to_string()),
+        });
+        let message = garbage[0].clone().unwrap_err();
+        assert!(message.contains("rank 1"), "{message}");
+        assert_eq!(garbage[1], Ok(()));
     }
 
     /// A peer whose part does not fit what the call expects, or does not decode, is an

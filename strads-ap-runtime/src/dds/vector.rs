@@ -531,23 +531,39 @@ impl<T: Element> DVector<T> {
 
     /// Writes the elements to `path` (atomically: a temporary file, fsync, rename).
     ///
-    /// In a job of several ranks rank 0 gathers the elements and writes the file; every
-    /// rank returns the same outcome.
+    /// In a job of several ranks rank 0 writes the file, asking each rank for its range
+    /// in turn, so no rank holds more than its own range and one other's; every rank
+    /// returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let op = "DVector::save";
         let path = path.as_ref();
         match self.dist(op)? {
             None => super::snapshot::save_snapshot(path, "DVector", &self.table.read(op)?),
             Some(comm) => {
-                // Rank 0 decodes the parts straight into one Vec; a failure there reaches
-                // every rank through the outcome rank 0 broadcasts.
-                let gathered = {
+                // Rank 0's file is made on its first piece (a failure there stops the
+                // others); its outcome reaches every rank through rank 0's broadcast.
+                let mut file = None;
+                let streamed = {
                     let data = self.table.read(op)?;
-                    comm.gather_concat(0, std::borrow::Cow::Borrowed(&data), self.table.len)
+                    comm.gather_encoded(0, &data, self.table.len, |bytes| {
+                        let file = match &mut file {
+                            Some(file) => file,
+                            None => file.insert(super::snapshot::SnapshotWriter::create::<T>(
+                                path,
+                                "DVector",
+                                self.table.len,
+                            )?),
+                        };
+                        file.write(bytes)
+                    })
                 };
                 super::snapshot::on_driver(Some(comm), op, || {
-                    let all = gathered?.unwrap_or_default();
-                    super::snapshot::save_snapshot(path, "DVector", &all)
+                    streamed?;
+                    // The root's own part reaches its sink even when empty.
+                    let file = file.ok_or_else(|| {
+                        Error::Config(format!("{op}: rank 0 received nothing to write"))
+                    })?;
+                    file.finish()
                 })
             }
         }
@@ -555,49 +571,50 @@ impl<T: Element> DVector<T> {
 
     /// Reads a DVector written by [`DVector::save`]; checks the element type and checksum.
     ///
-    /// In a job of several ranks rank 0 reads the file and sends every other rank just
-    /// its range.
+    /// In a job of several ranks rank 0 reads the file a piece at a time and sends each
+    /// rank its range as it comes, so no rank holds more than its range and one other's.
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        use super::snapshot::{on_driver, SnapshotReader};
         let op = "DVector::load";
+        let path = path.as_ref();
         Self::made(op, || {
             let ctx = crate::cluster::here();
             if !ctx.is_distributed() {
-                let data = super::snapshot::load_snapshot(path.as_ref(), "DVector")?;
+                let data = super::snapshot::load_snapshot(path, "DVector")?;
                 return Ok(Self::from_data(data));
             }
             let comm = ctx.comm_for(op)?;
-            let world = comm.world_size();
-            let mut read = None;
+            let mut file = None;
             // Every rank learns the length (or rank 0's error)...
-            let len = super::snapshot::on_driver(Some(comm), op, || {
-                let data: Vec<T> = super::snapshot::load_snapshot(path.as_ref(), "DVector")?;
-                let len = data.len();
-                read = Some(data);
+            let len = on_driver(Some(comm), op, || {
+                let (opened, len) = SnapshotReader::open::<T>(path, "DVector")?;
+                file = Some(opened);
                 Ok(len)
             })?;
-            // ...and its range, cut from the end of rank 0's copy.
-            let partition = RangePartition::new(len, world);
-            let parts: Vec<Vec<T>> = match read {
-                Some(mut all) => {
-                    let mut parts: Vec<Vec<T>> = (0..world)
-                        .rev()
-                        .map(|r| all.split_off(partition.range(r).start))
-                        .collect();
-                    parts.reverse();
-                    parts
-                }
-                None => (0..world).map(|_| Vec::new()).collect(),
+            // ...then its range, read for it in turn...
+            let partition = RangePartition::new(len, comm.world_size());
+            let local = comm.scatter_parts(0, len, |r| match &mut file {
+                Some(file) => file.take::<T>(partition.range(r).len()),
+                None => Err(Error::Config(format!("{op}: rank 0 has no file open"))),
+            });
+            // ...and whether the whole file checked out (its checksum is known only once
+            // every part has gone).
+            let (local, failed) = match (comm.rank(), local) {
+                (_, Ok(local)) => (local, None),
+                (0, Err(e)) => (Vec::new(), Some(e)),
+                (_, Err(e)) => return Err(e),
             };
-            let local = comm.all_to_all(parts)?.swap_remove(0);
+            on_driver(Some(comm), op, || match (failed, file) {
+                (Some(e), _) => Err(e),
+                (None, Some(file)) => file.finish(),
+                (None, None) => Err(Error::Config(format!("{op}: rank 0 has no file open"))),
+            })?;
             let own = partition.range(comm.rank());
             if local.len() != own.len() {
                 return Err(Error::BadPeerData {
                     rank: 0,
-                    what: format!(
-                        "the range of {} loaded for this rank",
-                        path.as_ref().display()
-                    ),
+                    what: format!("the range of {} loaded for this rank", path.display()),
                     message: format!("{} elements; this rank holds {}", local.len(), own.len()),
                 });
             }
