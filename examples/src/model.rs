@@ -35,6 +35,27 @@ pub fn factor_scale(mean: f32, rank: usize) -> f32 {
     (mean.max(0.0) / rank.max(1) as f32).sqrt()
 }
 
+/// One SGD step of matrix factorisation on a rating: both rows move along the error's
+/// gradient, with L2 regularisation `reg` (the body of SGDMF's loop).
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::model::{dot, sgd_step};
+/// let (mut w, mut h) = (vec![0.5f32; 4], vec![0.5f32; 4]);
+/// let before = (3.0 - dot(&w, &h)).abs();
+/// sgd_step(&mut w, &mut h, 3.0, 0.05, 0.0);
+/// assert!((3.0 - dot(&w, &h)).abs() < before);
+/// ```
+#[inline]
+pub fn sgd_step(w: &mut [f32], h: &mut [f32], rating: f32, lr: f32, reg: f32) {
+    let err = rating - dot(w, h);
+    for (a, b) in w.iter_mut().zip(h.iter_mut()) {
+        let (wf, hf) = (*a, *b);
+        *a += lr * (err * hf - reg * wf);
+        *b += lr * (err * wf - reg * hf);
+    }
+}
+
 /// Dot product of two equally long slices, with eight independent partial sums (a single
 /// chain of dependent adds is latency-bound).
 ///

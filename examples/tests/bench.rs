@@ -176,3 +176,42 @@ fn a_peer_is_compared_with_the_strads_ap_twin() {
         out.stderr
     );
 }
+
+/// The scale bench: one line per number of ranks, each run in a process of its own with
+/// every rank fetching rather than gathering (`STRADS_FETCH_ABOVE=0`), so what a rank
+/// holds between calls shrinks as ranks are added: its part plus the rows it read.
+#[test]
+fn the_scale_bench_shows_each_rank_holding_less_as_ranks_are_added() {
+    let out = common::run_raw_env(
+        env!("CARGO_BIN_EXE_scale"),
+        &["--ranks", "1,2,4", "--users", "4000", "--items", "200"]
+            .into_iter()
+            .chain(["--ratings", "12000", "--epochs", "1"])
+            .collect::<Vec<_>>(),
+        &[("STRADS_FETCH_ABOVE", "0")],
+        TIMEOUT,
+    );
+    assert!(out.success, "scale failed:\n{}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l}: {e}")))
+        .collect();
+    let ranks: Vec<f64> = lines.iter().map(|l| num(l, "ranks")).collect();
+    assert_eq!(ranks, [1.0, 2.0, 4.0]);
+    let held: Vec<f64> = lines.iter().map(|l| num(l, "max_rank_bytes")).collect();
+    let whole = num(&lines[0], "data_bytes") + num(&lines[0], "model_bytes");
+    // A world of one holds the data and the model, as the bench counts them.
+    assert!(
+        (held[0] - whole).abs() < 0.05 * whole,
+        "{held:?} against {whole}"
+    );
+    assert!(
+        held[1] < 0.8 * held[0] && held[2] < 0.8 * held[1],
+        "{held:?}"
+    );
+    for l in &lines {
+        assert_eq!(l["tables"].as_array().map(Vec::len), Some(3), "{l}");
+        assert!(num(l, "train_rmse").is_finite() && num(l, "process_peak_bytes") > 0.0);
+    }
+}

@@ -502,14 +502,19 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     fn memory(&self) -> TableMemory {
         let data = self.data.read();
         let shadow = self.shadow.lock();
-        let kept = shadow.full.as_ref().map_or(0, Vec::len);
+        let full: &[T] = shadow.full.as_deref().unwrap_or(&[]);
         // A hollow shadow's slots hold no other rank's values: only their inline bytes.
-        let (extra, hollow_bytes) = match shadow.hollow {
-            true => (shadow.spare.len(), kept * std::mem::size_of::<T>()),
-            false => (kept + shadow.spare.len(), 0),
+        // Otherwise the shadow is sized by a sample of its own slots, which after a call
+        // that fetched are other ranks' values where fetched and fillers elsewhere.
+        let (extra, shadow_bytes) = match shadow.hollow {
+            true => (shadow.spare.len(), std::mem::size_of_val(full)),
+            false => (
+                full.len() + shadow.spare.len(),
+                estimate_bytes(full, full.len()),
+            ),
         };
         let sample: &[T] = match data.is_empty() {
-            true => shadow.full.as_deref().unwrap_or(&[]),
+            true => full,
             false => &data,
         };
         TableMemory {
@@ -519,7 +524,7 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
             len: self.len,
             held: data.len(),
             extra,
-            bytes: estimate_bytes(sample, data.len() + extra) + hollow_bytes,
+            bytes: estimate_bytes(sample, data.len() + shadow.spare.len()) + shadow_bytes,
         }
     }
     fn is_relaxed(&self) -> bool {
@@ -686,7 +691,11 @@ impl<T: super::Element> Spread for VectorTable<T> {
         // stay (still `hollow` where they were and no loop fetched since, unless every
         // element is current).
         let written = matches!(valid, ShadowValidity::Stale);
-        if written || estimate_bytes(&data, self.len) as u64 > super::gather::fetch_above() {
+        // Sized by the own range: after a planning call that fetched, the other slots are
+        // mostly fillers, which would make a large table look small.
+        let large =
+            estimate_bytes(&data[range.clone()], self.len) as u64 > super::gather::fetch_above();
+        if written || large {
             let own: Vec<T> = data.drain(range).collect();
             let mut gap = std::mem::replace(&mut *data, own);
             if written {
