@@ -68,6 +68,24 @@ pub fn gaussian(rng: &mut impl Rng) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
+/// SplitMix64's finaliser: a bijective, well-mixed 64-bit hash of `x`, the core of the
+/// examples' counter-based draws (a draw made from its indices alone does not depend on
+/// which draws ran before it, so parallel and serial runs draw alike).
+///
+/// # Examples
+/// ```
+/// use strads_ap_examples::data::mix64;
+/// assert_ne!(mix64(1), mix64(2));
+/// assert_eq!(mix64(7), mix64(7));
+/// ```
+#[inline]
+pub fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// A random generator for stream `stream` of `seed`: independent streams for independent
 /// uses of one seed (data, split, initial parameters).
 pub fn rng_for(seed: u64, stream: u64) -> ChaCha8Rng {

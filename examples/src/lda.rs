@@ -28,7 +28,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use strads_ap::Aggregate;
 
-use crate::data::{gaussian, read_text, rng_for, LoadError};
+use crate::data::{gaussian, mix64, read_text, rng_for, LoadError};
 
 // ---------------------------------------------------------------------------------------
 // Corpora
@@ -634,15 +634,6 @@ pub fn count_topics(tokens: &[Token], z: &[u32], docs: usize, prior: &Prior) -> 
 // Randomness
 // ---------------------------------------------------------------------------------------
 
-/// SplitMix64's finaliser: a bijective mix of 64 bits.
-#[inline]
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 /// The uniform in `[0, 1)` that token `k` draws in epoch `epoch` under `seed`: a
 /// counter-based generator (SplitMix64 over the three numbers), so a token's draw does not
 /// depend on which tokens ran before it.
@@ -657,13 +648,13 @@ fn mix(mut x: u64) -> u64 {
 /// ```
 #[inline]
 pub fn token_uniform(seed: u64, epoch: usize, k: usize) -> f64 {
-    let h = mix(mix(mix(seed) ^ epoch as u64) ^ k as u64);
+    let h = mix64(mix64(mix64(seed) ^ epoch as u64) ^ k as u64);
     (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// The initial topic of token `k`: uniform over `0..topics`, from `(seed, k)` alone.
 pub fn initial_topic(seed: u64, k: usize, topics: usize) -> u32 {
-    let h = mix(mix(seed ^ 0x1da_5eed) ^ k as u64);
+    let h = mix64(mix64(seed ^ 0x1da_5eed) ^ k as u64);
     ((u128::from(h) * topics as u128) >> 64) as u32
 }
 

@@ -20,7 +20,7 @@ use std::path::Path;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{read_text, rng_for, LoadError, Zipf};
+use crate::data::{mix64, read_text, rng_for, LoadError, Zipf};
 
 // ---------------------------------------------------------------------------------------
 // Graphs
@@ -512,15 +512,6 @@ pub fn init_embedding(seed: u64, table: u64, i: usize, dim: usize) -> Vec<f32> {
     row
 }
 
-/// SplitMix64's finaliser: a well-mixed 64-bit hash of `x`.
-#[inline]
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 /// The negative triple of training triple `k` (`t`) in epoch `epoch`, as `(head, tail)`:
 /// with probability 1/2 the head is replaced, else the tail, by an entity drawn uniformly
 /// from the `entities` other than the one replaced.
@@ -541,7 +532,7 @@ fn mix(mut x: u64) -> u64 {
 /// ```
 #[inline]
 pub fn corrupt(seed: u64, epoch: usize, k: usize, t: &Triple, entities: usize) -> (usize, usize) {
-    let bits = mix(mix(mix(seed) ^ epoch as u64) ^ k as u64);
+    let bits = mix64(mix64(mix64(seed) ^ epoch as u64) ^ k as u64);
     let (head, tail) = (t.head as usize, t.tail as usize);
     let others = entities.saturating_sub(1).max(1) as u64;
     // The high 32 bits pick an entity (multiply-shift), the lowest bit the side.

@@ -31,7 +31,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{read_text, rng_for, LoadError};
+use crate::data::{mix64, read_text, rng_for, LoadError};
 
 /// Largest analogy sample evaluated by default (`--analogy-sample`).
 pub const ANALOGY_SAMPLE: usize = 2_000;
@@ -214,15 +214,6 @@ impl Corpus {
 // Sampling and randomness
 // ---------------------------------------------------------------------------------------
 
-/// SplitMix64's finaliser.
-#[inline]
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// The random numbers of one sentence in one epoch: a SplitMix64 stream seeded from
 /// `(seed, epoch, sentence index)` alone.
 ///
@@ -242,7 +233,7 @@ impl SentenceRng {
     /// The stream of sentence `index` in `epoch`.
     pub fn new(seed: u64, epoch: usize, index: u32) -> Self {
         SentenceRng {
-            state: mix(mix(mix(seed ^ 0x2_77ec) ^ epoch as u64) ^ u64::from(index)),
+            state: mix64(mix64(mix64(seed ^ 0x2_77ec) ^ epoch as u64) ^ u64::from(index)),
         }
     }
 

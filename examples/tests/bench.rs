@@ -184,10 +184,18 @@ fn a_peer_is_compared_with_the_strads_ap_twin() {
 fn the_scale_bench_shows_each_rank_holding_less_as_ranks_are_added() {
     let out = common::run_raw_env(
         env!("CARGO_BIN_EXE_scale"),
-        &["--ranks", "1,2,4", "--users", "4000", "--items", "200"]
-            .into_iter()
-            .chain(["--ratings", "12000", "--epochs", "1"])
-            .collect::<Vec<_>>(),
+        &[
+            "--ranks",
+            "1,2,4",
+            "--users",
+            "4000",
+            "--items",
+            "200",
+            "--ratings",
+            "12000",
+            "--epochs",
+            "1",
+        ],
         &[("STRADS_FETCH_ABOVE", "0")],
         TIMEOUT,
     );

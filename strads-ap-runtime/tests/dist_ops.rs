@@ -137,6 +137,16 @@ fn save_on_a_cluster_loads_in_a_world_of_one_and_back() {
         let msg = r.unwrap_err().to_string();
         assert!(msg.contains("missing.bin"), "{msg}");
     }
+    // An empty table: rank 0 writes a file with no elements, which loads as one.
+    let empty = dir.join("empty.bin");
+    let p = empty.clone();
+    for r in on_ranks(3, move || {
+        DVector::<f64>::from_vec(Vec::new())?.save(&p)?;
+        DVector::<f64>::load(&p)?.to_vec()
+    }) {
+        assert_eq!(r.unwrap(), Vec::<f64>::new());
+    }
+    std::fs::remove_file(&empty).unwrap();
     // Rank 0 cannot make the file: every rank gets its error (none waits for ever for
     // rank 0 to ask for its part), and nothing is left behind.
     let nowhere = dir.join("no-such-dir").join("v.bin");

@@ -20,7 +20,7 @@ use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use serde::Serialize;
 use strads_ap::prelude::*;
-use strads_ap_examples::data::Rating;
+use strads_ap_examples::data::{mix64, Rating};
 use strads_ap_examples::metrics::{rmse, row_squared_error};
 use strads_ap_examples::model::{factor_scale, init_row, sgd_step};
 use strads_ap_examples::report::{print_json_line, EpochClock};
@@ -54,16 +54,6 @@ struct Args {
     one: Option<usize>,
 }
 
-/// One table on the rank that holds the most of it.
-#[derive(Serialize, Debug)]
-struct TableLine {
-    element: &'static str,
-    len: usize,
-    held: usize,
-    extra: usize,
-    bytes: usize,
-}
-
 #[derive(Serialize, Debug)]
 struct ScaleLine {
     bench: &'static str,
@@ -81,7 +71,8 @@ struct ScaleLine {
     /// The largest and the mean of the ranks' table bytes between calls.
     max_rank_bytes: usize,
     mean_rank_bytes: usize,
-    tables: Vec<TableLine>,
+    /// Each table on the rank that holds the most of it.
+    tables: Vec<strads_ap::TableMemory>,
     /// The whole process's peak resident memory (all R ranks), and that over R.
     process_peak_bytes: u64,
     peak_per_rank_bytes: u64,
@@ -100,12 +91,7 @@ struct RankOutcome {
 
 /// Rating `k`: a user, an item and a value from 1 to 5, from a hash of `k` and `seed`.
 fn rating_at(k: usize, users: usize, items: usize, seed: u64) -> Rating {
-    let mix = |mut z: u64| {
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let h = mix(mix(seed) ^ k as u64);
+    let h = mix64(mix64(seed) ^ k as u64);
     Rating {
         user: (h % users as u64) as u32,
         item: ((h >> 24) % items as u64) as u32,
@@ -182,20 +168,13 @@ fn run_one(args: &Args, world: usize) -> Result<()> {
         .iter()
         .map(|o| o.tables.iter().map(|t| t.bytes).sum())
         .collect();
-    let tables: Vec<TableLine> = (0..first.tables.len())
+    let tables: Vec<strads_ap::TableMemory> = (0..first.tables.len())
         .map(|i| {
-            let top = outcomes
+            outcomes
                 .iter()
-                .map(|o| &o.tables[i])
+                .map(|o| o.tables[i].clone())
                 .max_by_key(|t| t.bytes)
-                .expect("one rank at least");
-            TableLine {
-                element: top.element,
-                len: top.len,
-                held: top.held,
-                extra: top.extra,
-                bytes: top.bytes,
-            }
+                .expect("one rank at least")
         })
         .collect();
     // Whole sizes, counted as `table_memory` counts an element: a rating's 12 bytes; a

@@ -80,6 +80,31 @@ enum Verdict {
     },
 }
 
+/// Encodes `items` one after another into chunks of about [`GATHER_CHUNK`] bytes, each
+/// starting with `head`, and hands each chunk to `each` as it fills; the last one too if it
+/// holds any element. `what` names the items in an encoding error.
+pub(crate) fn encode_in_chunks<T: Serialize>(
+    items: &[T],
+    head: &[u8],
+    what: &str,
+    mut each: impl FnMut(Vec<u8>) -> Result<()>,
+) -> Result<()> {
+    let mut chunk = head.to_vec();
+    for item in items {
+        chunk = postcard::to_extend(item, chunk).map_err(|e| Error::Codec {
+            what: what.to_string(),
+            message: e.to_string(),
+        })?;
+        if chunk.len() >= GATHER_CHUNK {
+            each(std::mem::replace(&mut chunk, head.to_vec()))?;
+        }
+    }
+    match chunk.len() > head.len() {
+        true => each(chunk),
+        false => Ok(()),
+    }
+}
+
 impl Comm {
     /// Collectives over `transport`, waiting without a deadline (a lost rank still ends
     /// every wait with [`Error::PeerLost`]).
@@ -377,21 +402,12 @@ impl Comm {
             }
             Ok(())
         };
-        let codec = |e: postcard::Error| Error::Codec {
+        encode_in_chunks(mine, &[PART_ELEMENTS], GATHERED, &send)?;
+        let end = postcard::to_extend(&mine.len(), vec![PART_END]).map_err(|e| Error::Codec {
             what: GATHERED.to_string(),
             message: e.to_string(),
-        };
-        let mut chunk = vec![PART_ELEMENTS];
-        for value in mine {
-            chunk = postcard::to_extend(value, chunk).map_err(codec)?;
-            if chunk.len() >= GATHER_CHUNK {
-                send(std::mem::replace(&mut chunk, vec![PART_ELEMENTS]))?;
-            }
-        }
-        if chunk.len() > 1 {
-            send(chunk)?;
-        }
-        send(postcard::to_extend(&mine.len(), vec![PART_END]).map_err(codec)?)
+        })?;
+        send(end)
     }
 
     /// [`Comm::allgather_each`]'s second half: every other rank's part, decoded into `put`
@@ -512,21 +528,9 @@ impl Comm {
         let mut outcome = Ok(());
         for r in 0..t.world_size() {
             if r == root {
-                outcome = outcome.and_then(|()| {
-                    let mut chunk = Vec::new();
-                    for value in mine {
-                        chunk = postcard::to_extend(value, chunk).map_err(|e| Error::Codec {
-                            what: GATHERED.to_string(),
-                            message: e.to_string(),
-                        })?;
-                        if chunk.len() >= GATHER_CHUNK {
-                            sink(&chunk)?;
-                            chunk.clear();
-                        }
-                    }
-                    at += mine.len();
-                    sink(&chunk)
-                });
+                outcome =
+                    outcome.and_then(|()| encode_in_chunks(mine, &[], GATHERED, |c| sink(&c)));
+                at += mine.len();
             } else if outcome.is_ok() {
                 outcome = t.send(r, tag, vec![GO]).and_then(|()| {
                     let mut failed = Ok(());
@@ -578,22 +582,24 @@ impl Comm {
             )?;
             return Ok(part);
         }
-        let mut own = Ok(Vec::new());
+        let mut own = Vec::new();
         let mut failed = None;
         for r in 0..t.world_size() {
             let part = match failed {
                 None => next(r).map_err(|e| failed = Some(e)).unwrap_or_default(),
                 Some(_) => Vec::new(),
             };
-            match r == root {
-                true => own = Ok(part),
-                false => self.send_part_tagged(&part, &[r], tag)?,
+            if r == root {
+                own = part;
+            } else if let Err(e) = self.send_part_tagged(&part, &[r], tag) {
+                // The ranks after `r` still get their (empty) parts rather than waiting.
+                failed.get_or_insert(e);
             }
         }
-        if let Some(e) = failed {
-            own = Err(e);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(own),
         }
-        own
     }
 
     /// Typed personalised all-to-all: `out[r]` goes to rank `r`; returns what every rank

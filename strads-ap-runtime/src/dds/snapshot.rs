@@ -46,18 +46,8 @@ pub(crate) fn save_snapshot<T: serde::Serialize>(
     items: &[T],
 ) -> Result<()> {
     let mut file = SnapshotWriter::create::<T>(path, kind, items.len())?;
-    let mut chunk = Vec::new();
-    for item in items {
-        chunk = postcard::to_extend(item, chunk).map_err(|e| Error::Codec {
-            what: format!("{kind} for {}", path.display()),
-            message: e.to_string(),
-        })?;
-        if chunk.len() >= 1 << 20 {
-            file.write(&chunk)?;
-            chunk.clear();
-        }
-    }
-    file.write(&chunk)?;
+    let what = format!("{kind} for {}", path.display());
+    crate::cluster::collective::encode_in_chunks(items, &[], &what, |c| file.write(&c))?;
     file.finish()
 }
 

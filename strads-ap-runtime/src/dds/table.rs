@@ -34,7 +34,7 @@ pub(crate) fn register_table<T: TableHandle + Any + Send + Sync>(id: u64, table:
 }
 
 /// What one DDS table holds on this rank: see [`table_memory`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TableMemory {
     /// The table's id on this rank (tables are numbered in the order they are made).

@@ -540,29 +540,22 @@ impl<T: Element> DVector<T> {
         match self.dist(op)? {
             None => super::snapshot::save_snapshot(path, "DVector", &self.table.read(op)?),
             Some(comm) => {
-                // Rank 0's file is made on its first piece (a failure there stops the
-                // others); its outcome reaches every rank through rank 0's broadcast.
-                let mut file = None;
+                use super::snapshot::{on_driver, SnapshotWriter};
+                // Rank 0 makes its file first; if it cannot, its sink fails at once and
+                // the others are told to stop. Its outcome reaches every rank through its
+                // broadcast.
+                let mut file = (comm.rank() == 0)
+                    .then(|| SnapshotWriter::create::<T>(path, "DVector", self.table.len));
                 let streamed = {
                     let data = self.table.read(op)?;
-                    comm.gather_encoded(0, &data, self.table.len, |bytes| {
-                        let file = match &mut file {
-                            Some(file) => file,
-                            None => file.insert(super::snapshot::SnapshotWriter::create::<T>(
-                                path,
-                                "DVector",
-                                self.table.len,
-                            )?),
-                        };
-                        file.write(bytes)
+                    comm.gather_encoded(0, &data, self.table.len, |bytes| match &mut file {
+                        Some(Ok(file)) => file.write(bytes),
+                        _ => Err(Error::Config(format!("{op}: rank 0 has no file to write"))),
                     })
                 };
-                super::snapshot::on_driver(Some(comm), op, || {
+                on_driver(Some(comm), op, || {
+                    let file = file.expect("rank 0 made its file")?;
                     streamed?;
-                    // The root's own part reaches its sink even when empty.
-                    let file = file.ok_or_else(|| {
-                        Error::Config(format!("{op}: rank 0 received nothing to write"))
-                    })?;
                     file.finish()
                 })
             }
