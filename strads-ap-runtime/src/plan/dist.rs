@@ -24,12 +24,49 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::ops::{BitAnd, BitOr, BitOrAssign, Not};
 
 use super::{Plan, Rotation, Schedule, SlotMode};
 use crate::store::RangePartition;
 
 /// Ranks an `async_for!` can span: element holders are tracked in a 64-bit set.
 pub(crate) const MAX_RANKS: usize = 64;
+
+/// A set of ranks, one bit each. The simulation keeps two per key of every table it
+/// tracks, so it uses the narrowest word the world fits in: on 4 ranks, model-heavy
+/// SGDMF's factor table (1M keys) takes 2 MB of sets instead of 16.
+trait RankSet:
+    Copy + Eq + BitAnd<Output = Self> + BitOr<Output = Self> + BitOrAssign + Not<Output = Self>
+{
+    const EMPTY: Self;
+    /// The set of rank `r` alone.
+    fn of(r: usize) -> Self;
+    /// Whether rank `r` is in the set.
+    fn has(self, r: usize) -> bool;
+    /// The lowest rank in the set (the word's width for an empty set).
+    fn lowest(self) -> usize;
+}
+
+macro_rules! rank_set {
+    ($($word:ty),*) => {$(
+        impl RankSet for $word {
+            const EMPTY: Self = 0;
+            #[inline]
+            fn of(r: usize) -> Self {
+                1 << r
+            }
+            #[inline]
+            fn has(self, r: usize) -> bool {
+                self >> r & 1 == 1
+            }
+            #[inline]
+            fn lowest(self) -> usize {
+                self.trailing_zeros() as usize
+            }
+        }
+    )*};
+}
+rank_set!(u8, u16, u32, u64);
 
 /// What one rank runs in one step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,13 +158,15 @@ impl DistPlan {
         // Per rank, per step: the task lists it runs (as slices of the plan).
         let mut per_rank = cut_steps(plan, lens, world, &mut hasher);
         let steps = per_rank[0].len();
-        let mut sim = Simulation::new(plan, lens, owners, world, me, which);
-        let mut exchanges: Vec<Exchange> =
-            (0..steps).map(|step| sim.step(&per_rank, step)).collect();
-        exchanges.push(sim.home());
+        let (exchanges, received) = match world {
+            0..=8 => simulate::<u8>(plan, lens, owners, world, me, which, &per_rank),
+            9..=16 => simulate::<u16>(plan, lens, owners, world, me, which, &per_rank),
+            17..=32 => simulate::<u32>(plan, lens, owners, world, me, which, &per_rank),
+            _ => simulate::<u64>(plan, lens, owners, world, me, which, &per_rank),
+        };
         DistPlan {
             steps: std::mem::take(&mut per_rank[me]),
-            received: sim.received / steps.max(1),
+            received: received / steps.max(1),
             exchanges,
             fingerprint: hasher.finish(),
             read_only: which == Transfers::ReadOnly,
@@ -382,12 +421,30 @@ fn preferred_ranks(
         .collect()
 }
 
+/// The exchanges before each of the steps `per_rank` cuts, and the final one, with the
+/// elements this rank receives in all; holder sets of `S` (wide enough for `world`).
+fn simulate<S: RankSet>(
+    plan: &Plan,
+    lens: &[usize],
+    owners: &[Option<Vec<u16>>],
+    world: usize,
+    me: usize,
+    which: Transfers,
+    per_rank: &[Vec<Work>],
+) -> (Vec<Exchange>, usize) {
+    let steps = per_rank[0].len();
+    let mut sim = Simulation::<S>::new(plan, lens, owners, world, me, which);
+    let mut exchanges: Vec<Exchange> = (0..steps).map(|step| sim.step(per_rank, step)).collect();
+    exchanges.push(sim.home());
+    (exchanges, sim.received)
+}
+
 /// Who holds the latest value of each element, step by step, from one rank's point of
 /// view. At first that is the owner; a rank that touches an element it does not hold
 /// fetches it before the step, from a rank that held it before; a rank that writes an
 /// element becomes its only holder. (Read-only elements never change holder and written
 /// ones never meet them, so the two kinds are simulated apart: `which`.)
-struct Simulation<'p> {
+struct Simulation<'p, S> {
     plan: &'p Plan,
     lens: &'p [usize],
     world: usize,
@@ -398,11 +455,11 @@ struct Simulation<'p> {
     read_only: bool,
     /// Each element's owner, looked up rather than computed (a division) per access.
     owner_of: Vec<Vec<u8>>,
-    /// Per slot, per key: the ranks holding its latest value (a bit set).
-    holders: Vec<Vec<u64>>,
+    /// Per slot, per key: the ranks holding its latest value.
+    holders: Vec<Vec<S>>,
     /// Ranks that get an element in the current step's exchange: they cannot be its
     /// source in that same exchange.
-    arriving: Vec<Vec<u64>>,
+    arriving: Vec<Vec<S>>,
     arrived: Vec<(usize, usize)>,
     /// Elements this rank received so far.
     received: usize,
@@ -412,7 +469,7 @@ struct Simulation<'p> {
     listed: Vec<u64>,
 }
 
-impl<'p> Simulation<'p> {
+impl<'p, S: RankSet> Simulation<'p, S> {
     fn new(
         plan: &'p Plan,
         lens: &'p [usize],
@@ -444,16 +501,16 @@ impl<'p> Simulation<'p> {
                 }
             })
             .collect();
-        let holders: Vec<Vec<u64>> = owner_of
+        let holders: Vec<Vec<S>> = owner_of
             .iter()
-            .map(|of| of.iter().map(|&r| 1u64 << r).collect())
+            .map(|of| of.iter().map(|&r| S::of(r as usize)).collect())
             .collect();
         // Read-only elements always come from their owner, which never stops holding
         // them: no sources to rule out.
         let read_only = which == Transfers::ReadOnly;
         let arriving = holders
             .iter()
-            .map(|h| vec![0; if read_only { 0 } else { h.len() }])
+            .map(|h| vec![S::EMPTY; if read_only { 0 } else { h.len() }])
             .collect();
         Simulation {
             plan,
@@ -544,7 +601,7 @@ impl<'p> Simulation<'p> {
             self.listed = listed;
         }
         for (slot, key) in self.arrived.drain(..) {
-            self.arriving[slot][key] = 0;
+            self.arriving[slot][key] = S::EMPTY;
         }
         exchange
     }
@@ -565,18 +622,18 @@ impl<'p> Simulation<'p> {
     /// Rank `q` touches element `key` of `slot` (tracked, below its length): it fetches
     /// the element if it does not hold it, and alone holds it if it writes it.
     fn touch(&mut self, exchange: &mut Exchange, slot: usize, key: usize, q: usize, write: bool) {
-        let bit = 1u64 << q;
+        let bit = S::of(q);
         let held = &mut self.holders[slot][key];
-        if *held & bit == 0 {
+        if !held.has(q) {
             let home = self.owner_of[slot][key] as usize;
             let src = match self.read_only {
                 true => home,
                 false => {
                     let sources = *held & !self.arriving[slot][key];
-                    if sources >> home & 1 == 1 {
+                    if sources.has(home) {
                         home
                     } else {
-                        sources.trailing_zeros() as usize
+                        sources.lowest()
                     }
                 }
             };
@@ -590,7 +647,7 @@ impl<'p> Simulation<'p> {
             }
             *held |= bit;
             if !self.read_only {
-                if self.arriving[slot][key] == 0 {
+                if self.arriving[slot][key] == S::EMPTY {
                     self.arrived.push((slot, key));
                 }
                 self.arriving[slot][key] |= bit;
@@ -608,8 +665,8 @@ impl<'p> Simulation<'p> {
         for slot in (0..self.lens.len()).filter(checked) {
             for (key, &held) in self.holders[slot].iter().enumerate() {
                 let home = self.owner_of[slot][key] as usize;
-                if held >> home & 1 == 0 {
-                    let src = held.trailing_zeros() as usize;
+                if !held.has(home) {
+                    let src = held.lowest();
                     if src == self.me {
                         last.send[home][slot].push(key as u64);
                     }

@@ -294,3 +294,82 @@ fn placement_by_owner_keeps_the_ranks_balanced() {
     assert_eq!(on_zero, 32 + 64 / 32);
     assert!(rank_of[..on_zero].iter().all(|&r| r == 0));
 }
+
+/// A components plan of `batches` batches of `groups` groups of 3 tasks each; a task
+/// writes two keys of slot 0 (the keys of a batch's groups never meet) and reads three
+/// keys of slot 1 anywhere.
+fn scattered(batches: usize, groups: usize, len: u64) -> Plan {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut draw = |below: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        (state >> 33) % below
+    };
+    let mut tasks = Vec::new();
+    let mut schedule = Vec::new();
+    for b in 0..batches {
+        let mut members = Vec::new();
+        for g in 0..groups {
+            let mut group = Vec::new();
+            for _ in 0..3 {
+                let mut set = Vec::new();
+                for _ in 0..2 {
+                    set.push((
+                        0,
+                        draw(len / groups as u64) * groups as u64 + g as u64,
+                        true,
+                    ));
+                }
+                for _ in 0..3 {
+                    set.push((1, draw(len), false));
+                }
+                set.sort_unstable();
+                set.dedup_by_key(|a| (a.0, a.1));
+                group.push(tasks.len() as u32);
+                tasks.push(set);
+            }
+            members.push(Group {
+                id: (b * groups + g) as u32,
+                tasks: group,
+            });
+        }
+        schedule.push(Batch {
+            groups: members,
+            ranks: Vec::new(),
+        });
+    }
+    let tasks: Vec<&[(usize, u64, bool)]> = tasks.iter().map(Vec::as_slice).collect();
+    plan_of(
+        vec![SlotMode::Checked, SlotMode::ReadOnly],
+        Schedule::Components(schedule),
+        &tasks,
+    )
+}
+
+#[test]
+fn holder_sets_of_every_width_move_the_same_elements() {
+    let plan = scattered(6, 70, 4096);
+    let lens = [4096, 4096];
+    let owners = [None, None];
+    for world in [2, 3, 8, 9, 16, 17, 32, 33, 64] {
+        let per_rank = cut_steps(&plan, &lens, world, &mut DefaultHasher::new());
+        for which in [Transfers::Written, Transfers::ReadOnly] {
+            for me in [0, world / 2, world - 1] {
+                let (plan, lens, owners, cut) = (&plan, &lens[..], &owners[..], &per_rank);
+                let wide = simulate::<u64>(plan, lens, owners, world, me, which, cut);
+                assert!(wide.1 > 0, "world {world}: something moves");
+                let narrow = [
+                    (world <= 8).then(|| simulate::<u8>(plan, lens, owners, world, me, which, cut)),
+                    (world <= 16)
+                        .then(|| simulate::<u16>(plan, lens, owners, world, me, which, cut)),
+                    (world <= 32)
+                        .then(|| simulate::<u32>(plan, lens, owners, world, me, which, cut)),
+                ];
+                for got in narrow.into_iter().flatten() {
+                    assert_eq!(got, wide, "world {world}, rank {me}, {which:?}");
+                }
+            }
+        }
+    }
+}
