@@ -507,10 +507,10 @@ proptest! {
         // else touches it.
         unsafe {
             let mut r = rest;
-            let _ = crate::dds::table::unpack_elements::<f64>(0, floats.as_mut_ptr().cast(), &keys, &mut r);
+            let _ = crate::dds::table::unpack_elements::<f64>(0, floats.as_mut_ptr().cast(), keys[..].into(), &mut r);
             let mut r = rest;
-            let _ = crate::dds::table::unpack_elements::<String>(1, strings.as_mut_ptr().cast(), &keys, &mut r);
-            let _ = crate::dds::table::unpack_elements::<Vec<u32>>(2, rows.as_mut_ptr().cast(), &keys, &mut rest);
+            let _ = crate::dds::table::unpack_elements::<String>(1, strings.as_mut_ptr().cast(), keys[..].into(), &mut r);
+            let _ = crate::dds::table::unpack_elements::<Vec<u32>>(2, rows.as_mut_ptr().cast(), keys[..].into(), &mut rest);
         }
     }
 

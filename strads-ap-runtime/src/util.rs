@@ -92,6 +92,81 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Keys of one table in an order two ranks agree on (what one rank sends another),
+/// kept as `u32` while every key fits: a plan keeps its transfer lists for its life, and
+/// at half the bytes of `u64` (4 simulated ranks of model-heavy SGDMF: 12.6 MB -> 6.3 MB
+/// a rank). A key above `u32::MAX` widens the list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Keys {
+    Narrow(Vec<u32>),
+    Wide(Vec<u64>),
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::Narrow(Vec::new())
+    }
+}
+
+impl Keys {
+    /// Appends `key`.
+    pub fn push(&mut self, key: u64) {
+        match self {
+            Keys::Narrow(narrow) => match u32::try_from(key) {
+                Ok(k) => narrow.push(k),
+                Err(_) => {
+                    let mut wide: Vec<u64> = narrow.iter().map(|&k| u64::from(k)).collect();
+                    wide.push(key);
+                    *self = Keys::Wide(wide);
+                }
+            },
+            Keys::Wide(wide) => wide.push(key),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Keys::Narrow(k) => k.len(),
+            Keys::Wide(k) => k.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The keys, borrowed.
+    pub fn as_slice(&self) -> KeySlice<'_> {
+        match self {
+            Keys::Narrow(k) => KeySlice::Narrow(k),
+            Keys::Wide(k) => KeySlice::Wide(k),
+        }
+    }
+}
+
+/// Borrowed [`Keys`], or any list of `u64` keys.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KeySlice<'a> {
+    Narrow(&'a [u32]),
+    Wide(&'a [u64]),
+}
+
+impl<'a> From<&'a [u64]> for KeySlice<'a> {
+    fn from(keys: &'a [u64]) -> Self {
+        KeySlice::Wide(keys)
+    }
+}
+
+impl KeySlice<'_> {
+    /// Calls `f` with each key in order, up to the first error.
+    pub fn try_for_each<E>(self, mut f: impl FnMut(u64) -> Result<(), E>) -> Result<(), E> {
+        match self {
+            KeySlice::Narrow(keys) => keys.iter().try_for_each(|&k| f(u64::from(k))),
+            KeySlice::Wide(keys) => keys.iter().try_for_each(|&k| f(k)),
+        }
+    }
+}
+
 /// Files for tests of the readers: plain and gzip-compressed.
 #[cfg(test)]
 pub(crate) mod test_files {

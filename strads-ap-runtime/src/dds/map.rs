@@ -27,6 +27,7 @@ use crate::access::{raise, ExecCtx, Fault};
 use crate::error::{Error, Result};
 use crate::recon::{Recording, Writes};
 use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::util::KeySlice;
 use crate::util::{stable_hash, StableHasher};
 
 /// The hasher of a rank's key index: fast on strings (eight bytes a step; the
@@ -348,11 +349,11 @@ impl<K: MapKey, V: Element> Spread for MapTable<K, V> {
         let data = self.data.read();
         Some(data.keys.iter().map(|k| self.owner(k) as u16).collect())
     }
-    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
+    unsafe fn pack(&self, ptr: *const u8, keys: KeySlice<'_>, out: &mut Vec<u8>) -> Result<()> {
         // SAFETY: the caller's guarantee, passed on (positions index the values).
         unsafe { super::table::pack_elements::<V>(self.id, ptr, keys, out) }
     }
-    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
+    unsafe fn unpack(&self, ptr: *mut u8, keys: KeySlice<'_>, bytes: &mut &[u8]) -> Result<()> {
         // SAFETY: as above.
         unsafe { super::table::unpack_elements::<V>(self.id, ptr, keys, bytes) }
     }

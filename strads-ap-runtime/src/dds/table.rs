@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::cluster::collective::Comm;
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::util::KeySlice;
 use crate::value::{Aggregate, Aggregation};
 
 /// A rank's live tables by id, so that a handle deserialized from the wire finds its table
@@ -224,7 +225,7 @@ pub(crate) trait Spread {
     /// # Safety
     /// `ptr` must point to the table's initialised elements, more than any of `keys`, that
     /// no one writes during the call.
-    unsafe fn pack(&self, _ptr: *const u8, _keys: &[u64], _out: &mut Vec<u8>) -> Result<()> {
+    unsafe fn pack(&self, _ptr: *const u8, _keys: KeySlice<'_>, _out: &mut Vec<u8>) -> Result<()> {
         Err(Error::Config(
             "this kind of DDS cannot be sent between ranks yet".to_string(),
         ))
@@ -235,7 +236,7 @@ pub(crate) trait Spread {
     /// # Safety
     /// As for [`Spread::pack`], and no one else reads or writes those elements during
     /// the call.
-    unsafe fn unpack(&self, _ptr: *mut u8, _keys: &[u64], _bytes: &mut &[u8]) -> Result<()> {
+    unsafe fn unpack(&self, _ptr: *mut u8, _keys: KeySlice<'_>, _bytes: &mut &[u8]) -> Result<()> {
         Err(Error::Config(
             "this kind of DDS cannot be sent between ranks yet".to_string(),
         ))
@@ -775,11 +776,11 @@ impl<T: super::Element> Spread for VectorTable<T> {
             unsafe { *elems.add(k as usize) = fill.clone() };
         }
     }
-    unsafe fn pack(&self, ptr: *const u8, keys: &[u64], out: &mut Vec<u8>) -> Result<()> {
+    unsafe fn pack(&self, ptr: *const u8, keys: KeySlice<'_>, out: &mut Vec<u8>) -> Result<()> {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { pack_elements::<T>(self.id, ptr, keys, out) }
     }
-    unsafe fn unpack(&self, ptr: *mut u8, keys: &[u64], bytes: &mut &[u8]) -> Result<()> {
+    unsafe fn unpack(&self, ptr: *mut u8, keys: KeySlice<'_>, bytes: &mut &[u8]) -> Result<()> {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { unpack_elements::<T>(self.id, ptr, keys, bytes) }
     }
@@ -1026,11 +1027,11 @@ pub(crate) fn decode_parts<T: super::Element>(
 pub(crate) unsafe fn pack_elements<T: super::Element>(
     id: u64,
     ptr: *const u8,
-    keys: &[u64],
+    keys: KeySlice<'_>,
     out: &mut Vec<u8>,
 ) -> Result<()> {
     let elems = ptr as *const T;
-    for &k in keys {
+    keys.try_for_each(|k| {
         // SAFETY: the caller guarantees `ptr` points to initialised elements, more than
         // any key, that no one writes now.
         let value = unsafe { &*elems.add(k as usize) };
@@ -1040,8 +1041,8 @@ pub(crate) unsafe fn pack_elements<T: super::Element>(
                 message: e.to_string(),
             })?;
         *out = encoded;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Decodes `T`s for `keys` from the front of `bytes` into the `T`s at `ptr`, advancing
@@ -1052,11 +1053,11 @@ pub(crate) unsafe fn pack_elements<T: super::Element>(
 pub(crate) unsafe fn unpack_elements<T: super::Element>(
     id: u64,
     ptr: *mut u8,
-    keys: &[u64],
+    keys: KeySlice<'_>,
     bytes: &mut &[u8],
 ) -> Result<()> {
     let elems = ptr as *mut T;
-    for &k in keys {
+    keys.try_for_each(|k| {
         let (value, rest) = postcard::take_from_bytes::<T>(bytes).map_err(|e| Error::Codec {
             what: format!("element {k} of DDS {id} from another rank"),
             message: e.to_string(),
@@ -1065,8 +1066,8 @@ pub(crate) unsafe fn unpack_elements<T: super::Element>(
         // than any key.
         unsafe { *elems.add(k as usize) = value };
         *bytes = rest;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Per-worker copies of an aggregatable table and the merging of their deltas.

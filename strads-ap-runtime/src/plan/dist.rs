@@ -28,6 +28,7 @@ use std::ops::{BitAnd, BitOr, BitOrAssign, Not};
 
 use super::{Plan, Rotation, Schedule, SlotMode};
 use crate::store::RangePartition;
+use crate::util::Keys;
 
 /// Ranks an `async_for!` can span: element holders are tracked in a 64-bit set.
 pub(crate) const MAX_RANKS: usize = 64;
@@ -101,7 +102,7 @@ impl Work {
 
 /// The elements one rank sends to (or receives from) one peer at one exchange: per slot,
 /// keys in an order both sides know.
-pub(crate) type Transfer = Vec<Vec<u64>>;
+pub(crate) type Transfer = Vec<Keys>;
 
 /// One exchange of this rank: per peer, what it sends and what it receives.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -532,8 +533,8 @@ impl<'p, S: RankSet> Simulation<'p, S> {
     /// An exchange with nothing to move.
     fn empty(&self) -> Exchange {
         Exchange {
-            send: vec![vec![Vec::new(); self.lens.len()]; self.world],
-            recv: vec![vec![Vec::new(); self.lens.len()]; self.world],
+            send: vec![vec![Keys::default(); self.lens.len()]; self.world],
+            recv: vec![vec![Keys::default(); self.lens.len()]; self.world],
         }
     }
 

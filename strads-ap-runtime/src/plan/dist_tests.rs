@@ -27,13 +27,15 @@ fn plan_of(modes: Vec<SlotMode>, schedule: Schedule, tasks: &[&[(usize, u64, boo
 
 /// Per peer, per slot: no keys.
 fn nothing(world: usize, slots: usize) -> Vec<Transfer> {
-    vec![vec![Vec::new(); slots]; world]
+    vec![vec![Keys::default(); slots]; world]
 }
 
 /// Per peer, per slot: `keys` at (`peer`, `slot`) only.
 fn only(world: usize, slots: usize, peer: usize, slot: usize, keys: &[u64]) -> Vec<Transfer> {
     let mut t = nothing(world, slots);
-    t[peer][slot] = keys.to_vec();
+    for &k in keys {
+        t[peer][slot].push(k);
+    }
     t
 }
 
@@ -372,4 +374,20 @@ fn holder_sets_of_every_width_move_the_same_elements() {
             }
         }
     }
+}
+
+#[test]
+fn key_lists_stay_narrow_until_a_key_needs_more() {
+    let mut keys = Keys::default();
+    keys.push(3);
+    keys.push(u64::from(u32::MAX));
+    assert!(matches!(keys, Keys::Narrow(_)));
+    keys.push(1 << 40);
+    assert_eq!(keys, Keys::Wide(vec![3, u64::from(u32::MAX), 1 << 40]));
+    let mut seen = Vec::new();
+    let all = keys.as_slice().try_for_each(|k| {
+        seen.push(k);
+        Ok::<(), ()>(())
+    });
+    assert_eq!((all, seen.len(), keys.len()), (Ok(()), 3, 3));
 }

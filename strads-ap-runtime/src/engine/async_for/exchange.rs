@@ -116,9 +116,11 @@ impl<'a> Exchanger<'a> {
                         // SAFETY: the table is locked by the engine, `keys` come from the
                         // reconnaissance log (below the length) and no worker runs.
                         unsafe {
-                            registry.entries[slot]
-                                .table
-                                .pack(bases[slot].ptr, keys, &mut bytes)?
+                            registry.entries[slot].table.pack(
+                                bases[slot].ptr,
+                                keys.as_slice(),
+                                &mut bytes,
+                            )?
                         };
                     }
                 }
@@ -155,9 +157,11 @@ impl<'a> Exchanger<'a> {
                     self.received.0 += keys.len() as u64;
                     // SAFETY: as above; this thread is the only one touching the table.
                     unsafe {
-                        registry.entries[slot]
-                            .table
-                            .unpack(bases[slot].ptr, keys, &mut rest)?
+                        registry.entries[slot].table.unpack(
+                            bases[slot].ptr,
+                            keys.as_slice(),
+                            &mut rest,
+                        )?
                     };
                 }
             }

@@ -249,9 +249,11 @@ fn serve_round<Task, I>(
             // SAFETY: the tables are locked by the engine and no worker runs between
             // passes; the keys are in this rank's range, below the length.
             unsafe {
-                registry.entries[slot]
-                    .table
-                    .pack(bases[slot].ptr, keys, &mut out[peer])?
+                registry.entries[slot].table.pack(
+                    bases[slot].ptr,
+                    keys[..].into(),
+                    &mut out[peer],
+                )?
             };
         }
     }
@@ -267,7 +269,7 @@ fn serve_round<Task, I>(
             unsafe {
                 registry.entries[slot]
                     .table
-                    .unpack(bases[slot].ptr, keys, &mut rest)?
+                    .unpack(bases[slot].ptr, keys[..].into(), &mut rest)?
             };
             let h = here[slot].as_mut().expect("asked only of hollow slots");
             for &k in keys {

@@ -236,7 +236,7 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
             unsafe {
                 registry.entries[slot]
                     .table
-                    .pack(bases[slot].ptr, &keys, &mut out)?
+                    .pack(bases[slot].ptr, keys[..].into(), &mut out)?
             };
             packed.push(out);
         }
@@ -286,9 +286,11 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> RankRounds<'r, 'c, 'a, Task, I> {
                 // SAFETY: as for `pack`; these keys belong to rank `r`'s group, which no
                 // task of this rank touched in the round.
                 unsafe {
-                    registry.entries[slot]
-                        .table
-                        .unpack(bases[slot].ptr, &keys, &mut bytes)?
+                    registry.entries[slot].table.unpack(
+                        bases[slot].ptr,
+                        keys[..].into(),
+                        &mut bytes,
+                    )?
                 };
             }
         }
