@@ -159,11 +159,19 @@ impl DistPlan {
         // Per rank, per step: the task lists it runs (as slices of the plan).
         let mut per_rank = cut_steps(plan, lens, world, &mut hasher);
         let steps = per_rank[0].len();
+        let cut = Cut {
+            plan,
+            lens,
+            owners,
+            world,
+            me,
+            which,
+        };
         let (exchanges, received) = match world {
-            0..=8 => simulate::<u8>(plan, lens, owners, world, me, which, &per_rank),
-            9..=16 => simulate::<u16>(plan, lens, owners, world, me, which, &per_rank),
-            17..=32 => simulate::<u32>(plan, lens, owners, world, me, which, &per_rank),
-            _ => simulate::<u64>(plan, lens, owners, world, me, which, &per_rank),
+            0..=8 => simulate::<u8>(&cut, &per_rank),
+            9..=16 => simulate::<u16>(&cut, &per_rank),
+            17..=32 => simulate::<u32>(&cut, &per_rank),
+            _ => simulate::<u64>(&cut, &per_rank),
         };
         DistPlan {
             steps: std::mem::take(&mut per_rank[me]),
@@ -422,19 +430,21 @@ fn preferred_ranks(
         .collect()
 }
 
-/// The exchanges before each of the steps `per_rank` cuts, and the final one, with the
-/// elements this rank receives in all; holder sets of `S` (wide enough for `world`).
-fn simulate<S: RankSet>(
-    plan: &Plan,
-    lens: &[usize],
-    owners: &[Option<Vec<u16>>],
+/// What [`DistPlan::new`] cuts, and for whom.
+struct Cut<'p> {
+    plan: &'p Plan,
+    lens: &'p [usize],
+    owners: &'p [Option<Vec<u16>>],
     world: usize,
     me: usize,
     which: Transfers,
-    per_rank: &[Vec<Work>],
-) -> (Vec<Exchange>, usize) {
+}
+
+/// The exchanges before each of the steps `per_rank` cuts, and the final one, with the
+/// elements this rank receives in all; holder sets of `S` (wide enough for the world).
+fn simulate<S: RankSet>(cut: &Cut<'_>, per_rank: &[Vec<Work>]) -> (Vec<Exchange>, usize) {
     let steps = per_rank[0].len();
-    let mut sim = Simulation::<S>::new(plan, lens, owners, world, me, which);
+    let mut sim = Simulation::<S>::new(cut);
     let mut exchanges: Vec<Exchange> = (0..steps).map(|step| sim.step(per_rank, step)).collect();
     exchanges.push(sim.home());
     (exchanges, sim.received)
@@ -471,14 +481,9 @@ struct Simulation<'p, S> {
 }
 
 impl<'p, S: RankSet> Simulation<'p, S> {
-    fn new(
-        plan: &'p Plan,
-        lens: &'p [usize],
-        owners: &[Option<Vec<u16>>],
-        world: usize,
-        me: usize,
-        which: Transfers,
-    ) -> Self {
+    fn new(cut: &Cut<'p>) -> Self {
+        let (plan, lens, owners) = (cut.plan, cut.lens, cut.owners);
+        let (world, me, which) = (cut.world, cut.me, cut.which);
         let tracked: Vec<bool> = (0..lens.len())
             .map(|s| {
                 lens[s] > 0

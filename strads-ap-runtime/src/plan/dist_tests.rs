@@ -358,15 +358,20 @@ fn holder_sets_of_every_width_move_the_same_elements() {
         let per_rank = cut_steps(&plan, &lens, world, &mut DefaultHasher::new());
         for which in [Transfers::Written, Transfers::ReadOnly] {
             for me in [0, world / 2, world - 1] {
-                let (plan, lens, owners, cut) = (&plan, &lens[..], &owners[..], &per_rank);
-                let wide = simulate::<u64>(plan, lens, owners, world, me, which, cut);
+                let cut = Cut {
+                    plan: &plan,
+                    lens: &lens,
+                    owners: &owners,
+                    world,
+                    me,
+                    which,
+                };
+                let wide = simulate::<u64>(&cut, &per_rank);
                 assert!(wide.1 > 0, "world {world}: something moves");
                 let narrow = [
-                    (world <= 8).then(|| simulate::<u8>(plan, lens, owners, world, me, which, cut)),
-                    (world <= 16)
-                        .then(|| simulate::<u16>(plan, lens, owners, world, me, which, cut)),
-                    (world <= 32)
-                        .then(|| simulate::<u32>(plan, lens, owners, world, me, which, cut)),
+                    (world <= 8).then(|| simulate::<u8>(&cut, &per_rank)),
+                    (world <= 16).then(|| simulate::<u16>(&cut, &per_rank)),
+                    (world <= 32).then(|| simulate::<u32>(&cut, &per_rank)),
                 ];
                 for got in narrow.into_iter().flatten() {
                     assert_eq!(got, wide, "world {world}, rank {me}, {which:?}");
