@@ -24,7 +24,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::ops::{BitAnd, BitOr, BitOrAssign, Not};
+use std::ops::{BitAnd, BitOrAssign, Not};
 
 use super::{Plan, Rotation, Schedule, SlotMode};
 use crate::store::RangePartition;
@@ -36,9 +36,7 @@ pub(crate) const MAX_RANKS: usize = 64;
 /// A set of ranks, one bit each. The simulation keeps two per key of every table it
 /// tracks, so it uses the narrowest word the world fits in: on 4 ranks, model-heavy
 /// SGDMF's factor table (1M keys) takes 2 MB of sets instead of 16.
-trait RankSet:
-    Copy + Eq + BitAnd<Output = Self> + BitOr<Output = Self> + BitOrAssign + Not<Output = Self>
-{
+trait RankSet: Copy + Eq + BitAnd<Output = Self> + BitOrAssign + Not<Output = Self> {
     const EMPTY: Self;
     /// The set of rank `r` alone.
     fn of(r: usize) -> Self;
