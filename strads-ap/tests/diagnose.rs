@@ -446,6 +446,8 @@ fn a_table_made_anew_for_every_call_is_named() {
     let d = finding(&stats, Finding::AlwaysFirstCall).expect("always a first call");
     assert_eq!(d.tables, vec!["fresh".to_string()]);
     assert!(d.fix.contains("make `fresh` once"), "{}", d.fix);
+    // Refilling in place is wrong where the contents decide the writes: the fix says so.
+    assert!(d.fix.contains("Opts::recheck(true)"), "{}", d.fix);
 }
 
 #[test]

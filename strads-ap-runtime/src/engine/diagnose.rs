@@ -460,12 +460,7 @@ fn one_worker(
                     "give each call more work (more tasks per call, or more work per task)"
                         .to_string()
                 }
-                true => format!(
-                    "make {} once, before the loop, and refill it in place each call \
-                     (`transform`, `set`), so that a plan made at the first call serves \
-                     the others",
-                    quoted(&renewed)
-                ),
+                true => refill_in_place(&renewed),
                 false => "a plan serves a loop whose accesses repeat from call to call: \
                           drop `Opts::recheck(true)` if they do"
                     .to_string(),
@@ -508,6 +503,22 @@ fn written_tables(
         .filter(|(e, &w)| w && keep(e))
         .map(|(e, _)| e.name.to_string())
         .collect()
+}
+
+/// The fix for `renewed` tables, made afresh for every call: make them once and refill
+/// them in place, unless their contents decide what the body writes (sampled negatives,
+/// TransE's corruptions), where no plan can serve two calls and the locks must stay (a
+/// plan kept anyway fails at the next call with accesses outside it).
+fn refill_in_place(renewed: &[String]) -> String {
+    format!(
+        "make {} once, before the loop, and refill it in place each call (`transform`, \
+         `set`), so that the plan made at the first call serves the others; but if its \
+         contents decide which elements the body writes (negatives sampled afresh each \
+         epoch), no plan can serve two calls: keep the locks by declaring \
+         `Opts::recheck(true)`, and each call runs on one worker or on all, whichever was \
+         measured faster",
+        quoted(renewed)
+    )
 }
 
 /// What each access of a re-checked loop on all workers cost: a lock and a copy for a
@@ -769,13 +780,7 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
         ),
     };
     let fix = match (renewed.is_empty(), m.range_changed) {
-        (false, _) => format!(
-            "make {} once, before the loop, and refill it in place each time (`transform`, \
-             `set`), so that the plan made at the first call serves the others (if its \
-             contents decide which elements the body writes, keep the locks: declare \
-             `Opts::recheck(true)`)",
-            quoted(&renewed)
-        ),
+        (false, _) => refill_in_place(&renewed),
         (true, true) => "keep the index range the same from call to call (loop over the whole \
                          range and skip unwanted indices in the body)"
             .to_string(),
@@ -976,6 +981,20 @@ mod tests {
 
     /// A re-checked loop's costs name the tables it locks; one that writes only relaxed
     /// tables is not said to have taken locks.
+    #[test]
+    fn refilling_in_place_is_advised_with_its_limit() {
+        // Both findings that name a table made afresh (always-first-call, one-worker) give
+        // this fix: a user who refills sampled negatives in place without the locks would
+        // meet accesses outside the plan at the next call.
+        let fix = refill_in_place(&["negs".to_string()]);
+        assert!(fix.starts_with("make `negs` once"), "{fix}");
+        assert!(
+            fix.contains("decide which elements the body writes"),
+            "{fix}"
+        );
+        assert!(fix.contains("`Opts::recheck(true)`"), "{fix}");
+    }
+
     #[test]
     fn lock_costs_name_the_locked_tables_and_no_lock_where_none_is_taken() {
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
