@@ -979,13 +979,11 @@ mod tests {
         assert!(e.fix.contains("threads(1)"), "{}", e.fix);
     }
 
-    /// A re-checked loop's costs name the tables it locks; one that writes only relaxed
-    /// tables is not said to have taken locks.
+    /// Both findings that name a table made afresh (always-first-call, one-worker) give
+    /// this fix: a user who refills sampled negatives in place without the locks would
+    /// meet accesses outside the plan at the next call, so the fix says where it stops.
     #[test]
     fn refilling_in_place_is_advised_with_its_limit() {
-        // Both findings that name a table made afresh (always-first-call, one-worker) give
-        // this fix: a user who refills sampled negatives in place without the locks would
-        // meet accesses outside the plan at the next call.
         let fix = refill_in_place(&["negs".to_string()]);
         assert!(fix.starts_with("make `negs` once"), "{fix}");
         assert!(
@@ -995,6 +993,8 @@ mod tests {
         assert!(fix.contains("`Opts::recheck(true)`"), "{fix}");
     }
 
+    /// A re-checked loop's costs name the tables it locks; one that writes only relaxed
+    /// tables is not said to have taken locks.
     #[test]
     fn lock_costs_name_the_locked_tables_and_no_lock_where_none_is_taken() {
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
