@@ -42,8 +42,8 @@ pub mod __private;
 
 pub use cluster::{is_driver, rank, threads, world_size, Config};
 pub use dds::{
-    read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, ReadOptions,
-    ReadReport, Relaxed,
+    read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, MapEntries,
+    ReadOptions, ReadReport, Relaxed,
 };
 pub use engine::{
     loop_stats, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Fallback, Finding, HotKey,

@@ -236,6 +236,65 @@ fn maps_and_joins() {
     });
 }
 
+/// Driver code reads maps as it reads a `HashMap`: `with_all` lends the entries (look-ups,
+/// indexing, iteration in the map's order), `map_reduce` and `filter` work on the owners'
+/// values, and a multimap removes, lists, saves and loads its pairs, the same on every
+/// rank as in a world of one.
+#[test]
+fn maps_read_in_driver_code_and_multimaps_round_trip() {
+    same_everywhere(|| {
+        use strads_ap_runtime::{DMap, DMultiMap};
+        let m = DMap::from_pairs((0..30u32).map(|k| (k, u64::from(k) * 3)).collect())?;
+        m.remove(&4)?;
+        m.insert(100, 1)?;
+        let seen = m.with_all(|e| {
+            let listed: Vec<(u32, u64)> = e.iter().map(|(k, v)| (*k, *v)).collect();
+            (
+                listed,
+                e[&7],
+                e.get(&4).copied(),
+                e.contains_key(&100),
+                e.len(),
+            )
+        })?;
+        let total = m.map_reduce(|k, v| u64::from(*k) + v, |a, b| a + b)?;
+        let big = m.filter(|k, v| *v > 40 && k % 2 == 1)?;
+        let empty = m.filter(|_, _| false)?;
+        let none = empty.map_reduce(|_, v| *v, |a, b| a + b);
+        let multi = DMultiMap::from_pairs(vec![(1u8, 'a'), (2, 'b'), (1, 'c'), (3, 'e')])?;
+        multi.insert(2, 'd')?;
+        let removed = (multi.remove(&3)?, multi.remove(&9)?);
+        // Rank 0 writes and reads the file; the others only pass the path.
+        let here = strads_ap_runtime::cluster::here();
+        let dir = std::env::temp_dir().join(format!(
+            "strads-multimap-{}-{}",
+            std::process::id(),
+            here.world_size()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("multi");
+        multi.save(&path)?;
+        let back: DMultiMap<u8, char> = DMultiMap::load(&path)?;
+        if here.rank() == 0 {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        let lists =
+            back.with_all(|e| e.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>())?;
+        Ok((
+            seen,
+            total,
+            big.to_vec()?,
+            matches!(none, Err(Error::Empty { .. })),
+            (
+                removed,
+                multi.to_vec()?,
+                back.to_vec()? == multi.to_vec()?,
+                lists,
+            ),
+        ))
+    });
+}
+
 fn write_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("strads-dist-read-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -68,7 +68,8 @@ pub use strads_ap_runtime::{
     dds::TableMemory, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
     threads, world_size, Aggregate, Aggregation, Array, CallCosts, Config, DMap, DMultiMap,
     DVector, Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
-    LoopStats, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode, MAX_THREADS,
+    LoopStats, MapEntries, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode,
+    MAX_THREADS,
 };
 
 /// What a loop body may not do with a captured `DMap` (add or remove keys), refused at

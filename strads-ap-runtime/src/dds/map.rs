@@ -102,6 +102,72 @@ impl<K: Eq + Hash + Clone, V> Entries<K, V> {
     }
 }
 
+/// A map's entries lent read-only to driver code by [`DMap::with_all`] and
+/// [`DMultiMap::with_all`]: look-ups, indexing and iteration as on a `HashMap`, without a
+/// copy. Entries are listed in the map's own order (the order keys were added, a removed
+/// key's place taken by the last), the same on every rank and in a world of one.
+///
+/// ```
+/// use strads_ap_runtime::DMap;
+/// let m = DMap::from_pairs(vec![("a".to_string(), 1.5), ("b".to_string(), 2.5)])?;
+/// let (a, total) = m.with_all(|m| (m[&"a".to_string()], m.values().sum::<f64>()))?;
+/// assert_eq!((a, total), (1.5, 4.0));
+/// # Ok::<(), strads_ap_runtime::Error>(())
+/// ```
+pub struct MapEntries<'a, K, V> {
+    entries: &'a Entries<K, V>,
+}
+
+impl<'a, K: Eq + Hash + Clone, V> MapEntries<'a, K, V> {
+    /// The value under `key`, if any.
+    pub fn get(&self, key: &K) -> Option<&'a V> {
+        self.entries.get(key)
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.entries.index.contains_key(key)
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.entries.len() == 0
+    }
+
+    /// The entries, in the map's order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&'a K, &'a V)> + 'a {
+        self.entries.keys.iter().zip(&self.entries.values)
+    }
+
+    /// The keys, in the map's order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &'a K> + 'a {
+        self.entries.keys.iter()
+    }
+
+    /// The values, in the map's order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &'a V> + 'a {
+        self.entries.values.iter()
+    }
+}
+
+impl<K: Eq + Hash + Clone + std::fmt::Debug, V> Index<&K> for MapEntries<'_, K, V> {
+    type Output = V;
+
+    /// The value under `key`; panics, naming the key, when it is absent (as `HashMap`
+    /// does).
+    fn index(&self, key: &K) -> &V {
+        match self.entries.get(key) {
+            Some(v) => v,
+            None => panic!("key {key:?} is not in the map"),
+        }
+    }
+}
+
 /// Storage of one map table on this rank.
 pub(crate) struct MapTable<K, V> {
     id: u64,
@@ -254,6 +320,60 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
             )?;
         }
         Ok(())
+    }
+
+    /// `value` as the `owner` of its key holds it: whether it is `Some` is the same on
+    /// every rank (the keys are), so only then do the ranks talk.
+    fn owners_copy(&self, op: &'static str, owner: usize, value: Option<V>) -> Result<Option<V>> {
+        match (self.dist(op)?, value) {
+            (Some(comm), Some(v)) => comm.broadcast(owner, Some(v)),
+            (_, value) => Ok(value),
+        }
+    }
+
+    /// All entries, each from its owner, sorted by the stable hash of the key (the same
+    /// order on every rank); fails on every rank past the gather limit.
+    fn gathered(&self, op: &'static str) -> Result<Vec<(K, V)>> {
+        let mut pairs: Vec<(K, V)> = {
+            let data = self.read(op)?;
+            let comm = self.dist(op)?;
+            // Every rank holds every entry; each counts its share of the copy's size.
+            let n = data.values.len();
+            let whole = super::table::estimate_bytes(&data.values, n)
+                + super::table::estimate_bytes(&data.keys, n);
+            let share = whole / comm.map_or(1, |c| c.world_size());
+            let what = format!("map {}", self.id);
+            super::gather::check_gather(op, &what, n, share as u64, comm)?;
+            match comm {
+                None => data.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                Some(comm) => {
+                    let me = self.ctx.rank();
+                    let mine: Vec<(K, V)> = data
+                        .iter()
+                        .filter(|(k, _)| self.owner(k) == me)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    drop(data);
+                    comm.allgather_concat(mine.into(), n)?
+                }
+            }
+        };
+        pairs.sort_by_cached_key(|(k, _)| stable_hash(k));
+        Ok(pairs)
+    }
+
+    /// Runs `f` on every entry, current (refreshed from the owners first in a job of
+    /// several ranks), holding the read lock.
+    fn with_all<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&MapEntries<'_, K, V>) -> R,
+    ) -> Result<R> {
+        if let Some(comm) = self.dist(op)? {
+            self.refresh(op, comm)?;
+        }
+        let data = self.read(op)?;
+        Ok(f(&MapEntries { entries: &data }))
     }
 
     /// The value under `key` from its owner (a collective across ranks).
@@ -566,7 +686,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         if old.is_none() {
             self.table.changed_keys();
         }
-        self.owners_copy("DMap::insert", owner, old)
+        self.table.owners_copy("DMap::insert", owner, old)
     }
 
     /// A copy of the value under `key` (from the rank that owns it).
@@ -582,16 +702,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         if old.is_some() {
             self.table.changed_keys();
         }
-        self.owners_copy("DMap::remove", owner, old)
-    }
-
-    /// `value` as the owner holds it: whether it is `Some` is the same on every rank (the
-    /// keys are), so only then do the ranks talk.
-    fn owners_copy(&self, op: &'static str, owner: usize, value: Option<V>) -> Result<Option<V>> {
-        match (self.table.dist(op)?, value) {
-            (Some(comm), Some(v)) => comm.broadcast(owner, Some(v)),
-            (_, value) => Ok(value),
-        }
+        self.table.owners_copy("DMap::remove", owner, old)
     }
 
     /// Whether `key` is present.
@@ -608,33 +719,118 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// Fails, on every rank, if that copy would be larger than the gather limit (by
     /// default half the machine's memory; see [`set_gather_limit`](super::set_gather_limit)).
     pub fn to_vec(&self) -> Result<Vec<(K, V)>> {
-        let op = "DMap::to_vec";
-        let mut pairs: Vec<(K, V)> = {
+        self.table.gathered("DMap::to_vec")
+    }
+
+    /// Runs `f` on all entries, read-only and without a copy: look them up, index them
+    /// (`m[&k]`) or iterate over them (in the map's order, the same on every rank). The
+    /// cheap way to evaluate a model in driver code. In a job of several ranks every rank
+    /// first brings the values it does not own up to date from their owners (a
+    /// collective), and the map is locked meanwhile (an operator `f` calls on it fails as
+    /// busy).
+    ///
+    /// ```
+    /// use strads_ap_runtime::DMap;
+    /// let counts = DMap::from_pairs(vec![("the".to_string(), 7u64), ("cat".to_string(), 2)])?;
+    /// let the = "the".to_string();
+    /// let (n, words) = counts.with_all(|c| (c[&the], c.values().sum::<u64>()))?;
+    /// assert_eq!((n, words), (7, 9));
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn with_all<R>(&self, f: impl FnOnce(&MapEntries<'_, K, V>) -> R) -> Result<R> {
+        self.table.with_all("DMap::with_all", f)
+    }
+
+    /// Maps every entry with `map` and combines the results with `reduce` (associative
+    /// and commutative). In a job of several ranks each rank reduces the entries it owns
+    /// and the partial results are combined in rank order, so every rank gets the same
+    /// value and only one value per rank moves. The order depends only on the map and the
+    /// number of ranks, so repeated runs give the same bits.
+    ///
+    /// Fails with [`Error::Empty`] on an empty map.
+    ///
+    /// ```
+    /// use strads_ap_runtime::DMap;
+    /// let m = DMap::from_pairs((1..=4u32).map(|k| (k, f64::from(k))).collect())?;
+    /// let squares = m.map_reduce(|_, v| v * v, |a, b| a + b)?;
+    /// assert_eq!(squares, 30.0);
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn map_reduce<U, M, R>(&self, map: M, reduce: R) -> Result<U>
+    where
+        U: Element,
+        M: Fn(&K, &V) -> U,
+        R: Fn(U, U) -> U,
+    {
+        let op = "DMap::map_reduce";
+        let partial = {
             let data = self.table.read(op)?;
-            let comm = self.table.dist(op)?;
-            // Every rank holds every entry; each counts its share of the copy's size.
-            let n = data.values.len();
-            let whole = super::table::estimate_bytes(&data.values, n)
-                + super::table::estimate_bytes(&data.keys, n);
-            let share = whole / comm.map_or(1, |c| c.world_size());
-            let what = format!("map {}", self.table.id);
-            super::gather::check_gather(op, &what, n, share as u64, comm)?;
-            match comm {
-                None => data.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            let me = self.table.ctx.rank();
+            let many = self.table.ctx.is_distributed();
+            data.iter()
+                .filter(|(k, _)| !many || self.table.owner(k) == me)
+                .map(|(k, v)| map(k, v))
+                .reduce(&reduce)
+        };
+        let total = match self.table.dist(op)? {
+            None => partial,
+            Some(comm) => comm
+                .allgather(partial)?
+                .into_iter()
+                .flatten()
+                .reduce(&reduce),
+        };
+        total.ok_or(Error::Empty { op })
+    }
+
+    /// A new map of the entries for which `keep` holds, in this map's order. In a job of
+    /// several ranks each key's owner decides, and the ranks exchange only which entries
+    /// stay. With checkpoints on, the result is checkpointed (see [`crate::checkpoint`]).
+    ///
+    /// ```
+    /// use strads_ap_runtime::DMap;
+    /// let m = DMap::from_pairs((0..10u32).map(|k| (k, k * k)).collect())?;
+    /// let big = m.filter(|_, v| *v >= 50)?;
+    /// assert_eq!(big.len()?, 2);
+    /// assert_eq!(big.get(&9)?, Some(81));
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn filter<F: Fn(&K, &V) -> bool>(&self, keep: F) -> Result<DMap<K, V>> {
+        let op = "DMap::filter";
+        let table = MapTable::made_by_operator(op, || {
+            let data = self.table.read(op)?;
+            let kept: Vec<bool> = match self.table.dist(op)? {
+                None => data.iter().map(|(k, v)| keep(k, v)).collect(),
                 Some(comm) => {
                     let me = self.table.ctx.rank();
-                    let mine: Vec<(K, V)> = data
-                        .iter()
-                        .filter(|(k, _)| self.table.owner(k) == me)
-                        .map(|(k, v)| (k.clone(), v.clone()))
+                    let mine: Vec<u32> = (data.iter().enumerate())
+                        .filter(|(_, (k, v))| self.table.owner(k) == me && keep(k, v))
+                        .map(|(i, _)| i as u32)
                         .collect();
-                    drop(data);
-                    comm.allgather_concat(mine.into(), n)?
+                    let mut kept = vec![false; data.len()];
+                    for i in comm.allgather(mine)?.into_iter().flatten() {
+                        match kept.get_mut(i as usize) {
+                            Some(slot) => *slot = true,
+                            None => {
+                                return Err(Error::Transport(format!(
+                                    "{op}: a rank kept entry {i} of map {}, which has {} \
+                                     entries here (the ranks' maps diverged)",
+                                    self.table.id,
+                                    data.len()
+                                )))
+                            }
+                        }
+                    }
+                    kept
                 }
-            }
-        };
-        pairs.sort_by_cached_key(|(k, _)| stable_hash(k));
-        Ok(pairs)
+            };
+            let pairs = data.iter().zip(kept).filter(|(_, keep)| *keep);
+            Ok(MapTable::create(Entries::from_pairs(
+                pairs.map(|((k, v), _)| (k.clone(), v.clone())),
+            )))
+        })?;
+        Ok(DMap { table })
     }
 
     /// A new map with `f` applied to every value. With checkpoints on, the result is
@@ -927,6 +1123,20 @@ pub struct DMultiMap<K, V> {
     table: Arc<MapTable<K, Vec<V>>>,
 }
 
+/// The entries of a multimap holding `pairs`: each key's values in the order given.
+fn grouped<K: Eq + Hash + Clone, V>(pairs: Vec<(K, V)>) -> Entries<K, Vec<V>> {
+    let mut entries: Entries<K, Vec<V>> = Entries::new();
+    for (k, v) in pairs {
+        match entries.get_mut(&k) {
+            Some(list) => list.push(v),
+            None => {
+                entries.insert(k, vec![v]);
+            }
+        }
+    }
+    entries
+}
+
 impl<K, V> Clone for DMultiMap<K, V> {
     fn clone(&self) -> Self {
         DMultiMap {
@@ -951,16 +1161,98 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
         let op = "DMultiMap::from_pairs";
         let table = MapTable::made_by_operator(op, || {
-            let mut entries: Entries<K, Vec<V>> = Entries::new();
-            for (k, v) in pairs {
-                match entries.get_mut(&k) {
-                    Some(list) => list.push(v),
-                    None => {
-                        entries.insert(k, vec![v]);
-                    }
-                }
-            }
-            let table = MapTable::create(entries);
+            let table = MapTable::create(grouped(pairs));
+            table.check_same(op)?;
+            Ok(table)
+        })?;
+        Ok(DMultiMap { table })
+    }
+
+    /// Removes `key` and returns its values, in insertion order (empty if none; in a job
+    /// of several ranks, the owner's).
+    pub fn remove(&self, key: &K) -> Result<Vec<V>> {
+        let op = "DMultiMap::remove";
+        let owner = self.table.owner(key);
+        super::persist::modified(&self.table);
+        let old = self.table.write(op)?.remove(key);
+        if old.is_some() {
+            self.table.changed_keys();
+        }
+        Ok(self.table.owners_copy(op, owner, old)?.unwrap_or_default())
+    }
+
+    /// All `(key, value)` pairs: keys sorted by their stable hash (the same order on
+    /// every rank), each key's values in insertion order.
+    ///
+    /// Fails, on every rank, if that copy would be larger than the gather limit (see
+    /// [`set_gather_limit`](super::set_gather_limit)).
+    ///
+    /// ```
+    /// use strads_ap_runtime::DMultiMap;
+    /// let m = DMultiMap::from_pairs(vec![(1u8, 'a'), (2, 'b'), (1, 'c')])?;
+    /// let mut pairs = m.to_vec()?;
+    /// pairs.sort_by_key(|(k, _)| *k); // a stable sort keeps each key's values in order
+    /// assert_eq!(pairs, vec![(1, 'a'), (1, 'c'), (2, 'b')]);
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn to_vec(&self) -> Result<Vec<(K, V)>> {
+        let lists = self.table.gathered("DMultiMap::to_vec")?;
+        Ok(lists
+            .into_iter()
+            .flat_map(|(k, vs)| vs.into_iter().map(move |v| (k.clone(), v)))
+            .collect())
+    }
+
+    /// Runs `f` on all entries (each key with its list of values), read-only and
+    /// without a copy, as [`DMap::with_all`] does.
+    ///
+    /// ```
+    /// use strads_ap_runtime::DMultiMap;
+    /// let m = DMultiMap::from_pairs(vec![(1u8, 'a'), (2, 'b'), (1, 'c')])?;
+    /// let ones = m.with_all(|m| m[&1].iter().collect::<String>())?;
+    /// assert_eq!(ones, "ac");
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn with_all<R>(&self, f: impl FnOnce(&MapEntries<'_, K, Vec<V>>) -> R) -> Result<R> {
+        self.table.with_all("DMultiMap::with_all", f)
+    }
+
+    /// Writes the multimap to `path` (atomically). In a job of several ranks rank 0 writes
+    /// it and every rank returns the same outcome.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let op = "DMultiMap::save";
+        let pairs = self.to_vec()?;
+        super::snapshot::on_driver(self.table.dist(op)?, op, || {
+            super::snapshot::save_snapshot(path.as_ref(), "DMultiMap", &pairs)
+        })
+    }
+
+    /// Reads a multimap written by [`DMultiMap::save`]. In a job of several ranks rank 0
+    /// reads the file and sends the pairs to the others. With checkpoints on, the
+    /// multimap is checkpointed as an input (see [`crate::checkpoint`]).
+    ///
+    /// ```
+    /// use strads_ap_runtime::DMultiMap;
+    /// let path = std::env::temp_dir().join(format!("doc-multimap-{}", std::process::id()));
+    /// DMultiMap::from_pairs(vec![(1u8, 'a'), (1, 'c')])?.save(&path)?;
+    /// let back: DMultiMap<u8, char> = DMultiMap::load(&path)?;
+    /// assert_eq!(back.get_all(&1)?, vec!['a', 'c']);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let op = "DMultiMap::load";
+        let table = MapTable::made_by_operator(op, || {
+            let ctx = crate::cluster::here();
+            let comm = match ctx.is_distributed() {
+                true => Some(ctx.comm_for(op)?),
+                false => None,
+            };
+            let pairs: Vec<(K, V)> = super::snapshot::on_driver(comm, op, || {
+                super::snapshot::load_snapshot(path.as_ref(), "DMultiMap")
+            })?;
+            let table = MapTable::create(grouped(pairs));
             table.check_same(op)?;
             Ok(table)
         })?;

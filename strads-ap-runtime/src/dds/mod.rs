@@ -23,7 +23,7 @@ pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
 pub use direct::{DirectFallback, DirectView};
 pub use gather::{set_fetch_above, set_gather_limit, FETCH_ABOVE_DEFAULT};
 pub use lock_view::{LockFallback, LockView};
-pub use map::{DMap, DMultiMap, MapRef, MapView, MultiMapRef, MultiMapView};
+pub use map::{DMap, DMultiMap, MapEntries, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use table::{table_memory, TableMemory};
 pub use text::{read_from_file, ReadOptions, ReadReport};
 pub use vector::{DVector, Relaxed, VectorRef};
