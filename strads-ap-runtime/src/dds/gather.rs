@@ -154,6 +154,29 @@ fn human(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// The result of a data operator `op` that each rank reduced over its own part to
+/// `partial` (`None` for an empty part): the parts combined with `reduce` in rank order,
+/// so every rank gets the same value; an [`Error::Empty`] when every part was empty.
+pub(crate) fn combine_in_rank_order<U>(
+    op: &'static str,
+    comm: Option<&Comm>,
+    partial: Option<U>,
+    reduce: impl Fn(U, U) -> U,
+) -> Result<U>
+where
+    U: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let total = match comm {
+        None => partial,
+        Some(comm) => comm
+            .allgather(partial)?
+            .into_iter()
+            .flatten()
+            .reduce(reduce),
+    };
+    total.ok_or(Error::Empty { op })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

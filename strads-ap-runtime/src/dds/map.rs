@@ -772,15 +772,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
                 .map(|(k, v)| map(k, v))
                 .reduce(&reduce)
         };
-        let total = match self.table.dist(op)? {
-            None => partial,
-            Some(comm) => comm
-                .allgather(partial)?
-                .into_iter()
-                .flatten()
-                .reduce(&reduce),
-        };
-        total.ok_or(Error::Empty { op })
+        super::gather::combine_in_rank_order(op, self.table.dist(op)?, partial, reduce)
     }
 
     /// A new map of the entries for which `keep` holds, in this map's order. In a job of
@@ -870,10 +862,14 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// Writes the map to `path` (atomically). In a job of several ranks rank 0 writes it
     /// and every rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let pairs = self.to_vec()?;
-        super::snapshot::on_driver(self.table.dist("DMap::save")?, "DMap::save", || {
-            super::snapshot::save_snapshot(path.as_ref(), "DMap", &pairs)
-        })
+        let op = "DMap::save";
+        save_pairs(
+            op,
+            self.table.dist(op)?,
+            "DMap",
+            path.as_ref(),
+            &self.to_vec()?,
+        )
     }
 
     /// Reads a map written by [`DMap::save`]. In a job of several ranks rank 0 reads the
@@ -883,14 +879,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DMap::load";
         let table = MapTable::made_by_operator(op, || {
-            let ctx = crate::cluster::here();
-            let comm = match ctx.is_distributed() {
-                true => Some(ctx.comm_for(op)?),
-                false => None,
-            };
-            let pairs: Vec<(K, V)> = super::snapshot::on_driver(comm, op, || {
-                super::snapshot::load_snapshot(path.as_ref(), "DMap")
-            })?;
+            let pairs = load_pairs(op, "DMap", path.as_ref())?;
             let table = MapTable::create(Entries::from_pairs(pairs));
             table.check_same(op)?;
             Ok(table)
@@ -1123,6 +1112,35 @@ pub struct DMultiMap<K, V> {
     table: Arc<MapTable<K, Vec<V>>>,
 }
 
+/// Writes `pairs` to `path` as a snapshot of `kind` (atomically): rank 0 writes it and
+/// every rank returns the same outcome.
+fn save_pairs<K: MapKey, V: Element>(
+    op: &'static str,
+    comm: Option<&crate::cluster::collective::Comm>,
+    kind: &str,
+    path: &Path,
+    pairs: &[(K, V)],
+) -> Result<()> {
+    super::snapshot::on_driver(comm, op, || {
+        super::snapshot::save_snapshot(path, kind, pairs)
+    })
+}
+
+/// Reads the pairs [`save_pairs`] wrote: rank 0 reads the file and sends them to the
+/// others.
+fn load_pairs<K: MapKey, V: Element>(
+    op: &'static str,
+    kind: &str,
+    path: &Path,
+) -> Result<Vec<(K, V)>> {
+    let ctx = crate::cluster::here();
+    let comm = match ctx.is_distributed() {
+        true => Some(ctx.comm_for(op)?),
+        false => None,
+    };
+    super::snapshot::on_driver(comm, op, || super::snapshot::load_snapshot(path, kind))
+}
+
 /// The entries of a multimap holding `pairs`: each key's values in the order given.
 fn grouped<K: Eq + Hash + Clone, V>(pairs: Vec<(K, V)>) -> Entries<K, Vec<V>> {
     let mut entries: Entries<K, Vec<V>> = Entries::new();
@@ -1221,10 +1239,13 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// it and every rank returns the same outcome.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let op = "DMultiMap::save";
-        let pairs = self.to_vec()?;
-        super::snapshot::on_driver(self.table.dist(op)?, op, || {
-            super::snapshot::save_snapshot(path.as_ref(), "DMultiMap", &pairs)
-        })
+        save_pairs(
+            op,
+            self.table.dist(op)?,
+            "DMultiMap",
+            path.as_ref(),
+            &self.to_vec()?,
+        )
     }
 
     /// Reads a multimap written by [`DMultiMap::save`]. In a job of several ranks rank 0
@@ -1244,15 +1265,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DMultiMap::load";
         let table = MapTable::made_by_operator(op, || {
-            let ctx = crate::cluster::here();
-            let comm = match ctx.is_distributed() {
-                true => Some(ctx.comm_for(op)?),
-                false => None,
-            };
-            let pairs: Vec<(K, V)> = super::snapshot::on_driver(comm, op, || {
-                super::snapshot::load_snapshot(path.as_ref(), "DMultiMap")
-            })?;
-            let table = MapTable::create(grouped(pairs));
+            let table = MapTable::create(grouped(load_pairs(op, "DMultiMap", path.as_ref())?));
             table.check_same(op)?;
             Ok(table)
         })?;

@@ -440,17 +440,8 @@ impl<T: Element> DVector<T> {
             });
             parts.into_iter().flatten().reduce(&reduce)
         };
-        let total = match self.dist("DVector::map_reduce")? {
-            None => partial,
-            Some(comm) => comm
-                .allgather(partial)?
-                .into_iter()
-                .flatten()
-                .reduce(&reduce),
-        };
-        total.ok_or(Error::Empty {
-            op: "DVector::map_reduce",
-        })
+        let op = "DVector::map_reduce";
+        super::gather::combine_in_rank_order(op, self.dist(op)?, partial, reduce)
     }
 
     /// Applies `f` to every element in place, with its (global) index, in parallel.
