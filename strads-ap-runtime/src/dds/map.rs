@@ -266,15 +266,36 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
         crate::store::HashPartition::new(self.ctx.world_size()).owner(key)
     }
 
+    /// The entries whose values this rank owns, with their positions (every entry in a
+    /// world of one, with no key hashed).
+    fn own_entries<'a>(
+        &'a self,
+        entries: &'a Entries<K, V>,
+    ) -> impl Iterator<Item = (usize, (&'a K, &'a V))> + 'a {
+        let (me, all) = (self.ctx.rank(), !self.ctx.is_distributed());
+        (entries.iter().enumerate()).filter(move |(_, (k, _))| all || self.owner(k) == me)
+    }
+
     /// Copies of the values this rank owns, by position.
     fn owned(&self, entries: &Entries<K, V>) -> Vec<(u32, V)> {
-        let me = self.ctx.rank();
-        entries
-            .iter()
-            .enumerate()
-            .filter(|(_, (k, _))| self.owner(k) == me)
+        (self.own_entries(entries))
             .map(|(i, (_, v))| (i as u32, v.clone()))
             .collect()
+    }
+
+    /// A table of the entries `make` gives, checked to be the same on every rank (a
+    /// divergence error naming `op` otherwise); made by the data operator `op` (see
+    /// [`MapTable::made_by_operator`]).
+    #[track_caller]
+    fn made_alike(
+        op: &'static str,
+        make: impl FnOnce() -> Result<Entries<K, V>>,
+    ) -> Result<Arc<Self>> {
+        MapTable::made_by_operator(op, || {
+            let table = MapTable::create(make()?);
+            table.check_same(op)?;
+            Ok(table)
+        })
     }
 
     /// Makes every value current on every rank (a collective).
@@ -347,11 +368,8 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
             match comm {
                 None => data.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 Some(comm) => {
-                    let me = self.ctx.rank();
-                    let mine: Vec<(K, V)> = data
-                        .iter()
-                        .filter(|(k, _)| self.owner(k) == me)
-                        .map(|(k, v)| (k.clone(), v.clone()))
+                    let mine: Vec<(K, V)> = (self.own_entries(&data))
+                        .map(|(_, (k, v))| (k.clone(), v.clone()))
                         .collect();
                     drop(data);
                     comm.allgather_concat(mine.into(), n)?
@@ -608,11 +626,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     #[track_caller]
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
         let op = "DMap::from_pairs";
-        let table = MapTable::made_by_operator(op, || {
-            let table = MapTable::create(Entries::from_pairs(pairs));
-            table.check_same(op)?;
-            Ok(table)
-        })?;
+        let table = MapTable::made_alike(op, || Ok(Entries::from_pairs(pairs)))?;
         Ok(DMap { table })
     }
 
@@ -765,11 +779,8 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         let op = "DMap::map_reduce";
         let partial = {
             let data = self.table.read(op)?;
-            let me = self.table.ctx.rank();
-            let many = self.table.ctx.is_distributed();
-            data.iter()
-                .filter(|(k, _)| !many || self.table.owner(k) == me)
-                .map(|(k, v)| map(k, v))
+            (self.table.own_entries(&data))
+                .map(|(_, (k, v))| map(k, v))
                 .reduce(&reduce)
         };
         super::gather::combine_in_rank_order(op, self.table.dist(op)?, partial, reduce)
@@ -795,9 +806,8 @@ impl<K: MapKey, V: Element> DMap<K, V> {
             let kept: Vec<bool> = match self.table.dist(op)? {
                 None => data.iter().map(|(k, v)| keep(k, v)).collect(),
                 Some(comm) => {
-                    let me = self.table.ctx.rank();
-                    let mine: Vec<u32> = (data.iter().enumerate())
-                        .filter(|(_, (k, v))| self.table.owner(k) == me && keep(k, v))
+                    let mine: Vec<u32> = (self.table.own_entries(&data))
+                        .filter(|(_, (k, v))| keep(k, v))
                         .map(|(i, _)| i as u32)
                         .collect();
                     let mut kept = vec![false; data.len()];
@@ -878,11 +888,8 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DMap::load";
-        let table = MapTable::made_by_operator(op, || {
-            let pairs = load_pairs(op, "DMap", path.as_ref())?;
-            let table = MapTable::create(Entries::from_pairs(pairs));
-            table.check_same(op)?;
-            Ok(table)
+        let table = MapTable::made_alike(op, || {
+            Ok(Entries::from_pairs(load_pairs(op, "DMap", path.as_ref())?))
         })?;
         Ok(DMap { table })
     }
@@ -1178,11 +1185,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     #[track_caller]
     pub fn from_pairs(pairs: Vec<(K, V)>) -> Result<Self> {
         let op = "DMultiMap::from_pairs";
-        let table = MapTable::made_by_operator(op, || {
-            let table = MapTable::create(grouped(pairs));
-            table.check_same(op)?;
-            Ok(table)
-        })?;
+        let table = MapTable::made_alike(op, || Ok(grouped(pairs)))?;
         Ok(DMultiMap { table })
     }
 
@@ -1264,10 +1267,8 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     #[track_caller]
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let op = "DMultiMap::load";
-        let table = MapTable::made_by_operator(op, || {
-            let table = MapTable::create(grouped(load_pairs(op, "DMultiMap", path.as_ref())?));
-            table.check_same(op)?;
-            Ok(table)
+        let table = MapTable::made_alike(op, || {
+            Ok(grouped(load_pairs(op, "DMultiMap", path.as_ref())?))
         })?;
         Ok(DMultiMap { table })
     }
@@ -1301,11 +1302,8 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
         match self.table.dist(op)? {
             None => Ok(data.values.iter().map(Vec::len).sum()),
             Some(comm) => {
-                let me = self.table.ctx.rank();
-                let mine: usize = data
-                    .iter()
-                    .filter(|(k, _)| self.table.owner(k) == me)
-                    .map(|(_, v)| v.len())
+                let mine: usize = (self.table.own_entries(&data))
+                    .map(|(_, (_, v))| v.len())
                     .sum();
                 drop(data);
                 comm.allreduce(mine, |a, b| a.saturating_add(b))
