@@ -128,8 +128,12 @@ pub enum Error {
         /// What reconnaissance saw of the element.
         reason: &'static str,
     },
-    /// A DDS was used by two operators at once (for example a loop operator inside a body).
-    #[error("{op}: the DDS is in use by a running operator; nested operators are not supported")]
+    /// A DDS was used by two operators at once (for example a loop operator inside a body,
+    /// or a write while a [`DVector::read_all`](crate::DVector::read_all) result lives).
+    #[error(
+        "{op}: the DDS is in use by a running operator or by a `read_all` result not yet \
+         dropped; drop it first (nested operators are not supported)"
+    )]
     Busy {
         /// The operator that found it busy.
         op: &'static str,

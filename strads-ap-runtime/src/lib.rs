@@ -43,7 +43,7 @@ pub mod __private;
 pub use cluster::{is_driver, rank, threads, world_size, Config};
 pub use dds::{
     read_from_file, Aggregate, Aggregation, DMap, DMultiMap, DVector, Element, MapEntries,
-    ReadOptions, ReadReport, Relaxed,
+    ReadOptions, ReadReport, Relaxed, VectorElements,
 };
 pub use engine::{
     loop_stats, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Fallback, Finding, HotKey,

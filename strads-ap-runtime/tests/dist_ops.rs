@@ -229,9 +229,9 @@ fn maps_and_joins() {
             joined.len(),
             joined.to_vec()?,
             names.to_vec()?,
-            (old, gone, names.get(&12)?, names.get(&5)?, names.len()?),
+            (old, gone, names.get(&12)?, names.get(&5)?, names.len()),
             both.to_vec()?,
-            (multi.get_all(&1)?, multi.len()?, multi.keys_len()?),
+            (multi.get_all(&1)?, multi.len()?, multi.keys_len()),
         ))
     });
 }

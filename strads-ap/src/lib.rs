@@ -69,7 +69,7 @@ pub use strads_ap_runtime::{
     threads, world_size, Aggregate, Aggregation, Array, CallCosts, Config, DMap, DMultiMap,
     DVector, Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
     LoopStats, MapEntries, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode,
-    MAX_THREADS,
+    VectorElements, MAX_THREADS,
 };
 
 /// What a loop body may not do with a captured `DMap` (add or remove keys), refused at

@@ -557,12 +557,23 @@ fn maps_across_ranks_match_a_world_of_one() {
             }
         }
         // Driver reads right after the loop, while the values a rank does not own are
-        // stale there (`with_all` and the join refresh them), see the values the loop
-        // wrote.
+        // stale there (`read_all`, `with_all` and the join refresh them), see the values
+        // the loop wrote; while `read_all`'s result lives the map refuses writes.
         let total = counts.map_reduce(|_, v| *v, |a, b| a + b)?;
         // Few keys were hit this rarely; a stale value (never hit) would pass on any rank.
         let cold = counts.filter(|k, v| *v <= k * 2 + 20)?.to_vec()?;
-        let read = counts.with_all(|c| (c.iter().map(|(k, v)| k * v).sum::<u64>(), c[&17]))?;
+        let all = counts.read_all()?;
+        let mut weighted = 0;
+        for (k, v) in &all {
+            weighted += k * v;
+        }
+        let read = (weighted, all[&17], all.len());
+        let busy = counts.insert(999, 1).map_err(|e| e.to_string());
+        drop(all);
+        let message = busy.expect_err("an insert while read_all's result lives");
+        assert!(message.contains("read_all"), "{message}");
+        let again = counts.with_all(|c| (c.iter().map(|(k, v)| k * v).sum(), c[&17], c.len()))?;
+        assert_eq!(again, read);
         let joined = hits.join(&counts, |h| *h)?;
         let path = dir.join("counts.map");
         counts.save(&path)?;
@@ -579,7 +590,7 @@ fn maps_across_ranks_match_a_world_of_one() {
             counts.to_vec()?,
             counts.get(&17)?,
             counts.get(&4)?,
-            counts.len()?,
+            counts.len(),
             counts.contains_key(&201)?,
             joined.to_vec()?,
             loaded.to_vec()? == counts.to_vec()?,
@@ -853,6 +864,57 @@ fn with_all_after_a_loop_reads_the_kept_copy_refreshed() {
         assert_eq!(first, expected, "rank {rank}: the loop's results");
         assert_eq!(second, after_set, "rank {rank}: the driver's write");
         assert_eq!(third, -1.0, "rank {rank}");
+    }
+}
+
+/// `read_all` indexes a table in driver code as the serial program indexes its `Vec`:
+/// after a distributed loop it lends each rank's kept copy with the own rows in place,
+/// refreshed from the other ranks (under a gather limit that refuses a copy), and gives it
+/// back for the next read; while it lives a write to the table fails as busy, and once
+/// dropped the next loop, reads and writes see the table whole, as in a world of one (on 2
+/// and 3 ranks; before any loop, no rank keeps a copy and every rank gathers one).
+#[test]
+fn read_all_indexes_the_table_like_a_vec_and_gives_it_back_whole() {
+    let job = || -> strads_ap::Result<_> {
+        let pairs = DVector::from_vec(serial_pairs())?;
+        let x = DVector::from_fn(300, |_| vec![1.0f64; 4])?;
+        let fresh = x.read_all()?.iter().map(|r| r[0]).sum::<f64>();
+        let mut read = Vec::new();
+        for turn in 0..2 {
+            async_for!(0..pairs.len(), |k| {
+                let (i, j) = pairs[k];
+                if i != j {
+                    x[i][0] += 1.0;
+                    x[j][1] += 2.0;
+                }
+            })?;
+            // Each rank's kept copy is lent, never gathered: a copy would be refused.
+            strads_ap::set_gather_limit(Some(1_000));
+            let rows = x.read_all()?;
+            let mut sum = 0.0;
+            for row in &rows {
+                sum += row[0] * row[1];
+            }
+            read.push((sum, rows[250].clone(), rows[3][1], rows.len()));
+            let busy = x.set(250, vec![0.0; 4]).map_err(|e| e.to_string());
+            drop(rows);
+            x.set(250 - turn, vec![-1.0; 4])?;
+            read.push((0.0, x.read_all()?[250 - turn].clone(), 0.0, 0));
+            let message = busy.expect_err("a write while read_all's result lives");
+            assert!(message.contains("read_all"), "{message}");
+            strads_ap::set_gather_limit(None);
+        }
+        Ok((fresh, read, x.to_vec()?))
+    };
+    let alone = job().unwrap();
+    assert_eq!(alone.0, 300.0);
+    assert_eq!(alone.1[1].1, vec![-1.0; 4], "{:?}", alone.1);
+    assert_eq!(alone.1[2].1, vec![1.0, 3.0, -1.0, -1.0], "{:?}", alone.1);
+    for world in [2, 3] {
+        for (rank, r) in on_ranks(world, job).into_iter().enumerate() {
+            let dist = r.unwrap_or_else(|e| panic!("{world} ranks, rank {rank}: {e}"));
+            assert_eq!(dist, alone, "{world} ranks, rank {rank}");
+        }
     }
 }
 

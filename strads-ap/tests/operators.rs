@@ -60,14 +60,14 @@ fn join_pairs_matching_keys_in_order() {
 #[test]
 fn maps_behave_like_hash_maps() {
     let m: DMap<String, u32> = DMap::new().unwrap();
-    assert!(m.is_empty().unwrap());
+    assert!(m.is_empty());
     for (i, w) in ["a", "b", "c", "b"].iter().enumerate() {
         let old = m.insert(w.to_string(), i as u32).unwrap();
         if i == 3 {
             assert_eq!(old, Some(1));
         }
     }
-    assert_eq!(m.len().unwrap(), 3);
+    assert_eq!(m.len(), 3);
     assert_eq!(m.get(&"b".into()).unwrap(), Some(3));
     assert_eq!(m.get(&"z".into()).unwrap(), None);
     assert!(m.contains_key(&"c".into()).unwrap());
@@ -88,7 +88,7 @@ fn maps_behave_like_hash_maps() {
     assert_eq!(mm.get_all(&1).unwrap(), vec!['a', 'c']);
     assert_eq!(mm.get_all(&2).unwrap(), vec!['b', 'd']);
     assert!(mm.get_all(&3).unwrap().is_empty());
-    assert_eq!((mm.len().unwrap(), mm.keys_len().unwrap()), (4, 2));
+    assert_eq!((mm.len().unwrap(), mm.keys_len()), (4, 2));
 }
 
 #[test]
@@ -156,7 +156,7 @@ mod sequences {
                     Op::Get(k) => prop_assert_eq!(d.get(&k).unwrap(), m.get(&k).copied()),
                     Op::Contains(k) => prop_assert_eq!(d.contains_key(&k).unwrap(), m.contains_key(&k)),
                 }
-                prop_assert_eq!(d.len().unwrap(), m.len());
+                prop_assert_eq!(d.len(), m.len());
             }
             let mut pairs = d.to_vec().unwrap();
             pairs.sort();
@@ -177,7 +177,7 @@ mod sequences {
                 prop_assert_eq!(d.get_all(&k).unwrap(), m.get(&k).cloned().unwrap_or_default());
             }
             prop_assert_eq!(d.len().unwrap(), pairs.len());
-            prop_assert_eq!(d.keys_len().unwrap(), m.len());
+            prop_assert_eq!(d.keys_len(), m.len());
         }
     }
 }

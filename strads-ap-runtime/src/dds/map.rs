@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::ops::{Index, IndexMut};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::direct::DirectView;
@@ -102,25 +102,32 @@ impl<K: Eq + Hash + Clone, V> Entries<K, V> {
     }
 }
 
-/// A map's entries lent read-only to driver code by [`DMap::with_all`] and
-/// [`DMultiMap::with_all`]: look-ups, indexing and iteration as on a `HashMap`, without a
-/// copy. Entries are listed in the map's own order (the order keys were added, a removed
-/// key's place taken by the last), the same on every rank and in a world of one.
+/// A map's entries lent read-only to driver code by [`DMap::read_all`] and
+/// [`DMap::with_all`] (and the [`DMultiMap`] twins): look-ups, indexing and iteration as
+/// on a `HashMap`, without a copy. Entries are listed in the map's own order (the order
+/// keys were added, a removed key's place taken by the last), the same on every rank and
+/// in a world of one. The map is locked against writes until it is dropped.
 ///
 /// ```
 /// use strads_ap_runtime::DMap;
 /// let m = DMap::from_pairs(vec![("a".to_string(), 1.5), ("b".to_string(), 2.5)])?;
 /// let (a, total) = m.with_all(|m| (m[&"a".to_string()], m.values().sum::<f64>()))?;
 /// assert_eq!((a, total), (1.5, 4.0));
+/// let all = m.read_all()?;
+/// let mut seen = 0.0;
+/// for (_key, value) in &all {
+///     seen += value;
+/// }
+/// assert_eq!((seen, all.len()), (4.0, 2));
 /// # Ok::<(), strads_ap_runtime::Error>(())
 /// ```
 pub struct MapEntries<'a, K, V> {
-    entries: &'a Entries<K, V>,
+    entries: RwLockReadGuard<'a, Entries<K, V>>,
 }
 
-impl<'a, K: Eq + Hash + Clone, V> MapEntries<'a, K, V> {
+impl<K: Eq + Hash + Clone, V> MapEntries<'_, K, V> {
     /// The value under `key`, if any.
-    pub fn get(&self, key: &K) -> Option<&'a V> {
+    pub fn get(&self, key: &K) -> Option<&V> {
         self.entries.get(key)
     }
 
@@ -140,18 +147,26 @@ impl<'a, K: Eq + Hash + Clone, V> MapEntries<'a, K, V> {
     }
 
     /// The entries, in the map's order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&'a K, &'a V)> + 'a {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&K, &V)> + '_ {
         self.entries.keys.iter().zip(&self.entries.values)
     }
 
     /// The keys, in the map's order.
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &'a K> + 'a {
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &K> + '_ {
         self.entries.keys.iter()
     }
 
     /// The values, in the map's order.
-    pub fn values(&self) -> impl ExactSizeIterator<Item = &'a V> + 'a {
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &V> + '_ {
         self.entries.values.iter()
+    }
+}
+
+impl<'b, K, V> IntoIterator for &'b MapEntries<'_, K, V> {
+    type Item = (&'b K, &'b V);
+    type IntoIter = std::iter::Zip<std::slice::Iter<'b, K>, std::slice::Iter<'b, V>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.keys.iter().zip(&self.entries.values)
     }
 }
 
@@ -168,12 +183,41 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, V> Index<&K> for MapEntries<'_, K, 
     }
 }
 
+/// The write lock on a map's entries; when it ends it records the number of keys in the
+/// table's `len`.
+struct EntriesWrite<'a, K, V> {
+    guard: RwLockWriteGuard<'a, Entries<K, V>>,
+    len: &'a AtomicUsize,
+}
+
+impl<K, V> std::ops::Deref for EntriesWrite<'_, K, V> {
+    type Target = Entries<K, V>;
+    fn deref(&self) -> &Entries<K, V> {
+        &self.guard
+    }
+}
+
+impl<K, V> std::ops::DerefMut for EntriesWrite<'_, K, V> {
+    fn deref_mut(&mut self) -> &mut Entries<K, V> {
+        &mut self.guard
+    }
+}
+
+impl<K, V> Drop for EntriesWrite<'_, K, V> {
+    fn drop(&mut self) {
+        self.len.store(self.guard.values.len(), Ordering::Release);
+    }
+}
+
 /// Storage of one map table on this rank.
 pub(crate) struct MapTable<K, V> {
     id: u64,
     /// The rank that holds this copy.
     ctx: Arc<crate::cluster::RankCtx>,
     data: RwLock<Entries<K, V>>,
+    /// The number of keys, recorded whenever a write lock on `data` ends (so
+    /// [`DMap::len`] needs no lock, and never finds the map busy).
+    len: AtomicUsize,
     /// Bumped whenever a key is added or removed (positions change): plans are keyed by it.
     version: AtomicU64,
     /// Holds writers back while a checkpoint reads the entries.
@@ -201,6 +245,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
         let table = Arc::new(MapTable {
             id,
             ctx,
+            len: AtomicUsize::new(data.len()),
             data: RwLock::new(data),
             version: AtomicU64::new(0),
             gate: Default::default(),
@@ -215,9 +260,13 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
         self.data.try_read().ok_or(Error::Busy { op })
     }
 
-    fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Entries<K, V>>> {
+    fn write(&self, op: &'static str) -> Result<EntriesWrite<'_, K, V>> {
         self.gate.wait();
-        self.data.try_write().ok_or(Error::Busy { op })
+        let guard = self.data.try_write().ok_or(Error::Busy { op })?;
+        Ok(EntriesWrite {
+            guard,
+            len: &self.len,
+        })
     }
 
     /// Makes a table by `make` (a data operator `op`, called at `at`), or, when recovery
@@ -380,18 +429,15 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
         Ok(pairs)
     }
 
-    /// Runs `f` on every entry, current (refreshed from the owners first in a job of
-    /// several ranks), holding the read lock.
-    fn with_all<R>(
-        &self,
-        op: &'static str,
-        f: impl FnOnce(&MapEntries<'_, K, V>) -> R,
-    ) -> Result<R> {
+    /// Every entry, current (refreshed from the owners first in a job of several ranks),
+    /// lent under the read lock.
+    fn read_all(&self, op: &'static str) -> Result<MapEntries<'_, K, V>> {
         if let Some(comm) = self.dist(op)? {
             self.refresh(op, comm)?;
         }
-        let data = self.read(op)?;
-        Ok(f(&MapEntries { entries: &data }))
+        Ok(MapEntries {
+            entries: self.read(op)?,
+        })
     }
 
     /// The value under `key` from its owner (a collective across ranks).
@@ -407,7 +453,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
     }
 }
 
-struct MapLock<'a, K, V>(RwLockWriteGuard<'a, Entries<K, V>>);
+struct MapLock<'a, K, V>(EntriesWrite<'a, K, V>);
 
 impl<K, V> TableLock for MapLock<'_, K, V> {
     fn ptr(&mut self) -> *mut u8 {
@@ -591,7 +637,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
 /// assert_eq!(m.get(&"b".to_string())?, Some(2));
 /// assert!(m.contains_key(&"c".to_string())?);
 /// assert_eq!(m.remove(&"a".to_string())?, Some(1));
-/// assert_eq!(m.len()?, 2);
+/// assert_eq!(m.len(), 2);
 /// # Ok::<(), strads_ap_runtime::Error>(())
 /// ```
 pub struct DMap<K, V> {
@@ -680,13 +726,13 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     }
 
     /// Number of keys.
-    pub fn len(&self) -> Result<usize> {
-        Ok(self.table.read("DMap::len")?.len())
+    pub fn len(&self) -> usize {
+        self.table.len.load(Ordering::Acquire)
     }
 
     /// Whether the map is empty.
-    pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.len()? == 0)
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Inserts `value` under `key`; returns the value it replaced.
@@ -752,7 +798,16 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// # Ok::<(), strads_ap_runtime::Error>(())
     /// ```
     pub fn with_all<R>(&self, f: impl FnOnce(&MapEntries<'_, K, V>) -> R) -> Result<R> {
-        self.table.with_all("DMap::with_all", f)
+        Ok(f(&self.table.read_all("DMap::with_all")?))
+    }
+
+    /// Every entry, lent for reading in driver code: [`DMap::with_all`] without the
+    /// closure. The result reads as a `HashMap` does (`m[&k]`, `m.get(&k)`, `m.len()`,
+    /// `for (k, v) in &m`); every rank calls it (across ranks it first brings every value
+    /// up to date from its owner), and while it lives a write to the map, or a loop over
+    /// it, fails as busy: drop it first.
+    pub fn read_all(&self) -> Result<MapEntries<'_, K, V>> {
+        self.table.read_all("DMap::read_all")
     }
 
     /// Maps every entry with `map` and combines the results with `reduce` (associative
@@ -794,7 +849,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// use strads_ap_runtime::DMap;
     /// let m = DMap::from_pairs((0..10u32).map(|k| (k, k * k)).collect())?;
     /// let big = m.filter(|_, v| *v >= 50)?;
-    /// assert_eq!(big.len()?, 2);
+    /// assert_eq!(big.len(), 2);
     /// assert_eq!(big.get(&9)?, Some(81));
     /// # Ok::<(), strads_ap_runtime::Error>(())
     /// ```
@@ -1235,7 +1290,16 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// # Ok::<(), strads_ap_runtime::Error>(())
     /// ```
     pub fn with_all<R>(&self, f: impl FnOnce(&MapEntries<'_, K, Vec<V>>) -> R) -> Result<R> {
-        self.table.with_all("DMultiMap::with_all", f)
+        Ok(f(&self.table.read_all("DMultiMap::with_all")?))
+    }
+
+    /// Every entry, lent for reading in driver code: [`DMultiMap::with_all`] without the
+    /// closure. The result reads as a `HashMap` does (`m[&k]`, `m.get(&k)`, `m.len()`,
+    /// `for (k, v) in &m`); every rank calls it (across ranks it first brings every value
+    /// up to date from its owner), and while it lives a write to the map, or a loop over
+    /// it, fails as busy: drop it first.
+    pub fn read_all(&self) -> Result<MapEntries<'_, K, Vec<V>>> {
+        self.table.read_all("DMultiMap::read_all")
     }
 
     /// Writes the multimap to `path` (atomically). In a job of several ranks rank 0 writes
@@ -1317,8 +1381,8 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     }
 
     /// Number of distinct keys.
-    pub fn keys_len(&self) -> Result<usize> {
-        Ok(self.table.read("DMultiMap::keys_len")?.len())
+    pub fn keys_len(&self) -> usize {
+        self.table.len.load(Ordering::Acquire)
     }
 
     /// The table id.

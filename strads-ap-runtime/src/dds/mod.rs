@@ -26,7 +26,7 @@ pub use lock_view::{LockFallback, LockView};
 pub use map::{DMap, DMultiMap, MapEntries, MapRef, MapView, MultiMapRef, MultiMapView};
 pub use table::{table_memory, TableMemory};
 pub use text::{read_from_file, ReadOptions, ReadReport};
-pub use vector::{DVector, Relaxed, VectorRef};
+pub use vector::{DVector, Relaxed, VectorElements, VectorRef};
 pub use view::{
     CaptureRefused, EnterFallback, NoteFallback, Plain, RecordFallback, RecordVectorView,
     TaskFallback, VectorView,

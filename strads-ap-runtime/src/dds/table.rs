@@ -481,6 +481,55 @@ impl<T: super::Element> VectorTable<T> {
     }
 }
 
+/// Every element of a [`VectorTable`] across ranks, from [`VectorTable::whole`].
+pub(crate) enum Whole<'a, T: super::Element> {
+    /// Lent from the rank's shadow, with the own elements in place.
+    Lent(ShadowLease<'a, T>),
+    /// A copy gathered from every rank.
+    Gathered(Vec<T>),
+}
+
+impl<T: super::Element> std::ops::Deref for Whole<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Whole::Lent(lease) => &lease.full,
+            Whole::Gathered(all) => all,
+        }
+    }
+}
+
+/// A rank's shadow of a table, lent whole with the own elements in place while the table
+/// is locked. Dropping it (also while a panic unwinds) moves the own elements back and
+/// returns the shadow, current, for the next loop or read.
+pub(crate) struct ShadowLease<'a, T: super::Element> {
+    table: &'a VectorTable<T>,
+    data: RwLockWriteGuard<'a, Vec<T>>,
+    full: Vec<T>,
+    /// The table's version when lent (nothing is written meanwhile).
+    version: u64,
+    range: std::ops::Range<usize>,
+    /// The own range's length in the gap form, 0 in the full-length form.
+    gap: usize,
+}
+
+impl<T: super::Element> Drop for ShadowLease<'_, T> {
+    fn drop(&mut self) {
+        if self.gap != 0 {
+            *self.data = self.full.drain(self.range.clone()).collect();
+        }
+        let mut shadow = self.table.shadow.lock();
+        if shadow.full.is_none() {
+            shadow.full = Some(std::mem::take(&mut self.full));
+            shadow.hollow = false;
+            shadow.version = self.version;
+            shadow.all_valid = true;
+            shadow.valid_for.clear();
+            shadow.own_current = self.gap == 0;
+        }
+    }
+}
+
 struct VectorLock<'a, T>(RwLockWriteGuard<'a, Vec<T>>);
 
 impl<T> TableLock for VectorLock<'_, T> {
@@ -822,22 +871,17 @@ impl<T: super::Element> VectorTable<T> {
         crate::store::RangePartition::new(self.len, self.ctx.world_size()).range(self.ctx.rank())
     }
 
-    /// Runs `f` on every element of the table across ranks (a collective).
+    /// Every element of the table across ranks (a collective), for reading in driver code.
     ///
-    /// Where every rank keeps a shadow from a distributed loop, `f` reads the shadow with
-    /// the own elements in place (moved into the gap form's gap, or copied into the
+    /// Where every rank keeps a shadow from a distributed loop, the result lends the shadow
+    /// with the own elements in place (moved into the gap form's gap, or copied into the
     /// full-length form's range): the elements other ranks changed since are refreshed in
     /// place from their owners first (nothing is refreshed when every rank's shadow is
-    /// current). No second copy is made, and the shadow stays current for the next call,
-    /// which then needs no transfer for it. Meanwhile the table is locked: an operator `f`
-    /// calls on this same table fails as busy. Otherwise every rank gathers a copy (within
-    /// the gather limit).
-    pub(crate) fn with_whole<R>(
-        &self,
-        op: &'static str,
-        comm: &Comm,
-        f: impl FnOnce(&[T]) -> R,
-    ) -> Result<R> {
+    /// current). No second copy is made, and once the lease is dropped the shadow stays
+    /// current for the next call, which then needs no transfer for it. Meanwhile the table
+    /// is locked: an operator called on this same table fails as busy. Otherwise every rank
+    /// gathers a copy (within the gather limit).
+    pub(crate) fn whole(&self, op: &'static str, comm: &Comm) -> Result<Whole<'_, T>> {
         let range = self.own_range();
         let mine = {
             let shadow = self.shadow.lock();
@@ -853,12 +897,11 @@ impl<T: super::Element> VectorTable<T> {
             let what = format!("DVector {}", self.id);
             super::gather::check_gather(op, &what, self.len, bytes, Some(comm))?;
             let whole = comm.allgather_concat(std::borrow::Cow::Borrowed(&data), self.len)?;
-            drop(data);
-            return Ok(f(&whole));
+            return Ok(Whole::Gathered(whole));
         }
-        // The table's lock (without a new version: nothing is written) is held until `f`
-        // is done; the shadow's is not (an operator `f` calls on this table finds no
-        // shadow, and fails as busy). A checkpoint still reading the table in the
+        // The table's lock (without a new version: nothing is written) is held until the
+        // lease is dropped; the shadow's is not (an operator called on this table meanwhile
+        // finds no shadow, and fails as busy). A checkpoint still reading the table in the
         // background is waited for, as writers wait.
         self.gate.wait();
         let mut data = self.data.try_write().ok_or(Error::Busy { op })?;
@@ -884,33 +927,20 @@ impl<T: super::Element> VectorTable<T> {
                 full[at] = value;
             })?;
         }
-        let out = match gap {
-            0 => {
-                if !own_current {
-                    full[range].clone_from_slice(&data);
-                }
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&full)))
-            }
-            _ => {
-                // The own elements move into their gap and, however `f` ends, back out.
-                full.splice(range.start..range.start, data.drain(..));
-                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&full)));
-                *data = full.drain(range).collect();
-                out
-            }
-        };
-        let mut shadow = self.shadow.lock();
-        if shadow.full.is_none() {
-            shadow.full = Some(full);
-            shadow.hollow = false;
-            shadow.version = version;
-            shadow.all_valid = true;
-            shadow.valid_for.clear();
-            shadow.own_current = gap == 0;
+        match gap {
+            0 if !own_current => full[range.clone()].clone_from_slice(&data),
+            0 => {}
+            // The own elements move into their gap and, when the lease ends, back out.
+            _ => drop(full.splice(range.start..range.start, data.drain(..))),
         }
-        drop(shadow);
-        drop(data);
-        Ok(out.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        Ok(Whole::Lent(ShadowLease {
+            table: self,
+            data,
+            full,
+            version,
+            range,
+            gap,
+        }))
     }
 
     /// Makes this rank's elements `data`, decoded from a snapshot of `len` elements of

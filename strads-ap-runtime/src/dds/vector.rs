@@ -375,11 +375,39 @@ impl<T: Element> DVector<T> {
     /// # Ok::<(), strads_ap_runtime::Error>(())
     /// ```
     pub fn with_all<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-        if let Some(comm) = self.dist("DVector::with_all")? {
-            return self.table.with_whole("DVector::with_all", comm, f);
-        }
-        let data = self.table.read("DVector::with_all")?;
-        Ok(f(&data))
+        Ok(f(&self.elements("DVector::with_all")?))
+    }
+
+    /// All elements, read in place, for driver code between loops: index the result as
+    /// the serial program indexes its `Vec` (`w[i]`, `w.len()`, `w.iter()`, any slice
+    /// method). The same as [`DVector::with_all`] without the closure; every rank calls
+    /// it (across ranks it is a collective), and while the result lives the table is
+    /// locked: a loop or an operator that writes it, or reads it across ranks, fails as
+    /// busy, so drop the result (or end its scope) before the next loop.
+    ///
+    /// ```
+    /// use strads_ap_runtime::DVector;
+    /// let w = DVector::from_fn(3, |i| vec![i as f32; 2])?;
+    /// {
+    ///     let rows = w.read_all()?;
+    ///     assert_eq!(rows[2][1], 2.0);
+    ///     assert_eq!(rows.len(), 3);
+    ///     let norm: f32 = rows.iter().flatten().map(|x| x * x).sum();
+    ///     assert_eq!(norm, 0.0 + 2.0 + 8.0);
+    /// } // the table is free again
+    /// w.set(0, vec![1.0; 2])?;
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    pub fn read_all(&self) -> Result<VectorElements<'_, T>> {
+        self.elements("DVector::read_all")
+    }
+
+    /// [`DVector::read_all`] for operator `op`.
+    fn elements(&self, op: &'static str) -> Result<VectorElements<'_, T>> {
+        Ok(VectorElements(match self.dist(op)? {
+            Some(comm) => Lent::Whole(self.table.whole(op, comm)?),
+            None => Lent::Local(self.table.read(op)?),
+        }))
     }
 
     /// An iterator over copies of the elements (a snapshot taken now; past the gather
@@ -655,6 +683,44 @@ impl<T: Element> DVector<T> {
         VectorRef {
             table: self.table.clone(),
         }
+    }
+}
+
+/// Every element of a [`DVector`], lent for reading in driver code by
+/// [`DVector::read_all`]: it dereferences to a slice, so `w[i]`, `w.len()`, `w.iter()`
+/// and `for x in &w` read as they do on the serial program's `Vec`. The table stays locked
+/// until it is dropped.
+pub struct VectorElements<'a, T: Element>(Lent<'a, T>);
+
+/// Where [`VectorElements`] reads from.
+enum Lent<'a, T: Element> {
+    /// This rank's own part, which in a world of one is every element.
+    Local(crate::sync::RwLockReadGuard<'a, Vec<T>>),
+    /// Across ranks: the rank's shadow with its own part in place, or a gathered copy.
+    Whole(super::table::Whole<'a, T>),
+}
+
+impl<T: Element> std::ops::Deref for VectorElements<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.0 {
+            Lent::Local(data) => data,
+            Lent::Whole(whole) => whole,
+        }
+    }
+}
+
+impl<'b, T: Element> IntoIterator for &'b VectorElements<'_, T> {
+    type Item = &'b T;
+    type IntoIter = std::slice::Iter<'b, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T: Element + std::fmt::Debug> std::fmt::Debug for VectorElements<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
