@@ -481,11 +481,14 @@ impl<T: super::Element> VectorTable<T> {
     }
 }
 
-/// Every element of a [`VectorTable`] across ranks, from [`VectorTable::whole`].
+/// Every element of a [`VectorTable`], lent for reading in driver code.
 pub(crate) enum Whole<'a, T: super::Element> {
-    /// Lent from the rank's shadow, with the own elements in place.
+    /// This rank's own part, which in a world of one is every element.
+    Local(RwLockReadGuard<'a, Vec<T>>),
+    /// Across ranks, from [`VectorTable::whole`]: the rank's shadow, with the own
+    /// elements in place.
     Lent(ShadowLease<'a, T>),
-    /// A copy gathered from every rank.
+    /// Across ranks: a copy gathered from every rank.
     Gathered(Vec<T>),
 }
 
@@ -493,6 +496,7 @@ impl<T: super::Element> std::ops::Deref for Whole<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         match self {
+            Whole::Local(data) => data,
             Whole::Lent(lease) => &lease.full,
             Whole::Gathered(all) => all,
         }

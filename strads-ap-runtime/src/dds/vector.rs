@@ -405,8 +405,8 @@ impl<T: Element> DVector<T> {
     /// [`DVector::read_all`] for operator `op`.
     fn elements(&self, op: &'static str) -> Result<VectorElements<'_, T>> {
         Ok(VectorElements(match self.dist(op)? {
-            Some(comm) => Lent::Whole(self.table.whole(op, comm)?),
-            None => Lent::Local(self.table.read(op)?),
+            Some(comm) => self.table.whole(op, comm)?,
+            None => super::table::Whole::Local(self.table.read(op)?),
         }))
     }
 
@@ -690,23 +690,12 @@ impl<T: Element> DVector<T> {
 /// [`DVector::read_all`]: it dereferences to a slice, so `w[i]`, `w.len()`, `w.iter()`
 /// and `for x in &w` read as they do on the serial program's `Vec`. The table stays locked
 /// until it is dropped.
-pub struct VectorElements<'a, T: Element>(Lent<'a, T>);
-
-/// Where [`VectorElements`] reads from.
-enum Lent<'a, T: Element> {
-    /// This rank's own part, which in a world of one is every element.
-    Local(crate::sync::RwLockReadGuard<'a, Vec<T>>),
-    /// Across ranks: the rank's shadow with its own part in place, or a gathered copy.
-    Whole(super::table::Whole<'a, T>),
-}
+pub struct VectorElements<'a, T: Element>(super::table::Whole<'a, T>);
 
 impl<T: Element> std::ops::Deref for VectorElements<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        match &self.0 {
-            Lent::Local(data) => data,
-            Lent::Whole(whole) => whole,
-        }
+        &self.0
     }
 }
 
