@@ -500,6 +500,9 @@ impl<K: MapKey, V: Element> TableHandle for MapTable<K, V> {
     fn elem_size(&self) -> usize {
         std::mem::size_of::<V>()
     }
+    fn owns_heap(&self) -> bool {
+        std::mem::needs_drop::<V>()
+    }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(MapLock(self.write(op)?)))
     }

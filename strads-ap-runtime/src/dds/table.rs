@@ -144,6 +144,9 @@ pub(crate) trait TableHandle: Spread + Snapshot + Send + Sync {
     fn shape(&self) -> u64;
     /// Size of one element in the table's storage.
     fn elem_size(&self) -> usize;
+    /// Whether an element may own memory elsewhere (a `Vec`, a `String`): the engine then
+    /// prefetches what it points to as well as the element (see `access::Ahead`).
+    fn owns_heap(&self) -> bool;
     /// Exclusive use for the duration of an operator.
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>>;
     /// What the table holds on this rank (see [`table_memory`]).
@@ -589,6 +592,9 @@ impl<T: super::Element> TableHandle for VectorTable<T> {
     }
     fn elem_size(&self) -> usize {
         std::mem::size_of::<T>()
+    }
+    fn owns_heap(&self) -> bool {
+        std::mem::needs_drop::<T>()
     }
     fn lock<'a>(&'a self, op: &'static str) -> Result<Box<dyn TableLock + 'a>> {
         Ok(Box::new(VectorLock(self.write(op)?)))

@@ -468,7 +468,7 @@ struct Rounds<'r, 'c, 'a, Task, I> {
     lone: Option<ExecCtx>,
     /// What each worker's index iterator prefetches ahead: the tables every task touches
     /// at its own index.
-    prefetch: Vec<(usize, usize)>,
+    prefetch: Vec<crate::access::Ahead>,
     merges: Merges,
     errors: FirstError,
     /// Nanoseconds the workers spent in the body, summed over the workers.
@@ -502,7 +502,9 @@ impl<'r, 'c, 'a, Task: Sync, I: LoopIndex> Rounds<'r, 'c, 'a, Task, I> {
         modes: Vec<SlotMode>,
         at_index: &[usize],
     ) -> Self {
-        let prefetch = prefetched(&l.call.registry, bases, at_index);
+        let prefetch = prefetched(&l.call.registry, bases, at_index, |s| {
+            modes[s] == SlotMode::ReadOnly
+        });
         let lone = (l.call.threads == 1).then(|| {
             let mut ctx = ExecCtx::new(bases.iter().map(Base::binding).collect());
             ctx.unit.set(SERIAL_UNIT);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::Loop;
-use crate::access::{Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
+use crate::access::{Ahead, Binding, ExecCtx, Indices, LoopIndex, UNTOUCHED};
 use crate::cluster::Pool;
 use crate::dds::table::Replica;
 use crate::engine::{body_error, Base, CallSite, FirstError, Merges, Registry};
@@ -78,6 +78,10 @@ struct Shared<'s, Task, I> {
     modes: &'s [SlotMode],
     schedule: &'s Schedule,
     indexed_by_task: &'s [usize],
+    /// Whether workers prefetch what the elements of `indexed_by_task` own: across ranks.
+    /// In a world of one, [`lay_out_task_tables`] has put that memory in plan order, or
+    /// the plan reads the tables nearly in order, and the hardware streams it.
+    owned_ahead: bool,
     windowed: Vec<bool>,
     merges: Merges,
     errors: FirstError,
@@ -96,7 +100,10 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
                 }
             });
         let mut ctx = ExecCtx::new(bindings);
-        ctx.prefetch = prefetched(registry, self.bases, self.indexed_by_task);
+        // The plan's `indexed_by_task` slots are read-only.
+        ctx.prefetch = prefetched(registry, self.bases, self.indexed_by_task, |_| {
+            self.owned_ahead
+        });
         let body = match ctx.bindings.iter().all(Binding::is_direct) {
             true => self.direct,
             false => self.run,
@@ -313,6 +320,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         modes,
         schedule,
         indexed_by_task,
+        owned_ahead: l.call.here.is_distributed(),
         windowed: windowed_slots(l.call.here.is_distributed(), bases, schedule),
         merges: Merges::default(),
         errors: FirstError::new(),
@@ -370,19 +378,23 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
 }
 
 /// Where the tables every task reads at its own loop index start, with their element
-/// sizes: what a worker's index iterator prefetches ahead.
+/// sizes: what a worker's index iterator prefetches ahead. What their elements own is
+/// prefetched too for the slots no worker writes during the call (`read_only`).
 pub(super) fn prefetched(
     registry: &Registry,
     bases: &[Base],
     indexed_by_task: &[usize],
-) -> Vec<(usize, usize)> {
+    read_only: impl Fn(usize) -> bool,
+) -> Vec<Ahead> {
     indexed_by_task
         .iter()
         .map(|&slot| {
-            (
-                bases[slot].ptr as usize,
-                registry.entries[slot].table.elem_size(),
-            )
+            let table = &registry.entries[slot].table;
+            Ahead {
+                addr: bases[slot].ptr as usize,
+                size: table.elem_size(),
+                owned: read_only(slot) && table.owns_heap(),
+            }
         })
         .collect()
 }
