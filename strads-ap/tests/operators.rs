@@ -68,6 +68,13 @@ fn maps_behave_like_hash_maps() {
         }
     }
     assert_eq!(m.len(), 3);
+    let all = m.read_all().unwrap();
+    assert_eq!(
+        format!("{all:?}"),
+        r#"{"a": 0, "b": 3, "c": 2}"#,
+        "in the map's order"
+    );
+    drop(all);
     assert_eq!(m.get(&"b".into()).unwrap(), Some(3));
     assert_eq!(m.get(&"z".into()).unwrap(), None);
     assert!(m.contains_key(&"c".into()).unwrap());

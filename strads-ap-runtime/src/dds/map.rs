@@ -162,6 +162,12 @@ impl<K: Eq + Hash + Clone, V> MapEntries<'_, K, V> {
     }
 }
 
+impl<K: std::fmt::Debug, V: std::fmt::Debug> std::fmt::Debug for MapEntries<'_, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self).finish()
+    }
+}
+
 impl<'b, K, V> IntoIterator for &'b MapEntries<'_, K, V> {
     type Item = (&'b K, &'b V);
     type IntoIter = std::iter::Zip<std::slice::Iter<'b, K>, std::slice::Iter<'b, V>>;
@@ -1365,16 +1371,15 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// Total number of values (summed over the owners in a job of several ranks).
     pub fn len(&self) -> Result<usize> {
         let op = "DMultiMap::len";
-        let data = self.table.read(op)?;
+        let mine: usize = {
+            let data = self.table.read(op)?;
+            (self.table.own_entries(&data))
+                .map(|(_, (_, v))| v.len())
+                .sum()
+        };
         match self.table.dist(op)? {
-            None => Ok(data.values.iter().map(Vec::len).sum()),
-            Some(comm) => {
-                let mine: usize = (self.table.own_entries(&data))
-                    .map(|(_, (_, v))| v.len())
-                    .sum();
-                drop(data);
-                comm.allreduce(mine, |a, b| a.saturating_add(b))
-            }
+            None => Ok(mine),
+            Some(comm) => comm.allreduce(mine, |a, b| a.saturating_add(b)),
         }
     }
 

@@ -100,7 +100,7 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
                 }
             });
         let mut ctx = ExecCtx::new(bindings);
-        // The plan's `indexed_by_task` slots are read-only.
+        // The plan's `indexed_by_task` slots are read-only: follow them where it pays.
         ctx.prefetch = prefetched(registry, self.bases, self.indexed_by_task, |_| {
             self.owned_ahead
         });
@@ -379,12 +379,13 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
 
 /// Where the tables every task reads at its own loop index start, with their element
 /// sizes: what a worker's index iterator prefetches ahead. What their elements own is
-/// prefetched too for the slots no worker writes during the call (`read_only`).
+/// prefetched too for the slots `follow` names, which must be slots no worker writes
+/// during the call.
 pub(super) fn prefetched(
     registry: &Registry,
     bases: &[Base],
     indexed_by_task: &[usize],
-    read_only: impl Fn(usize) -> bool,
+    follow: impl Fn(usize) -> bool,
 ) -> Vec<Ahead> {
     indexed_by_task
         .iter()
@@ -393,7 +394,7 @@ pub(super) fn prefetched(
             Ahead {
                 addr: bases[slot].ptr as usize,
                 size: table.elem_size(),
-                owned: read_only(slot) && table.owns_heap(),
+                owned: follow(slot) && table.owns_heap(),
             }
         })
         .collect()
