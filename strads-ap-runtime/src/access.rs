@@ -158,7 +158,8 @@ pub(crate) enum Fault {
 pub struct ExecCtx {
     pub(crate) bindings: Vec<Binding>,
     pub(crate) current: Cell<usize>,
-    /// The tables to prefetch at the loop index.
+    /// The tables to prefetch at the loop index, those whose elements' memory is
+    /// followed ([`Ahead::owned`]) first.
     pub(crate) prefetch: Vec<Ahead>,
     /// Locking runs: this worker's lock tag (non-zero), or 0 when not locking.
     pub(crate) tag: u32,
@@ -346,6 +347,15 @@ fn prefetch_owned(p: *const u8, size: usize) {
     let _ = (p, size);
 }
 
+/// Prefetches what the elements at `key` of `tables` own. Out of line, so that the index
+/// iterator of a loop that follows nothing stays as small as it was.
+#[inline(never)]
+fn follow_ahead(tables: &[Ahead], key: usize) {
+    for t in tables {
+        prefetch_owned(t.addr.wrapping_add(key * t.size) as *const u8, t.size);
+    }
+}
+
 enum Kind<'a> {
     Range(std::ops::Range<usize>),
     List {
@@ -363,6 +373,9 @@ pub struct Indices<'a, I> {
     kind: Kind<'a>,
     ctx: &'a ExecCtx,
     prefetch: &'a [Ahead],
+    /// The leading part of `prefetch` whose elements' memory is followed too: empty for
+    /// most loops, which then pay one test per task for it.
+    follow: &'a [Ahead],
     _index: PhantomData<I>,
 }
 
@@ -374,6 +387,7 @@ impl<'a, I> Indices<'a, I> {
             kind: Kind::List { base, list, pos: 0 },
             ctx,
             prefetch: &ctx.prefetch,
+            follow: &ctx.prefetch[..ctx.prefetch.partition_point(|t| t.owned)],
             _index: PhantomData,
         }
     }
@@ -385,6 +399,7 @@ impl<'a, I> Indices<'a, I> {
             kind: Kind::Range(range),
             ctx,
             prefetch: &[],
+            follow: &[],
             _index: PhantomData,
         }
     }
@@ -408,10 +423,9 @@ impl<I: LoopIndex> Iterator for Indices<'_, I> {
                         prefetch_read(t.addr.wrapping_add(key * t.size) as *const u8);
                     }
                 }
-                if let Some(&near) = list.get(*pos + OWNED_PREFETCH_DISTANCE) {
-                    let key = *base + near as usize;
-                    for t in self.prefetch.iter().filter(|t| t.owned) {
-                        prefetch_owned(t.addr.wrapping_add(key * t.size) as *const u8, t.size);
+                if !self.follow.is_empty() {
+                    if let Some(&near) = list.get(*pos + OWNED_PREFETCH_DISTANCE) {
+                        follow_ahead(self.follow, *base + near as usize);
                     }
                 }
                 *pos += 1;

@@ -387,7 +387,7 @@ pub(super) fn prefetched(
     indexed_by_task: &[usize],
     follow: impl Fn(usize) -> bool,
 ) -> Vec<Ahead> {
-    indexed_by_task
+    let mut tables: Vec<Ahead> = indexed_by_task
         .iter()
         .map(|&slot| {
             let table = &registry.entries[slot].table;
@@ -397,7 +397,10 @@ pub(super) fn prefetched(
                 owned: follow(slot) && table.owns_heap(),
             }
         })
-        .collect()
+        .collect();
+    // Those whose memory is followed first (see `Indices`).
+    tables.sort_by_key(|t| !t.owned);
+    tables
 }
 
 /// Lays out the heap memory of the tables every task reads at its own loop index
