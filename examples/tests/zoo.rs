@@ -78,6 +78,39 @@ fn every_zoo_twin_has_the_serial_bodies() {
     }
 }
 
+/// The user study's stand-alone serial programs (`user-study/programs/`, outside the
+/// workspace) are the zoo's serial twins: each holds its zoo program's loop bodies, so a
+/// change to a zoo body that is not made to the study's copy fails here.
+#[test]
+fn the_user_study_programs_have_the_zoo_bodies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let studied = std::fs::read_dir(root.join("user-study/programs"))
+        .expect("user-study/programs")
+        .count();
+    assert_eq!(
+        studied, 4,
+        "user-study/programs holds {studied} programs, not 4"
+    );
+    for name in ["biased_mf", "kmeans", "logreg", "pagerank"] {
+        let zoo_file = root.join(format!("examples/src/zoo/{name}.rs"));
+        let zoo_text = std::fs::read_to_string(&zoo_file).expect("zoo source");
+        let study = root.join(format!("user-study/programs/{name}/src/main.rs"));
+        let study_text: String = std::fs::read_to_string(&study)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", study.display()))
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        let found = bodies(&zoo_text, name);
+        assert!(!found.is_empty(), "{name}.rs marks no loop body");
+        for (label, body) in found {
+            assert!(
+                study_text.contains(&body),
+                "user-study/programs/{name}/src/main.rs lacks the zoo's `{label}` body"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_body_check_sees_a_difference() {
     let text = "// zoo body begin: a\nx += 1;\n// zoo body end: a\n// zoo body begin: a\nx += 2;\n// zoo body end: a\n";
