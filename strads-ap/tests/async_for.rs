@@ -54,6 +54,114 @@ fn index_types_and_offsets() {
     assert_eq!(v.get(5).unwrap(), 0);
 }
 
+/// The serial body over a `HashMap<u32, Vec<u32>>` of in-neighbours (`get`, indexing)
+/// runs unchanged over the `DMultiMap` made from that map, with the serial result (a
+/// Jacobi step, so the order of the tasks does not matter), and a missing key indexed
+/// fails the call with an error naming the map and the key.
+#[test]
+fn a_multimap_reads_like_the_serial_hash_map_of_lists() {
+    use std::collections::HashMap;
+    let n = 200usize;
+    let serial: HashMap<u32, Vec<u32>> = (0..n as u32)
+        .filter(|v| v % 7 != 3)
+        .map(|v| {
+            (
+                v,
+                (1..=v % 5 + 1)
+                    .map(|j| (v * 31 + j * 17) % n as u32)
+                    .collect(),
+            )
+        })
+        .collect();
+    let step = |in_links: &dyn Fn(u32) -> Option<Vec<u32>>| -> Vec<f64> {
+        (0..n as u32)
+            .map(|v| match in_links(v) {
+                Some(srcs) => srcs.iter().map(|&u| f64::from(u) * 0.5).sum(),
+                None => 1.0,
+            })
+            .collect()
+    };
+    let expected = step(&|v| serial.get(&v).cloned());
+
+    let in_links = DMultiMap::from_map(serial.clone()).unwrap();
+    let rank = DVector::from_fn(n, |_| 0.0f64).unwrap();
+    for _ in 0..3 {
+        async_for!(0..n, |k| {
+            let v = k as u32;
+            if let Some(srcs) = in_links.get(&v) {
+                rank[k] = srcs.iter().map(|&u| f64::from(u) * 0.5).sum();
+            } else {
+                rank[k] = 1.0;
+            }
+        })
+        .unwrap();
+        assert_eq!(rank.to_vec().unwrap(), expected);
+        async_for!(0..n, |k| {
+            let v = k as u32;
+            if in_links.contains_key(&v) {
+                rank[k] = in_links[&v].iter().map(|&u| f64::from(u) * 0.5).sum();
+            }
+        })
+        .unwrap();
+        assert_eq!(rank.to_vec().unwrap(), expected);
+    }
+
+    let missing = async_for!(0..1usize, |k| {
+        rank[k] = in_links[&3].len() as f64;
+    })
+    .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("key 3 is not in map `in_links`"),
+        "{missing}"
+    );
+}
+
+/// `from_map` builds the same map whatever order the source yields its entries in:
+/// the same entries inserted into hash maps in opposite orders (and so, with their
+/// random hashers, iterated in different orders) give maps whose own order (`with_all`)
+/// is the same, as is their content.
+#[test]
+fn maps_made_from_hash_maps_do_not_depend_on_their_order() {
+    use std::collections::{BTreeMap, HashMap};
+    let pairs: Vec<(String, u64)> = (0..300u64).map(|i| (format!("w{i}"), i * i)).collect();
+    let forward: HashMap<String, u64> = pairs.iter().cloned().collect();
+    let backward: HashMap<String, u64> = pairs.iter().rev().cloned().collect();
+    let sorted: BTreeMap<String, u64> = pairs.iter().cloned().collect();
+    let listed = |m: DMap<String, u64>| -> Vec<(String, u64)> {
+        m.with_all(|all| all.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap()
+    };
+    let a = listed(DMap::from_map(forward).unwrap());
+    let b = listed(DMap::from_map(backward).unwrap());
+    let c = listed(DMap::from_map(sorted).unwrap());
+    assert_eq!(a.len(), pairs.len());
+    assert_eq!(a, b);
+    assert_eq!(a, c);
+    let mut got = a;
+    got.sort();
+    let mut want = pairs;
+    want.sort();
+    assert_eq!(got, want);
+
+    let lists = |rev: bool| -> HashMap<u8, Vec<u8>> {
+        let mut keys: Vec<u8> = (0..50).collect();
+        if rev {
+            keys.reverse();
+        }
+        keys.into_iter().map(|k| (k, vec![k, k / 2, 7])).collect()
+    };
+    let listed = |m: DMultiMap<u8, u8>| -> Vec<(u8, Vec<u8>)> {
+        m.with_all(|all| all.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap()
+    };
+    let m = listed(DMultiMap::from_map(lists(false)).unwrap());
+    assert_eq!(m, listed(DMultiMap::from_map(lists(true)).unwrap()));
+    assert_eq!(m.len(), 50);
+    assert!(m.iter().all(|(k, vs)| *vs == vec![*k, *k / 2, 7]));
+}
+
 #[test]
 fn maps_are_readable_inside_bodies() {
     let weights = DMap::from_pairs(vec![(1u32, 10.0f64), (2, 20.0), (3, 30.0)]).unwrap();

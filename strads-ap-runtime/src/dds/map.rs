@@ -685,6 +685,28 @@ impl<K: MapKey, V: Element> DMap<K, V> {
         Ok(DMap { table })
     }
 
+    /// A map holding the entries of `map`: a `HashMap`, a `BTreeMap`, or any pairs (a
+    /// later pair replaces an earlier one with the same key).
+    ///
+    /// The entries are put in the order of their keys' encoded bytes, not in the order
+    /// `map` yields them: a `HashMap`'s order differs from process to process, and this
+    /// way every run, and every rank of a job, builds the same map from it.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::collections::HashMap;
+    /// use strads_ap_runtime::DMap;
+    /// let serial: HashMap<String, f32> = [("the".to_string(), 0.5), ("a".to_string(), 0.25)].into();
+    /// let weights = DMap::from_map(serial)?;
+    /// assert_eq!(weights.get(&"the".to_string())?, Some(0.5));
+    /// assert_eq!(weights.len(), 2);
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn from_map(map: impl IntoIterator<Item = (K, V)>) -> Result<Self> {
+        Self::from_pairs(in_key_order(map, "DMap::from_map")?)
+    }
+
     /// The table id.
     pub fn id(&self) -> u64 {
         self.table.id
@@ -1132,6 +1154,24 @@ impl<K: MapKey, W: IndexMut<usize>> MapView<'_, K, W> {
 /// a view's address: see `RecordVectorView::note`.)
 #[cold]
 #[inline(never)]
+/// `pairs` in the order of their keys' encoded bytes (a stable sort: pairs of one key keep
+/// their order), whatever order the collection they come from has.
+fn in_key_order<K: Element, V>(
+    pairs: impl IntoIterator<Item = (K, V)>,
+    op: &'static str,
+) -> Result<Vec<(K, V)>> {
+    let mut keyed = Vec::new();
+    for (k, v) in pairs {
+        let bytes = postcard::to_stdvec(&k).map_err(|e| Error::Codec {
+            what: format!("a key for {op}"),
+            message: e.to_string(),
+        })?;
+        keyed.push((bytes, (k, v)));
+    }
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(keyed.into_iter().map(|(_, pair)| pair).collect())
+}
+
 fn missing<K: std::fmt::Debug>(table: &'static str, key: &K) -> ! {
     raise(Fault::MissingKey {
         table,
@@ -1251,6 +1291,31 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
         let op = "DMultiMap::from_pairs";
         let table = MapTable::made_alike(op, || Ok(grouped(pairs)))?;
         Ok(DMultiMap { table })
+    }
+
+    /// A multimap holding the lists of `map` (a `HashMap<K, Vec<V>>`, a `BTreeMap`, or
+    /// any pairs of a key and its values), each list in its order; keys in the order of
+    /// their encoded bytes, as for [`DMap::from_map`], so that every run and every rank
+    /// builds the same multimap from a `HashMap`.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::collections::HashMap;
+    /// use strads_ap_runtime::DMultiMap;
+    /// let serial: HashMap<u32, Vec<u32>> = [(1, vec![2, 3]), (4, vec![5])].into();
+    /// let in_links = DMultiMap::from_map(serial)?;
+    /// assert_eq!(in_links.get_all(&1)?, vec![2, 3]);
+    /// assert_eq!(in_links.keys_len(), 2);
+    /// # Ok::<(), strads_ap_runtime::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn from_map(map: impl IntoIterator<Item = (K, Vec<V>)>) -> Result<Self> {
+        let lists = in_key_order(map, "DMultiMap::from_map")?;
+        let pairs = lists
+            .into_iter()
+            .flat_map(|(k, vs)| vs.into_iter().map(move |v| (k.clone(), v)))
+            .collect();
+        Self::from_pairs(pairs)
     }
 
     /// Removes `key` and returns its values, in insertion order (empty if none; in a job
@@ -1494,6 +1559,12 @@ impl<K: MapKey, V, W: IndexMut<usize, Output = Vec<V>>> MultiMapView<'_, K, W> {
         self.0.get(key).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// The values under `key`, or `None` if it has none: what `get` on the serial
+    /// program's `HashMap<K, Vec<V>>` returns, so its body compiles unchanged.
+    pub fn get(&self, key: &K) -> Option<&Vec<V>> {
+        self.0.get(key)
+    }
+
     /// The values under an existing `key`, to change in place.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut Vec<V>> {
         self.0.get_mut(key)
@@ -1512,6 +1583,17 @@ impl<K: MapKey, V, W: IndexMut<usize, Output = Vec<V>>> MultiMapView<'_, K, W> {
     #[doc(hidden)]
     pub fn __strads_bind(&mut self) -> &mut Self {
         self
+    }
+}
+
+/// `m[&k]`: the values under `key`, as indexing the serial program's `HashMap<K, Vec<V>>`
+/// gives them; a missing key fails the call with an error naming the map and the key.
+impl<K: MapKey + std::fmt::Debug, V, W: IndexMut<usize, Output = Vec<V>>> Index<&K>
+    for MultiMapView<'_, K, W>
+{
+    type Output = Vec<V>;
+    fn index(&self, key: &K) -> &Vec<V> {
+        &self.0[key]
     }
 }
 
