@@ -1150,10 +1150,6 @@ impl<K: MapKey, W: IndexMut<usize>> MapView<'_, K, W> {
     }
 }
 
-/// `key` is not in map `table`. (Given the name, not the view, so that no call is handed
-/// a view's address: see `RecordVectorView::note`.)
-#[cold]
-#[inline(never)]
 /// `pairs` in the order of their keys' encoded bytes (a stable sort: pairs of one key keep
 /// their order), whatever order the collection they come from has.
 fn in_key_order<K: Element, V>(
@@ -1172,6 +1168,10 @@ fn in_key_order<K: Element, V>(
     Ok(keyed.into_iter().map(|(_, pair)| pair).collect())
 }
 
+/// `key` is not in map `table`. (Given the name, not the view, so that no call is handed
+/// a view's address: see `RecordVectorView::note`.)
+#[cold]
+#[inline(never)]
 fn missing<K: std::fmt::Debug>(table: &'static str, key: &K) -> ! {
     raise(Fault::MissingKey {
         table,
