@@ -118,6 +118,46 @@ fn a_multimap_reads_like_the_serial_hash_map_of_lists() {
     );
 }
 
+/// The Jacobi form the `one-worker` diagnosis advises for a loop whose tasks read what
+/// others write: a copy made once, refilled from the table before each call (the
+/// diagnosis's own idiom, `with_all` around `transform`), read in the body while the
+/// table is written. Every call gives the serial Jacobi sweep, and the copy, being the
+/// same table at every call, keeps the plan: one planning call, not one per call.
+#[test]
+fn a_copy_refilled_in_place_serves_jacobi_sweeps() {
+    const N: usize = 300;
+    fn links(v: usize) -> [usize; 3] {
+        [(v * 7 + 1) % N, (v * 13 + 5) % N, (v + N - 1) % N]
+    }
+    let n = N;
+    let mut serial = vec![1.0f64; n];
+    let rank = DVector::from_fn(n, |_| 1.0f64).unwrap();
+    let old = DVector::from_fn(n, |_| 0.0f64).unwrap();
+    let mut site = 0;
+    for _ in 0..4 {
+        let prev = serial.clone();
+        for (v, r) in serial.iter_mut().enumerate() {
+            *r = 0.1 + 0.3 * links(v).iter().map(|&u| prev[u]).sum::<f64>();
+        }
+        rank.with_all(|r| old.transform(|i, x| *x = r[i]))
+            .unwrap()
+            .unwrap();
+        site = line!() + 1;
+        async_for!(0..n, |v| {
+            let [a, b, c] = links(v);
+            rank[v] = 0.1 + 0.3 * (old[a] + old[b] + old[c]);
+        })
+        .unwrap();
+        assert_eq!(rank.to_vec().unwrap(), serial);
+    }
+    let stats = strads_ap::loop_stats();
+    let this = stats
+        .iter()
+        .find(|s| s.site.contains(&format!("async_for.rs:{site}:")))
+        .expect("the loop's stats");
+    assert_eq!((this.calls, this.recorded_calls), (4, 1), "{this:?}");
+}
+
 /// `from_map` builds the same map whatever order the source yields its entries in:
 /// the same entries inserted into hash maps in opposite orders (and so, with their
 /// random hashers, iterated in different orders) give maps whose own order (`with_all`)

@@ -637,8 +637,12 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         fix = format!(
             "a task that reads what others write must wait for them; if slightly stale values \
              of `{table}` suit the algorithm (Jacobi instead of Gauss-Seidel updates), read \
-             them from a copy of `{table}` made before the loop and write the new values into \
-             `{table}`, or run the loop with `sync_for!` (Hybrid)"
+             them from a copy of `{table}` made once, before the loops, refilled before each \
+             call (`{table}.with_all(|t| copy.transform(|i, x| *x = t[i].clone()))?`; a copy \
+             made anew each call costs a planning call each time), and write the new values \
+             into `{table}`: Jacobi takes more sweeps than Gauss-Seidel to reach the same \
+             point, so compare results where both have converged; or run the loop with \
+             `sync_for!` (Hybrid)"
         );
     } else if tables.is_empty() {
         // Nothing written is shared (relaxed or read-only tables): the workers' costs are
