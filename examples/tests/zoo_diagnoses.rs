@@ -44,7 +44,8 @@ const NEEDS_A_CHANGE: &[Expect] = &[
         program: "logreg",
         findings: &[Finding::IdleWorkers],
         tables: &["bias", "weights"],
-        fix: "declare `weights` relaxed (`DMap::relaxed(Relaxed::Sum)`",
+        fix:
+            "declare `weights` relaxed where it is made (`DMap::from_map(m)?.relaxed(Relaxed::Sum)`",
     },
     // Gauss-Seidel: tasks read the ranks others write, which chains them. Its workers
     // are busy under half the time: by the timings, the loop keeps its workers (and the

@@ -147,7 +147,11 @@ fn hot_map_keys_are_shown_as_the_body_writes_them() {
     let stats = stats_at(line);
     let d = finding(&stats, Finding::IdleWorkers).expect("idle workers diagnosed");
     assert_eq!(d.hot_keys[0].key, "[\"the\"]", "{:?}", d.hot_keys);
-    assert!(d.fix.contains("DMap::relaxed(Relaxed::Sum)"), "{}", d.fix);
+    assert!(
+        d.fix.contains("DMap::from_map(m)?.relaxed(Relaxed::Sum)"),
+        "{}",
+        d.fix
+    );
 }
 
 /// The fix the diagnosis names for a hot map works: relaxed, the map no longer joins the

@@ -656,8 +656,8 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
             .to_string();
     } else {
         what = format!("tasks share written elements of {}", quoted(&tables));
-        fix = "declare a table relaxed (`DVector::relaxed`) whose concurrent updates may be \
-               summed, or run the loop with `sync_for!`"
+        fix = "declare a table relaxed (`.relaxed(Relaxed::Sum)` where it is made) whose \
+               concurrent updates may be summed, or run the loop with `sync_for!`"
             .to_string();
     }
     Explained {
@@ -707,16 +707,18 @@ fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<S
     }
     if !vectors.is_empty() {
         parts.push(format!(
-            "declare {} relaxed (`DVector::relaxed(Relaxed::Sum)`: concurrent updates are \
-             merged as summed deltas) so the planner leaves {} out",
+            "declare {} relaxed where it is made \
+             (`DVector::from_vec(v)?.relaxed(Relaxed::Sum)`: concurrent updates are merged as \
+             summed deltas) so the planner leaves {} out",
             quoted(&vectors),
             if vectors.len() == 1 { "it" } else { "them" }
         ));
     }
     if !maps.is_empty() {
         parts.push(format!(
-            "declare {} relaxed (`DMap::relaxed(Relaxed::Sum)`: concurrent updates of the \
-             values are merged as summed deltas) so the planner leaves {} out",
+            "declare {} relaxed where it is made \
+             (`DMap::from_map(m)?.relaxed(Relaxed::Sum)`: concurrent updates of the values \
+             are merged as summed deltas) so the planner leaves {} out",
             quoted(&maps),
             if maps.len() == 1 { "it" } else { "them" }
         ));
