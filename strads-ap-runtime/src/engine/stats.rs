@@ -271,6 +271,97 @@ impl Figures {
                 s.workers = workers;
             }
             diagnose::after_call(site, registry, &self, s);
+            if crate::cluster::context().config().verbose {
+                let announced = &crate::cluster::here().local::<Announced>().0;
+                if let Some(line) = steady_line(site, &self, s, announced) {
+                    eprintln!("strads-ap: {line}");
+                }
+            }
         });
+    }
+}
+
+/// The workers each site's steady running ran on when [`steady_line`] last described it.
+#[derive(Default)]
+struct Announced(dashmap::DashMap<String, usize>);
+
+/// With `STRADS_VERBOSE=1`: how a loop runs, said after its first call that ran as later
+/// calls will (not a recording or planning call), and again only when its number of
+/// workers changes (a loop that falls back to one worker), so that a user whose loop
+/// prints no diagnosis (nothing limits it) can see it runs on all workers. `None` for any
+/// other call.
+fn steady_line(
+    site: &CallSite,
+    f: &Figures,
+    s: &LoopStats,
+    announced: &dashmap::DashMap<String, usize>,
+) -> Option<String> {
+    if !f.ran || f.first_call || f.recorded.is_some() || f.renewed {
+        return None;
+    }
+    let workers = f.workers?;
+    if announced.insert(site.to_string(), workers) == Some(workers) {
+        return None;
+    }
+    Some(format!(
+        "{site}: runs on {workers} worker{} ({}, {} groups), {:.3} ms per call",
+        if workers == 1 { "" } else { "s" },
+        s.strategy,
+        s.groups,
+        f.wall.as_secs_f64() * 1e3
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The steady-running line comes once per site, from the first call that is not a
+    /// recording or planning call, and says the workers and the strategy; again only when
+    /// the workers change.
+    #[test]
+    fn the_steady_line_comes_once_after_the_first_ordinary_call() {
+        static SITE: CallSite = CallSite {
+            kind: crate::engine::LoopKind::Async,
+            task: "Steady",
+            body_hash: 1,
+            file: "src/main.rs",
+            line: 12,
+            column: 9,
+            captures: &[],
+        };
+        let announced = dashmap::DashMap::new();
+        let stats = LoopStats {
+            strategy: "rotation",
+            groups: 64,
+            ..LoopStats::default()
+        };
+        let call = |first_call: bool, recorded: Option<Duration>| Figures {
+            ran: true,
+            first_call,
+            recorded,
+            workers: Some(2),
+            wall: Duration::from_millis(12),
+            ..Figures::default()
+        };
+        let once = |f: &Figures| steady_line(&SITE, f, &stats, &announced);
+        assert_eq!(once(&call(true, Some(Duration::from_millis(50)))), None);
+        assert_eq!(once(&call(true, None)), None);
+        assert_eq!(once(&Figures::default()), None);
+        let line = once(&call(false, None)).expect("the first ordinary call is described");
+        assert!(
+            line.contains("src/main.rs:12:9")
+                && line.contains("runs on 2 workers (rotation, 64 groups)")
+                && line.contains("12.000 ms per call"),
+            "{line}"
+        );
+        assert_eq!(once(&call(false, None)), None, "said once");
+        let alone = Figures {
+            workers: Some(1),
+            ..call(false, None)
+        };
+        let line = once(&alone).expect("a change of workers is described");
+        assert!(line.contains("runs on 1 worker ("), "{line}");
+        assert_eq!(once(&alone), None);
     }
 }
