@@ -688,9 +688,10 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// A map holding the entries of `map`: a `HashMap`, a `BTreeMap`, or any pairs (a
     /// later pair replaces an earlier one with the same key).
     ///
-    /// The entries are put in the order of their keys' encoded bytes, not in the order
-    /// `map` yields them: a `HashMap`'s order differs from process to process, and this
-    /// way every run, and every rank of a job, builds the same map from it.
+    /// The entries are put in the order of a fixed hash of their keys (the order `to_vec`
+    /// lists them in), not in the order `map` yields them: a `HashMap`'s order differs from
+    /// process to process, and this way every run, and every rank of a job, builds the
+    /// same map from it.
     ///
     /// # Examples
     /// ```
@@ -704,7 +705,7 @@ impl<K: MapKey, V: Element> DMap<K, V> {
     /// ```
     #[track_caller]
     pub fn from_map(map: impl IntoIterator<Item = (K, V)>) -> Result<Self> {
-        Self::from_pairs(in_key_order(map, "DMap::from_map")?)
+        Self::from_pairs(in_key_order(map))
     }
 
     /// The table id.
@@ -1150,22 +1151,13 @@ impl<K: MapKey, W: IndexMut<usize>> MapView<'_, K, W> {
     }
 }
 
-/// `pairs` in the order of their keys' encoded bytes (a stable sort: pairs of one key keep
-/// their order), whatever order the collection they come from has.
-fn in_key_order<K: Element, V>(
-    pairs: impl IntoIterator<Item = (K, V)>,
-    op: &'static str,
-) -> Result<Vec<(K, V)>> {
-    let mut keyed = Vec::new();
-    for (k, v) in pairs {
-        let bytes = postcard::to_stdvec(&k).map_err(|e| Error::Codec {
-            what: format!("a key for {op}"),
-            message: e.to_string(),
-        })?;
-        keyed.push((bytes, (k, v)));
-    }
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(keyed.into_iter().map(|(_, pair)| pair).collect())
+/// `pairs` in the order of their keys' [`stable_hash`], the order `to_vec` lists a map in
+/// (a stable sort: pairs of one key keep their order), whatever order the collection they
+/// come from has.
+fn in_key_order<K: Hash, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Vec<(K, V)> {
+    let mut pairs: Vec<(K, V)> = pairs.into_iter().collect();
+    pairs.sort_by_cached_key(|(k, _)| stable_hash(k));
+    pairs
 }
 
 /// `key` is not in map `table`. (Given the name, not the view, so that no call is handed
@@ -1294,9 +1286,9 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     }
 
     /// A multimap holding the lists of `map` (a `HashMap<K, Vec<V>>`, a `BTreeMap`, or
-    /// any pairs of a key and its values), each list in its order; keys in the order of
-    /// their encoded bytes, as for [`DMap::from_map`], so that every run and every rank
-    /// builds the same multimap from a `HashMap`.
+    /// any pairs of a key and its values), each list in its order; keys in the order of a
+    /// fixed hash, as for [`DMap::from_map`], so that every run and every rank builds the
+    /// same multimap from a `HashMap`.
     ///
     /// # Examples
     /// ```
@@ -1310,8 +1302,7 @@ impl<K: MapKey, V: Element> DMultiMap<K, V> {
     /// ```
     #[track_caller]
     pub fn from_map(map: impl IntoIterator<Item = (K, Vec<V>)>) -> Result<Self> {
-        let lists = in_key_order(map, "DMultiMap::from_map")?;
-        let pairs = lists
+        let pairs = in_key_order(map)
             .into_iter()
             .flat_map(|(k, vs)| vs.into_iter().map(move |v| (k.clone(), v)))
             .collect();
