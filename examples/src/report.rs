@@ -207,6 +207,11 @@ pub fn print_loop_stats() {
             1 => format!(", first call recorded in {:.3} s", s.recorded.as_secs_f64()),
             n => format!(", {n} calls recorded in {:.3} s", s.recorded.as_secs_f64()),
         };
+        // Planning beside the call after a recorded one, off the calls' path.
+        let aside = match s.planned_aside.is_zero() {
+            true => String::new(),
+            false => format!(" (+ {:.3} s aside)", s.planned_aside.as_secs_f64()),
+        };
         // Fixed costs per call: outside the run, and workers waiting within it.
         let costs = s.per_call();
         let waiting = match costs.waiting {
@@ -218,7 +223,7 @@ pub fn print_loop_stats() {
             None => String::new(),
         };
         eprintln!(
-            "{}: {} calls, strategy {}, {} groups{recorded}, recon {:.3} s, planning {:.3} s, running {:.3} s{retried}{merges}; per call {:.3} ms, {:.3} ms outside the run{waiting}",
+            "{}: {} calls, strategy {}, {} groups{recorded}, recon {:.3} s, planning {:.3} s{aside}, running {:.3} s{retried}{merges}; per call {:.3} ms, {:.3} ms outside the run{waiting}",
             s.site,
             s.calls,
             s.strategy,

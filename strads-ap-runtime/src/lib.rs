@@ -46,8 +46,8 @@ pub use dds::{
     ReadOptions, ReadReport, Relaxed, VectorElements,
 };
 pub use engine::{
-    loop_stats, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Fallback, Finding, HotKey,
-    LoopStats, Opts, Priority, SyncMode,
+    loop_stats, wait_for_plans, CallCosts, Depends, Diagnosis, Dynamic, DynamicStats, Fallback,
+    Finding, HotKey, LoopStats, Opts, Priority, SyncMode,
 };
 pub use error::{Error, Result};
 pub use job::{finish, init, init_with, MAX_THREADS};

@@ -66,10 +66,10 @@ pub use strads_ap_runtime::formats;
 pub use strads_ap_runtime::{
     checkpoint, cluster, dds::set_fetch_above, dds::set_gather_limit, dds::table_memory,
     dds::TableMemory, finish, init, init_with, is_driver, loop_stats, rank, read_from_file,
-    threads, world_size, Aggregate, Aggregation, Array, CallCosts, Config, DMap, DMultiMap,
-    DVector, Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback, Finding, HotKey,
-    LoopStats, MapEntries, Opts, Priority, ReadOptions, ReadReport, Relaxed, Result, SyncMode,
-    VectorElements, MAX_THREADS,
+    threads, wait_for_plans, world_size, Aggregate, Aggregation, Array, CallCosts, Config, DMap,
+    DMultiMap, DVector, Depends, Diagnosis, Dynamic, DynamicStats, Element, Error, Fallback,
+    Finding, HotKey, LoopStats, MapEntries, Opts, Priority, ReadOptions, ReadReport, Relaxed,
+    Result, SyncMode, VectorElements, MAX_THREADS,
 };
 
 /// What a loop body may not do with a captured `DMap` (add or remove keys), refused at

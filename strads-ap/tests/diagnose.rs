@@ -48,6 +48,9 @@ fn a_key_every_task_writes_is_named_with_its_share_and_relaxing_it_is_the_fix() 
             Opts::new().threads(2)
         )
         .unwrap();
+        // The plan is made beside the next calls: wait for it, so that the second call
+        // runs it (and its shape is looked at).
+        strads_ap::wait_for_plans();
     }
     let stats = stats_at(line);
     let d = finding(&stats, Finding::IdleWorkers).expect("idle workers diagnosed");

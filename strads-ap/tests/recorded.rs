@@ -80,6 +80,110 @@ fn a_recorded_first_call_is_the_serial_loop_and_plans_the_next_calls() {
     }
 }
 
+/// With the default fallback, a recorded first call leaves its log to be planned on a
+/// spare thread: the calls after it run in loop order on one worker (the serial loop's
+/// result, element for element) until the plan is made, and the first call after that
+/// runs it on both workers; `wait_for_plans` waits for it.
+#[test]
+fn the_calls_after_a_recorded_one_run_in_loop_order_while_its_plan_is_made() {
+    let (n, keys) = (5000, 300);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    let seen = DVector::from_fn(keys, |_| Vec::<u32>::new()).unwrap();
+    let line = line!() + 2;
+    let run = || {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                seen[a].push(k as u32);
+                if b != a {
+                    seen[b].push(k as u32);
+                }
+            },
+            Opts::new().threads(2)
+        )
+    };
+    let mut serial = vec![Vec::new(); keys];
+    let serial_call = |serial: &mut Vec<Vec<u32>>| {
+        for (k, &(a, b)) in pattern(n, keys).iter().enumerate() {
+            serial[a].push(k as u32);
+            if b != a {
+                serial[b].push(k as u32);
+            }
+        }
+    };
+    run().unwrap();
+    serial_call(&mut serial);
+    let s = stats_at(line);
+    assert_eq!(
+        (s.calls, s.recorded_calls, s.strategy),
+        (1, 1, "recorded"),
+        "{s:?}"
+    );
+    assert_eq!(
+        s.planning,
+        Duration::ZERO,
+        "nothing planned on the call's path: {s:?}"
+    );
+    assert_eq!(s.setup(), s.recorded, "{s:?}");
+
+    // However many calls run before the plan is made (none, on a fast machine), each is
+    // the serial loop.
+    loop {
+        run().unwrap();
+        let s = stats_at(line);
+        if s.strategy != "serial while planning" {
+            assert_eq!(s.strategy, "components", "{s:?}");
+            break;
+        }
+        serial_call(&mut serial);
+        assert_eq!(s.workers, 1, "{s:?}");
+        assert_eq!(seen.to_vec().unwrap(), serial, "calls in loop order: {s:?}");
+    }
+    let s = stats_at(line);
+    assert_eq!(s.awaited_plan_calls + 2, s.calls, "{s:?}");
+    assert_eq!((s.recorded_calls, s.workers), (1, 2), "{s:?}");
+    assert!(s.groups > 1, "{s:?}");
+    assert!(
+        s.planned_aside > Duration::ZERO,
+        "the planner's time: {s:?}"
+    );
+    assert_eq!(s.planning, Duration::ZERO, "{s:?}");
+    for (got, before) in seen.to_vec().unwrap().iter().zip(&serial) {
+        let (same, last) = got.split_at(before.len());
+        assert_eq!(same, before.as_slice());
+        let mut last = last.to_vec();
+        last.sort_unstable();
+        let mut once = before[..before.len() / (s.calls as usize - 1)].to_vec();
+        once.sort_unstable();
+        assert_eq!(last, once, "every task ran once in the planned call");
+    }
+
+    // Another loop, whose caller waits for the plan: its second call runs it.
+    let w = DVector::from_fn(keys, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    let run = || {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                w[a] += k as u64;
+                w[b] += 1;
+            },
+            Opts::new().threads(2)
+        )
+    };
+    run().unwrap();
+    strads_ap::wait_for_plans();
+    run().unwrap();
+    let s = stats_at(line);
+    assert_eq!(
+        (s.calls, s.awaited_plan_calls, s.workers, s.strategy),
+        (2, 0, 2, "components"),
+        "{s:?}"
+    );
+}
+
 #[test]
 fn three_workers_reconnoitre_rather_than_record() {
     let w = DVector::from_fn(64, |_| 0u64).unwrap();

@@ -94,6 +94,7 @@ fn main() -> Result<()> {
         data: args.data,
         scale: args.scale,
         verbose: !args.quiet,
+        wait_for_plans: false,
     };
     let outcome = if args.serial {
         (program.serial)(&run)?

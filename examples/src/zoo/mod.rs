@@ -56,6 +56,10 @@ pub struct Run {
     pub scale: f64,
     /// Per-epoch progress lines on stderr.
     pub verbose: bool,
+    /// After each epoch of the strads-ap twin, wait for the plans being made on a spare
+    /// thread ([`strads_ap::wait_for_plans`]), so that which epoch runs a loop's plan does
+    /// not depend on timings (the diagnosis tests count ordinary calls).
+    pub wait_for_plans: bool,
 }
 
 impl Default for Run {
@@ -67,6 +71,7 @@ impl Default for Run {
             data: None,
             scale: 1.0,
             verbose: false,
+            wait_for_plans: false,
         }
     }
 }
@@ -96,9 +101,13 @@ impl Run {
     }
 
     /// Prints a progress line when verbose.
+    /// Ends an epoch: its progress line, and what [`Run::wait_for_plans`] asks.
     pub fn progress(&self, program: &str, implementation: &str, epoch: usize, secs: f64) {
         if self.verbose {
             eprintln!("zoo {program} [{implementation}] epoch {epoch}: {secs:.4} s");
+        }
+        if self.wait_for_plans && implementation == crate::report::STRADS {
+            strads_ap::wait_for_plans();
         }
     }
 }

@@ -52,6 +52,11 @@ impl PlanKey {
 }
 
 impl PlanKey {
+    /// The call site's address.
+    pub fn site(&self) -> usize {
+        self.site
+    }
+
     /// Whether this call differs from `last` (the call site's previous call) only in that
     /// some captured tables are DDSs made since, of the same shapes: a table made afresh
     /// for every call (this epoch's samples), whose plan cannot serve the next call.
@@ -172,6 +177,63 @@ pub(crate) struct Kept {
     /// Per `async_for!` call site (its address): the key of its last call, to notice
     /// tables made afresh for every call (see [`PlanKey::renews`]).
     pub last_keys: DashMap<usize, PlanKey>,
+    /// Per `async_for!` call site (its address): the plan a recorded first call left
+    /// being made on a spare thread, at most one.
+    pub pending: DashMap<usize, Pending>,
+}
+
+/// A plan being made on a spare thread (see `async_for::planned::plan_aside`), for the
+/// calls with key `key`; until it is made, they run in loop order on one worker, by the
+/// table modes the recorded run's log gave.
+pub(crate) struct Pending {
+    pub key: PlanKey,
+    pub modes: Vec<SlotMode>,
+    /// Sends the plan once made; disconnected if the planner failed.
+    pub made: crate::sync::Mutex<std::sync::mpsc::Receiver<Made>>,
+    /// The plan, once [`wait_for_plans`] received it.
+    pub ready: Option<Made>,
+}
+
+/// Waits until the plans that loops of this thread's rank are having made on a spare
+/// thread are made, so that each loop's next call runs its plan (see
+/// [`Fallback::Measure`](crate::Fallback)).
+///
+/// After its first call, a loop on two workers in a world of one runs in loop order on
+/// one worker while its plan is made beside it, and runs the plan from the first call
+/// after it is made: which call that is depends on timings. Tests and benchmarks that
+/// must know call this between the first call and the next.
+///
+/// ```
+/// use strads_ap_runtime::engine::wait_for_plans;
+/// wait_for_plans(); // nothing is being planned: returns at once
+/// ```
+pub fn wait_for_plans() {
+    let kept = kept();
+    let sites: Vec<usize> = kept.pending.iter().map(|e| *e.key()).collect();
+    for site in sites {
+        if let Some(mut pending) = kept.pending.get_mut(&site) {
+            if pending.ready.is_none() {
+                // A planner that failed sent nothing: the call plans again.
+                let made = pending.made.lock().recv().ok();
+                pending.ready = made;
+            }
+        }
+    }
+}
+
+/// A plan made from an access log, with what the diagnoses make of it and how long the
+/// planner took.
+pub(crate) struct Made {
+    pub plan: Plan,
+    pub shape: Option<super::diagnose::PlanShape>,
+    pub took: std::time::Duration,
+}
+
+impl Kept {
+    /// Whether a plan for `key` is kept or being made.
+    pub fn has_plan(&self, key: &PlanKey) -> bool {
+        self.plans.contains(key) || self.pending.get(&key.site).is_some_and(|p| p.key == *key)
+    }
 }
 
 /// A loop call by call site, captured tables with their shapes, and two numbers that

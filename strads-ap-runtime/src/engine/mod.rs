@@ -23,7 +23,7 @@ mod workers;
 
 pub use crate::access::{ExecCtx, Indices, LoopIndex};
 pub use async_for::run_async_for;
-pub use cache::{cached_plans, KEPT_PER_SITE};
+pub use cache::{cached_plans, wait_for_plans, KEPT_PER_SITE};
 pub use diagnose::{Diagnosis, Finding, HotKey};
 pub use dynamic::{Depends, Dynamic, DynamicStats, Priority};
 pub use opts::{Fallback, Opts, SyncMode};

@@ -145,7 +145,14 @@ impl Opts {
 /// machine does not decide for good. The loop's
 /// [`LoopStats::strategy`](super::LoopStats::strategy) then ends in `" on one worker"`,
 /// and a diagnosis (`one-worker`) says what each way took and what would let the
-/// workers pay. Where results must not depend on timings, choose `Never` or `Always`.
+/// workers pay.
+///
+/// With `Measure`, a loop's first call on two workers (a recorded run) also leaves its plan
+/// to be made on a spare thread, and the calls until it is made run in loop order on one
+/// worker ([`LoopStats::strategy`](super::LoopStats::strategy) `serial while planning`);
+/// [`wait_for_plans`](super::wait_for_plans) waits for it. With `Never` and `Always` the
+/// first call plans before it returns. Where results must not depend on timings, choose
+/// `Never` or `Always`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Fallback {
     /// Time the calls and run each the faster way (the default).

@@ -15,13 +15,22 @@ pub struct LoopStats {
     pub calls: u64,
     /// Time spent in reconnaissance execution.
     pub recon: Duration,
-    /// Time spent planning.
+    /// Time spent planning on the calls' path.
     pub planning: Duration,
+    /// Time spent planning on a spare thread, beside the call after a recorded first call
+    /// (in a world of one, with [`Fallback::Measure`](crate::Fallback)), less what that
+    /// call waited for the plan at its end (which is in `planning`). Not part of
+    /// [`setup`](LoopStats::setup): no call waited for it.
+    pub planned_aside: Duration,
+    /// Calls that ran in loop order on one worker beside the planner making their
+    /// loop's plan (counted in `calls`).
+    pub awaited_plan_calls: u64,
     /// Time spent running bodies (including merges).
     pub running: Duration,
     /// How the last call ran: the plan's strategy (`rotation`, `components`, `bsp`,
-    /// `hybrid`), `serial` (one worker), `locks` (a locking run), or `recorded` (a
-    /// recorded run that did not yield a plan, as for a re-checked loop); `rotation on one
+    /// `hybrid`), `serial` (one worker), `locks` (a locking run), `recorded` (a recorded
+    /// run), or `serial while planning` (loop order on one worker while the plan is made
+    /// on a spare thread); `rotation on one
     /// worker`, `components on one worker` or `locks on one worker` (loop order) when the
     /// call ran on one worker because that was faster (see [`Fallback`](crate::Fallback)).
     pub strategy: &'static str,
@@ -198,6 +207,7 @@ pub(crate) struct Figures {
     pub ran: bool,
     pub recon: Duration,
     pub planning: Duration,
+    pub planned_aside: Duration,
     pub running: Duration,
     pub merging: Duration,
     pub recorded: Option<Duration>,
@@ -213,6 +223,8 @@ pub(crate) struct Figures {
     pub first_call: bool,
     /// The loop re-plans every call by design (a re-checked loop that cannot lock).
     pub replans_by_design: bool,
+    /// The call ran in loop order on one worker while its plan was being made.
+    pub awaiting_plan: bool,
     /// A captured table is a new DDS of the same shape as at the last call, so the call
     /// ran as a re-checked loop (see `async_for::run_async_for`).
     pub renewed: bool,
@@ -248,6 +260,8 @@ impl Figures {
             s.calls += u64::from(self.ran);
             s.recon += self.recon;
             s.planning += self.planning;
+            s.planned_aside += self.planned_aside;
+            s.awaited_plan_calls += u64::from(self.awaiting_plan);
             s.running += self.running;
             s.merging += self.merging;
             s.retried += self.retried;
@@ -296,7 +310,7 @@ fn steady_line(
     s: &LoopStats,
     announced: &dashmap::DashMap<String, usize>,
 ) -> Option<String> {
-    if !f.ran || f.first_call || f.recorded.is_some() || f.renewed {
+    if !f.ran || f.first_call || f.recorded.is_some() || f.renewed || f.awaiting_plan {
         return None;
     }
     let workers = f.workers?;

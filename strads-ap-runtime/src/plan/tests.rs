@@ -997,3 +997,94 @@ fn variable_row_parallelism() {
         }
     }
 }
+
+/// A plan is a function of the log, the tables and the settings alone, not of the rayon
+/// pool that makes it: a recorded first call's plan is made on a pool of one thread (see
+/// `async_for::planned::plan_aside`), while a call that plans on its path uses all of its
+/// workers. Logs large enough (2^15 tasks and more) that the planner's passes split
+/// them into several parts, for the rotation, components and packing shapes.
+#[test]
+fn a_plan_does_not_depend_on_the_threads_that_make_it() {
+    let n = 70_000u64;
+    let mix = |x: u64| x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    let shapes: Vec<(&str, AccessLog, Vec<TableInfo>)> = vec![
+        (
+            "rotation",
+            AccessLog::from_tasks((0..n).map(|t| {
+                vec![
+                    Access::new(0, t, false),
+                    Access::new(1, mix(t) % 3000, true),
+                    Access::new(2, mix(t + 7) % 500, true),
+                ]
+            })),
+            vec![
+                TableInfo {
+                    key_space: n as usize,
+                    relaxed: false,
+                },
+                TableInfo {
+                    key_space: 3000,
+                    relaxed: false,
+                },
+                TableInfo {
+                    key_space: 500,
+                    relaxed: false,
+                },
+            ],
+        ),
+        (
+            "components",
+            AccessLog::from_tasks((0..n).map(|t| {
+                vec![
+                    Access::new(0, t, true),
+                    Access::new(0, mix(t) % n, false),
+                    Access::new(0, mix(t + 1) % n, false),
+                ]
+            })),
+            vec![TableInfo {
+                key_space: n as usize,
+                relaxed: false,
+            }],
+        ),
+        (
+            "packing",
+            AccessLog::from_tasks((0..n).map(|t| {
+                (0..6)
+                    .map(|r| Access::new(0, mix(t * 6 + r) % 200, true))
+                    .collect::<Vec<_>>()
+            })),
+            vec![TableInfo {
+                key_space: 200,
+                relaxed: false,
+            }],
+        ),
+    ];
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 5,
+        first_index: 0,
+    };
+    for (shape, log, tables) in shapes {
+        let made = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a pool");
+            pool.install(|| plan(log.clone(), &tables, &config))
+        };
+        let one = made(1);
+        assert_eq!(one.stats.strategy, shape);
+        for threads in [2, 3] {
+            let other = made(threads);
+            assert_eq!(
+                groups_of(&one),
+                groups_of(&other),
+                "{shape}, {threads} threads"
+            );
+            assert_eq!(one.tags, other.tags, "{shape}, {threads} threads");
+            assert_eq!(one.stats, other.stats, "{shape}, {threads} threads");
+            assert_eq!(one.indexed_by_task, other.indexed_by_task);
+        }
+    }
+}

@@ -179,7 +179,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         tasks: n,
         recheck: opts.recheck || renewed,
         unwinds: cfg!(panic = "unwind"),
-        cached_plan: kept.plans.contains(&key),
+        cached_plan: kept.has_plan(&key),
         cached_modes: kept.modes.contains(&key),
     });
     drop(kept);

@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use super::execute::lay_out_task_tables;
-use super::planned::{make_plan, LogSource};
+use super::planned::{make_plan, plan_aside, plans_aside, LogSource};
 use super::reconnoitre::chunk_ranges;
 use super::{table_infos, written_slots, Loop};
 use crate::access::LoopIndex;
@@ -30,6 +30,11 @@ pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) 
     let Some((log, ahead)) = log? else {
         return Ok(unplanned(l));
     };
+    if plans_aside(l) {
+        let modes = plan_aside(l, log, ahead, tables);
+        l.call.note(|f| f.first_call = true);
+        return Ok(Ran::new(Ok(()), written_slots(&modes)));
+    }
     let plan = make_plan(l, log, LogSource::Recorded(ahead), tables, l.call.threads);
     if !l.on_one_worker() {
         let locked = l.call.lock()?;
