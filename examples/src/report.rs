@@ -65,12 +65,16 @@ pub fn median(xs: &[f64]) -> f64 {
 }
 
 /// Over every loop call site so far ([`strads_ap::loop_stats`]): the seconds spent on
-/// reconnaissance and planning, and the calls that ran as recorded runs.
+/// reconnaissance and planning, and the calls that ran as recorded runs or in loop order
+/// beside the planner making their plan (one-off calls, not steady ones).
 fn setup_so_far() -> (f64, u64) {
     let stats = strads_ap::loop_stats();
     let secs = stats.iter().map(|s| s.recon + s.planning).sum::<Duration>();
-    let recorded = stats.iter().map(|s| s.recorded_calls).sum();
-    (secs.as_secs_f64(), recorded)
+    let one_off = stats
+        .iter()
+        .map(|s| s.recorded_calls + s.awaited_plan_calls)
+        .sum();
+    (secs.as_secs_f64(), one_off)
 }
 
 /// Times the epochs of a strads-ap twin and tells their steady time from the one-off
@@ -78,9 +82,11 @@ fn setup_so_far() -> (f64, u64) {
 ///
 /// Set-up is reconnaissance and planning, and what a loop's first call took beyond a
 /// steady epoch when it ran as a recorded run (serially, logging its accesses; see
-/// [`strads_ap::LoopStats::recorded`]). Such an epoch trained like any other, but its time
-/// goes to [`EpochClock::setup_secs`] as its excess over [`EpochClock::secs_per_epoch`],
-/// not into the mean.
+/// [`strads_ap::LoopStats::recorded`]), and what the calls after it took beyond a steady
+/// epoch while they ran in loop order beside the planner making their plan (see
+/// [`strads_ap::LoopStats::awaited_plan_calls`]). Such epochs trained like any other,
+/// but their time goes to [`EpochClock::setup_secs`] as their excess over
+/// [`EpochClock::secs_per_epoch`], not into the mean.
 ///
 /// # Examples
 /// ```

@@ -15,7 +15,8 @@ pub struct LoopStats {
     pub calls: u64,
     /// Time spent in reconnaissance execution.
     pub recon: Duration,
-    /// Time spent planning on the calls' path.
+    /// Time spent planning on the calls' path (with, for a plan made aside, laying out
+    /// the tables in its order when the first call runs it).
     pub planning: Duration,
     /// Time spent planning on a spare thread, beside the call after a recorded first call
     /// (in a world of one, with [`Fallback::Measure`](crate::Fallback)), less what that
