@@ -192,6 +192,8 @@ pub(crate) struct Pending {
     pub made: crate::sync::Mutex<std::sync::mpsc::Receiver<Made>>,
     /// The plan, once [`wait_for_plans`] received it.
     pub ready: Option<Made>,
+    /// How long a call waits for the plan before it runs in loop order instead.
+    pub patience: std::time::Duration,
 }
 
 /// Waits until the plans that loops of this thread's rank are having made on a spare

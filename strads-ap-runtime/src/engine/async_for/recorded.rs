@@ -25,13 +25,15 @@ pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) 
     let locked = l.call.lock()?;
     let bases = &locked.bases;
     let tables = table_infos(&l.call.registry, bases);
+    let t0 = std::time::Instant::now();
     let log = recorded_call(l, bases, Some(&tables));
+    let took = t0.elapsed();
     drop(locked);
     let Some((log, ahead)) = log? else {
         return Ok(unplanned(l));
     };
     if plans_aside(l) {
-        let modes = plan_aside(l, log, ahead, tables);
+        let modes = plan_aside(l, log, ahead, tables, took);
         l.call.note(|f| f.first_call = true);
         return Ok(Ran::new(Ok(()), written_slots(&modes)));
     }
