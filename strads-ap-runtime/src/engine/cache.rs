@@ -213,13 +213,15 @@ pub fn wait_for_plans() {
     let kept = kept();
     let sites: Vec<usize> = kept.pending.iter().map(|e| *e.key()).collect();
     for site in sites {
-        if let Some(mut pending) = kept.pending.get_mut(&site) {
-            if pending.ready.is_none() {
-                // A planner that failed sent nothing: the call plans again.
-                let made = pending.made.lock().recv().ok();
-                pending.ready = made;
-            }
+        // Taken out while waiting, so that no other thread of the rank waits on the map.
+        let Some((_, mut pending)) = kept.pending.remove(&site) else {
+            continue;
+        };
+        if pending.ready.is_none() {
+            // A planner that failed sent nothing: the call plans again.
+            pending.ready = pending.made.lock().recv().ok();
         }
+        kept.pending.insert(site, pending);
     }
 }
 

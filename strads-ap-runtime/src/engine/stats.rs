@@ -15,13 +15,13 @@ pub struct LoopStats {
     pub calls: u64,
     /// Time spent in reconnaissance execution.
     pub recon: Duration,
-    /// Time spent planning on the calls' path (with, for a plan made aside, laying out
-    /// the tables in its order when the first call runs it).
+    /// Time spent planning on the calls' path (with, for a plan made aside, what a call
+    /// waited for it and laying out the tables in its order when the first call runs it).
     pub planning: Duration,
-    /// Time spent planning on a spare thread, beside the call after a recorded first call
-    /// (in a world of one, with [`Fallback::Measure`](crate::Fallback)), less what that
-    /// call waited for the plan at its end (which is in `planning`). Not part of
-    /// [`setup`](LoopStats::setup): no call waited for it.
+    /// Time spent planning on a spare thread, while the calls after a recorded first call
+    /// ran in loop order (in a world of one, with [`Fallback::Measure`](crate::Fallback)).
+    /// Not part of [`setup`](LoopStats::setup): what a call waited for such a plan is in
+    /// `planning`.
     pub planned_aside: Duration,
     /// Calls that ran in loop order on one worker beside the planner making their
     /// loop's plan (counted in `calls`).
@@ -31,9 +31,9 @@ pub struct LoopStats {
     /// How the last call ran: the plan's strategy (`rotation`, `components`, `bsp`,
     /// `hybrid`), `serial` (one worker), `locks` (a locking run), `recorded` (a recorded
     /// run), or `serial while planning` (loop order on one worker while the plan is made
-    /// on a spare thread); `rotation on one
-    /// worker`, `components on one worker` or `locks on one worker` (loop order) when the
-    /// call ran on one worker because that was faster (see [`Fallback`](crate::Fallback)).
+    /// on a spare thread); `rotation on one worker`, `components on one worker` or `locks
+    /// on one worker` (loop order) when the call ran on one worker because that was
+    /// faster (see [`Fallback`](crate::Fallback)).
     pub strategy: &'static str,
     /// Task groups in the plan (chunks of tasks, for a locking run).
     pub groups: usize,

@@ -300,10 +300,9 @@ pub(super) fn plan_aside<Task, I>(
 
 /// The first call whose plan is still being made waits for it up to the recorded run's
 /// time over this, before it runs in loop order instead (later ones do not wait): about
-/// half a serial call (a recorded run
-/// takes 2.5-4 serial calls), so that a plan made within it is run at once (a call on
-/// two workers saves up to half a serial call), and one made later costs the wait at
-/// most. The user study's sparse logistic regressions (10,000 tasks) plan in 2-3 ms
+/// half a serial call (a recorded run takes 2.5-4 serial calls), so that a plan made
+/// within it is run at once (a call on two workers saves up to half a serial call), and
+/// one made later costs the wait at most. The user study's sparse logistic regressions (10,000 tasks) plan in 2-3 ms
 /// against a 40 ms serial call: without the wait their second call ran in loop order, and
 /// their 10 epochs ran at 0.87-0.94 of the speed they had with planning on the path.
 const RECORDED_PER_PATIENCE: u32 = 8;
@@ -331,7 +330,11 @@ fn take_pending<Task, I>(l: &Loop<'_, '_, Task, I>) -> Aside {
     if let Some(made) = pending.ready.take() {
         return Aside::Made(Box::new(made));
     }
+    let t0 = Instant::now();
     let received = pending.made.lock().recv_timeout(pending.patience);
+    // Waiting for the plan is set-up on the call's path.
+    let waited = t0.elapsed();
+    l.call.note(|f| f.planning += waited);
     match received {
         Ok(made) => Aside::Made(Box::new(made)),
         Err(mpsc::RecvTimeoutError::Timeout) => {
