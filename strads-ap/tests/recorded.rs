@@ -21,6 +21,35 @@ fn pattern(n: usize, keys: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// What the order-sensitive loop over `pattern(n, keys)` leaves after `calls` calls in
+/// loop order: per element, the indices of the tasks that wrote it, in order.
+fn serial_appends(n: usize, keys: usize, calls: usize) -> Vec<Vec<u32>> {
+    let mut serial = vec![Vec::new(); keys];
+    for _ in 0..calls {
+        for (k, &(a, b)) in pattern(n, keys).iter().enumerate() {
+            serial[a].push(k as u32);
+            if b != a {
+                serial[b].push(k as u32);
+            }
+        }
+    }
+    serial
+}
+
+/// `got` holds per element what `calls` calls in loop order appended (`before`) and then
+/// one planned call's appends: every task of that call once, in some order.
+fn assert_one_more_call_ran_every_task_once(got: &[Vec<u32>], before: &[Vec<u32>], calls: usize) {
+    for (got, before) in got.iter().zip(before) {
+        let (same, last) = got.split_at(before.len());
+        assert_eq!(same, before.as_slice());
+        let mut last = last.to_vec();
+        last.sort_unstable();
+        let mut once = before[..before.len() / calls].to_vec();
+        once.sort_unstable();
+        assert_eq!(last, once, "every task ran once in the planned call");
+    }
+}
+
 #[test]
 fn a_recorded_first_call_is_the_serial_loop_and_plans_the_next_calls() {
     let (n, keys) = (5000, 300);
@@ -42,13 +71,7 @@ fn a_recorded_first_call_is_the_serial_loop_and_plans_the_next_calls() {
         )
     };
     run().unwrap();
-    let mut serial = vec![Vec::new(); keys];
-    for (k, &(a, b)) in pattern(n, keys).iter().enumerate() {
-        serial[a].push(k as u32);
-        if b != a {
-            serial[b].push(k as u32);
-        }
-    }
+    let serial = serial_appends(n, keys, 1);
     assert_eq!(
         seen.to_vec().unwrap(),
         serial,
@@ -71,13 +94,7 @@ fn a_recorded_first_call_is_the_serial_loop_and_plans_the_next_calls() {
     assert_eq!((s.calls, s.recorded_calls, s.workers), (2, 1, 2), "{s:?}");
     assert_eq!(s.strategy, "components", "{s:?}");
     assert!(s.setup() <= s.planning + s.recorded, "{s:?}");
-    for (got, first) in seen.to_vec().unwrap().iter().zip(&serial) {
-        let (once, twice) = got.split_at(first.len());
-        assert_eq!(once, first.as_slice());
-        let mut twice = twice.to_vec();
-        twice.sort_unstable();
-        assert_eq!(twice, *first, "every task ran once in the planned call");
-    }
+    assert_one_more_call_ran_every_task_once(&seen.to_vec().unwrap(), &serial, 1);
 }
 
 /// With the default fallback, a recorded first call leaves its log to be planned on a
@@ -103,17 +120,8 @@ fn the_calls_after_a_recorded_one_run_in_loop_order_while_its_plan_is_made() {
             Opts::new().threads(2)
         )
     };
-    let mut serial = vec![Vec::new(); keys];
-    let serial_call = |serial: &mut Vec<Vec<u32>>| {
-        for (k, &(a, b)) in pattern(n, keys).iter().enumerate() {
-            serial[a].push(k as u32);
-            if b != a {
-                serial[b].push(k as u32);
-            }
-        }
-    };
     run().unwrap();
-    serial_call(&mut serial);
+    let mut serial_calls = 1;
     let s = stats_at(line);
     assert_eq!(
         (s.calls, s.recorded_calls, s.strategy),
@@ -136,8 +144,9 @@ fn the_calls_after_a_recorded_one_run_in_loop_order_while_its_plan_is_made() {
             assert_eq!(s.strategy, "components", "{s:?}");
             break;
         }
-        serial_call(&mut serial);
+        serial_calls += 1;
         assert_eq!(s.workers, 1, "{s:?}");
+        let serial = serial_appends(n, keys, serial_calls);
         assert_eq!(seen.to_vec().unwrap(), serial, "calls in loop order: {s:?}");
     }
     let s = stats_at(line);
@@ -148,15 +157,9 @@ fn the_calls_after_a_recorded_one_run_in_loop_order_while_its_plan_is_made() {
         s.planned_aside > Duration::ZERO,
         "the planner's time: {s:?}"
     );
-    for (got, before) in seen.to_vec().unwrap().iter().zip(&serial) {
-        let (same, last) = got.split_at(before.len());
-        assert_eq!(same, before.as_slice());
-        let mut last = last.to_vec();
-        last.sort_unstable();
-        let mut once = before[..before.len() / (s.calls as usize - 1)].to_vec();
-        once.sort_unstable();
-        assert_eq!(last, once, "every task ran once in the planned call");
-    }
+    assert_eq!(s.calls as usize, serial_calls + 1, "{s:?}");
+    let serial = serial_appends(n, keys, serial_calls);
+    assert_one_more_call_ran_every_task_once(&seen.to_vec().unwrap(), &serial, serial_calls);
 
     // Another loop, whose caller waits for the plan: its second call runs it.
     let w = DVector::from_fn(keys, |_| 0u64).unwrap();
