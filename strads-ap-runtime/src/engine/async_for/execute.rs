@@ -141,10 +141,11 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
     /// Runs one step of rotation cells.
     fn run_cells(&self, rot: &plan::Rotation, cells: &[usize], tags: &[Vec<u32>]) {
         let threads = self.threads;
-        let sched = CellScheduler::new(rot, cells, slices_per_cell(rot));
+        let sched = CellScheduler::new(rot, cells, slices_per_cell(rot), threads);
         let work = || {
             let mut w = self.worker(|slot| tags[slot].as_ptr());
-            while let Some(unit) = sched.take(&self.errors) {
+            let me = worker_seat(threads);
+            while let Some(unit) = sched.take(&self.errors, me) {
                 let cell = &rot.cells[unit.cell];
                 let tasks = &cell.tasks[unit.tasks.clone()];
                 let key = unit_key(unit.cell as u64, unit.slice as u64);
@@ -564,8 +565,24 @@ struct Unit {
     col: usize,
 }
 
+/// Which of a call's `threads` workers this thread is: the same every call for the same
+/// thread (the caller is 0, pool thread `i` is `i + 1`), so that a worker keeps running the
+/// blocks it ran before, whose rows its cache holds.
+fn worker_seat(threads: usize) -> usize {
+    rayon::current_thread_index().map_or(0, |i| i + 1) % threads.max(1)
+}
+
 /// Hands out slices of rotation cells whose row and column blocks are both free: the
 /// first slices of all cells (heaviest cell first), then the second slices, and so on.
+///
+/// Each worker has home blocks of the larger dimension (block `b` is worker
+/// `b % threads`'s) and takes free units of its home blocks first, so that the larger
+/// table's rows stay in one core's cache from step to step and call to call while the
+/// smaller dimension's blocks rotate between workers, as DSGD and Harp assign them. A
+/// worker with no free unit at home takes any free unit, which keeps the load balanced.
+/// Measured with 2 threads on biased MF (10,000 users, 2,000 items): without homes a user
+/// block ran on either core and every task's first touch of its user row missed the
+/// cache.
 struct CellScheduler {
     state: Mutex<CellState>,
     wake: Condvar,
@@ -577,13 +594,16 @@ struct CellState {
     /// Units not yet taken, in the order above.
     pending: Vec<Unit>,
     one_dimensional: bool,
+    /// Whether units' homes are their rows (else their columns).
+    home_by_row: bool,
+    threads: usize,
     running: usize,
     waiting: usize,
 }
 
 impl CellScheduler {
     /// Units of `cells` (indices into the rotation's cells).
-    fn new(rot: &plan::Rotation, cells: &[usize], slices: usize) -> Self {
+    fn new(rot: &plan::Rotation, cells: &[usize], slices: usize, threads: usize) -> Self {
         let mut cells: Vec<usize> = cells.to_vec();
         cells.sort_by_key(|&c| std::cmp::Reverse(rot.cells[c].tasks.len()));
         let mut pending = Vec::new();
@@ -609,6 +629,8 @@ impl CellScheduler {
                 col_busy: vec![false; rot.cols],
                 pending,
                 one_dimensional: rot.cols == 1,
+                home_by_row: rot.cols == 1 || span(&rot.row_bounds) >= span(&rot.col_bounds),
+                threads: threads.max(1),
                 running: 0,
                 waiting: 0,
             }),
@@ -616,18 +638,22 @@ impl CellScheduler {
         }
     }
 
-    /// The next unit to run, or `None` when all are taken (or a run failed).
-    fn take(&self, errors: &FirstError) -> Option<Unit> {
+    /// The next unit for worker `me`, or `None` when all are taken (or a run failed).
+    fn take(&self, errors: &FirstError, me: usize) -> Option<Unit> {
         let mut st = self.state.lock();
         loop {
             if st.pending.is_empty() || errors.failed() {
                 return None;
             }
-            let free = st
+            let free =
+                |u: &Unit| !st.row_busy[u.row] && (st.one_dimensional || !st.col_busy[u.col]);
+            let home = |u: &Unit| (if st.home_by_row { u.row } else { u.col }) % st.threads == me;
+            let found = st
                 .pending
                 .iter()
-                .position(|u| !st.row_busy[u.row] && (st.one_dimensional || !st.col_busy[u.col]));
-            if let Some(i) = free {
+                .position(|u| home(u) && free(u))
+                .or_else(|| st.pending.iter().position(free));
+            if let Some(i) = found {
                 let unit = st.pending.remove(i);
                 st.row_busy[unit.row] = true;
                 st.col_busy[unit.col] = true;
@@ -657,6 +683,11 @@ impl CellScheduler {
     }
 }
 
+/// How many keys block bounds cover (0 for none).
+fn span(bounds: &[usize]) -> usize {
+    bounds.last().copied().unwrap_or(0)
+}
+
 /// Under `recheck`, a write outside a plan made at the start of this very call: the body
 /// chose what to write from values other tasks of the call changed.
 fn writes_follow_values(recheck: bool, error: Error) -> Error {
@@ -676,5 +707,111 @@ fn writes_follow_values(recheck: bool, error: Error) -> Error {
             reason,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rotation of `rows` x `cols` cells of `tasks` tasks each, `row_keys` and
+    /// `col_keys` keys wide.
+    fn grid(
+        rows: usize,
+        cols: usize,
+        tasks: u32,
+        row_keys: usize,
+        col_keys: usize,
+    ) -> plan::Rotation {
+        let cells = (0..rows * cols)
+            .map(|c| plan::Cell {
+                row: (c / cols) as u32,
+                col: (c % cols) as u32,
+                tasks: (0..tasks).collect(),
+            })
+            .collect();
+        let bounds = |n: usize, keys: usize| (0..=n).map(|b| b * keys / n).collect::<Vec<_>>();
+        plan::Rotation {
+            row_slot: 0,
+            col_slot: Some(1),
+            row_members: Vec::new(),
+            col_members: Vec::new(),
+            row_bounds: bounds(rows, row_keys),
+            col_bounds: bounds(cols, col_keys),
+            row_windowed: vec![0],
+            col_windowed: vec![1],
+            rows,
+            cols,
+            cells,
+        }
+    }
+
+    #[test]
+    fn workers_take_their_home_blocks_of_the_larger_dimension_first() {
+        let errors = FirstError::new();
+        for (row_keys, col_keys, by_row) in [(10_000, 2_000, true), (2_000, 10_000, false)] {
+            let rot = grid(4, 4, 10, row_keys, col_keys);
+            let all: Vec<usize> = (0..rot.cells.len()).collect();
+            let sched = CellScheduler::new(&rot, &all, 1, 2);
+            let home = |u: &Unit| (if by_row { u.row } else { u.col }) % 2;
+            // Worker 0, then worker 1, each finishing its unit before the next take: each
+            // is given a home unit while one is free.
+            let mut taken = 0;
+            for me in [0, 1].iter().cycle().take(16) {
+                let unit = sched.take(&errors, *me).expect("a unit for every take");
+                assert_eq!(
+                    home(&unit),
+                    *me,
+                    "worker {me} took {:?}",
+                    (unit.row, unit.col)
+                );
+                sched.finish(unit.row, unit.col);
+                taken += 1;
+            }
+            assert_eq!(taken, 16);
+            assert!(
+                sched.take(&errors, 0).is_none(),
+                "every unit was handed out once"
+            );
+        }
+    }
+
+    #[test]
+    fn a_worker_with_no_free_home_unit_takes_another_and_blocks_stay_exclusive() {
+        let errors = FirstError::new();
+        let rot = grid(4, 4, 10, 10_000, 2_000);
+        let all: Vec<usize> = (0..rot.cells.len()).collect();
+        let sched = CellScheduler::new(&rot, &all, 1, 2);
+        // Worker 0 takes all its home units (rows 0 and 2) before worker 1 takes any, as a
+        // worker that is late to start would leave them; then worker 1 takes the rest.
+        let mut units = Vec::new();
+        for _ in 0..8 {
+            let unit = sched.take(&errors, 0).unwrap();
+            assert_eq!(unit.row % 2, 0);
+            sched.finish(unit.row, unit.col);
+            units.push(unit);
+        }
+        let stolen = sched.take(&errors, 0).unwrap();
+        assert_eq!(
+            stolen.row % 2,
+            1,
+            "no home unit left: worker 0 helps worker 1"
+        );
+        // While it runs, no unit of its row or column is handed out.
+        for _ in 0..3 {
+            let other = sched.take(&errors, 1).unwrap();
+            assert!(other.row != stolen.row && other.col != stolen.col);
+            sched.finish(other.row, other.col);
+            units.push(other);
+        }
+        sched.finish(stolen.row, stolen.col);
+        units.push(stolen);
+        while let Some(u) = sched.take(&errors, 1) {
+            sched.finish(u.row, u.col);
+            units.push(u);
+        }
+        let mut cells: Vec<usize> = units.iter().map(|u| u.cell).collect();
+        cells.sort_unstable();
+        assert_eq!(cells, (0..16).collect::<Vec<_>>(), "every cell ran once");
     }
 }
