@@ -43,6 +43,10 @@ pub(crate) struct Binding {
     /// one comparison, and check other keys by their tags. Empty for no window.
     pub window_start: usize,
     pub window_len: usize,
+    /// Whether every access the plan allows lies in the window (a rotated table no task
+    /// reaches outside its cell's block): a [`DirectView`](crate::dds::DirectView) may
+    /// then admit the window alone and leave the tags unread.
+    pub window_only: bool,
 }
 
 impl Binding {
@@ -63,6 +67,7 @@ impl Binding {
             locks: std::ptr::null(),
             window_start: 0,
             window_len: 0,
+            window_only: false,
         }
     }
 

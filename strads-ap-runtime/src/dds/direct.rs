@@ -1,12 +1,17 @@
 //! Direct views: how a captured DVector is indexed when one worker runs a call alone (one
-//! thread in a world of one, or one rank's only worker in a serial `sync_for!`).
+//! thread in a world of one, or one rank's only worker in a serial `sync_for!`), and in the
+//! groups of a rotation plan whose written tables are reached only inside each cell's
+//! blocks.
 //!
 //! Nothing can race with a lone worker, so a direct view checks only what the serial
 //! program's `Vec` checks (the bound) plus, on writes, whether the loop may write the table
 //! at all (`sync_for!` refuses writes to its input and to tables it cannot merge, whatever
 //! the thread count, so that a program does not change behaviour when given more threads).
-//! The view keeps no state the compiler must reload: its fields are plain values it can
-//! keep in registers, so `p[u][f]` in an inner loop costs what it costs over a
+//! In a rotation cell the bound is the cell's block of the table (its *window*): a key
+//! outside it belongs to another cell, and the view refuses it as a checked view's tags
+//! would. The view keeps no state the compiler must reload: its fields are plain values it
+//! can keep in registers, and every refusal ends the body, so the one comparison of
+//! `p[u][f]` in an inner loop is made once per `u` and the loop costs what it costs over a
 //! `Vec<Vec<f32>>`.
 
 use super::body::Capturable;
@@ -14,6 +19,7 @@ use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
 use super::vector::VectorRef;
+use super::view::outside_reason;
 use crate::access::{raise, Binding, ExecCtx, Fault};
 
 /// A DVector as a lone worker's loop body sees it: indexable like a `Vec`, with the
@@ -21,7 +27,15 @@ use crate::access::{raise, Binding, ExecCtx, Fault};
 pub struct DirectView<'a, T> {
     ptr: *mut T,
     len: usize,
+    /// The keys admitted, `start..start + span`: the whole table, or a rotation cell's
+    /// block of a table whose every access lies in its cell's block
+    /// (`Binding::window_only`). Inside `0..len` either way.
+    start: usize,
+    span: usize,
     writable: bool,
+    /// The plan's tags where the window stands in for them, only to say why a key outside
+    /// it is refused; null otherwise.
+    tags: *const u32,
     read_only_reason: &'static str,
     name: &'static str,
     _life: PhantomData<&'a mut [T]>,
@@ -43,15 +57,33 @@ impl<T: Clone> VectorRef<T> {
 impl<'a, T> DirectView<'a, T> {
     /// A direct view of the elements a binding points to (a vector's, or a map's values).
     ///
-    /// The binding must have no per-key tags, locks or dirty note: the engine makes direct
-    /// runs only from bindings of that kind (see `Binding::is_direct`).
+    /// The binding must have no per-key tags, locks or dirty note, or be a rotated table
+    /// whose window covers every access the plan allows: the engine makes direct runs only
+    /// from bindings of those kinds (see `Binding::is_direct`, `Binding::window_only`).
     #[inline(always)]
     pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
-        debug_assert!(b.is_direct(), "a direct view of a checked binding");
+        debug_assert!(
+            b.is_direct() || (b.window_only && b.stamps.is_null() && b.dirty.is_null()),
+            "a direct view of a checked binding"
+        );
+        let (start, span) = match b.window_only {
+            true => (
+                b.window_start,
+                b.window_len.min(b.len.saturating_sub(b.window_start)),
+            ),
+            false => (0, b.len),
+        };
         DirectView {
             ptr: b.ptr as *mut T,
             len: b.len,
+            start,
+            span,
             writable: b.writable,
+            tags: if b.window_only {
+                b.tags
+            } else {
+                std::ptr::null()
+            },
             read_only_reason: b.read_only_reason,
             name,
             _life: PhantomData,
@@ -73,8 +105,7 @@ impl<'a, T> DirectView<'a, T> {
     /// Element `i`, or `None` past the end.
     #[inline(always)]
     pub fn get(&self, i: usize) -> Option<&T> {
-        // SAFETY: as in `index`, with the bound checked here.
-        (i < self.len).then(|| unsafe { &*self.ptr.add(i) })
+        (i < self.len).then(|| &self[i])
     }
 
     /// Element `i` mutably, or `None` past the end.
@@ -89,24 +120,40 @@ impl<'a, T> DirectView<'a, T> {
         self
     }
 
-    #[cold]
-    #[inline(never)]
-    fn out_of_bounds(&self, i: usize) -> ! {
-        raise(Fault::OutOfBounds {
-            table: self.name,
-            index: i,
-            len: self.len,
-        })
+    /// Whether access `i` (a write if `write`) is admitted: one comparison of values the
+    /// compiler keeps in registers, combined without branches so that the only branch
+    /// is to a refusal, which ends the body.
+    #[inline(always)]
+    fn admits(&self, i: usize, write: bool) -> bool {
+        (i.wrapping_sub(self.start) < self.span) & (!write | self.writable)
     }
 
+    /// Raises the fault of an access [`DirectView::admits`] refused, as a checked view
+    /// would: past the end, a write to a table the loop may not write, or a key outside
+    /// the group's window.
     #[cold]
     #[inline(never)]
-    fn read_only(&self, i: usize) -> ! {
+    fn refuse(&self, i: usize, write: bool) -> ! {
+        if i >= self.len {
+            raise(Fault::OutOfBounds {
+                table: self.name,
+                index: i,
+                len: self.len,
+            })
+        }
+        let outside = i.wrapping_sub(self.start) >= self.span;
+        let reason = match (outside, self.tags.is_null()) {
+            (false, _) => self.read_only_reason,
+            // SAFETY: `tags` has one entry per element (the planner sizes it to the
+            // table), and `i < len`.
+            (true, false) => outside_reason(unsafe { *self.tags.add(i) }),
+            (true, true) => outside_reason(crate::access::UNTOUCHED),
+        };
         raise(Fault::Outside {
             table: self.name,
             key: i as u64,
-            write: true,
-            reason: self.read_only_reason,
+            write,
+            reason,
         })
     }
 }
@@ -116,14 +163,17 @@ impl<T> Index<usize> for DirectView<'_, T> {
 
     #[inline(always)]
     fn index(&self, i: usize) -> &T {
-        if i >= self.len {
-            self.out_of_bounds(i);
+        if !self.admits(i, false) {
+            self.refuse(i, false);
         }
-        // SAFETY: `i < len`, and `ptr` points to `len` initialised elements that the
-        // engine keeps alive and locked for the operator. Only this worker runs the call
-        // (the engine makes direct views for lone workers only), and the registry refuses
-        // a table captured twice, so no other reference to element `i` exists but the
-        // ones this view hands out under the borrow rules.
+        // SAFETY: `i` is in the window, which lies in `0..len`, and `ptr` points to `len`
+        // initialised elements that the engine keeps alive and locked for the operator.
+        // Either only this worker runs the call (a lone worker: the window is the whole
+        // table) or the window is the running group's block of a rotated table, which the
+        // plan gives to no other group while this one runs, and every task of the group
+        // reached only its block in reconnaissance (`Binding::window_only`); the registry
+        // refuses a table captured twice. So no other reference to element `i` exists but
+        // the ones this view hands out under the borrow rules.
         unsafe { &*self.ptr.add(i) }
     }
 }
@@ -131,11 +181,8 @@ impl<T> Index<usize> for DirectView<'_, T> {
 impl<T> IndexMut<usize> for DirectView<'_, T> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
-        if i >= self.len {
-            self.out_of_bounds(i);
-        }
-        if !self.writable {
-            self.read_only(i);
+        if !self.admits(i, true) {
+            self.refuse(i, true);
         }
         // SAFETY: as for `index`; `&mut self` rules out a second reference from this view.
         unsafe { &mut *self.ptr.add(i) }

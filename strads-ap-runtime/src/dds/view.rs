@@ -695,6 +695,7 @@ fn refused<T>() -> Plain<T> {
 mod tests {
     use super::{Scratch, VectorView};
     use crate::access::{Binding, Fault, SHARED};
+    use crate::dds::DirectView;
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
     /// Whether `access` raised `Fault::Outside` for `key`.
@@ -764,6 +765,68 @@ mod tests {
             let _ = v[7];
         }));
         assert_eq!(data, [0, 0, 1, 1, 1, 2, 0, 0]);
+    }
+
+    #[test]
+    fn a_direct_view_of_a_window_only_table_admits_its_window_alone() {
+        // Cell 3's block 2..5 of a rotated table whose tasks reach nothing else: inside
+        // the block, reads and writes; outside it, every access is refused with the reason
+        // the tags give (another group's block, or no task's), and past the end too.
+        let mut data = vec![0u32; 8];
+        let tags = [2, 2, 3, 3, 3, 4, 4, crate::access::UNTOUCHED];
+        let b = Binding {
+            tags: tags.as_ptr(),
+            allowed: 3,
+            window_start: 2,
+            window_len: 3,
+            window_only: true,
+            ..Binding::direct(1, data.as_mut_ptr().cast(), 8, std::ptr::null())
+        };
+        let mut v: DirectView<'_, u32> = DirectView::bind(&b, "v");
+        for k in 2..5 {
+            v[k] += 1;
+            v[k] += v[k];
+        }
+        for k in [0, 1, 5, 6, 7] {
+            assert!(refused(k as u64, || v[k] += 1), "write of {k}");
+            assert!(refused(k as u64, || _ = v[k]), "read of {k}");
+        }
+        let why = |k: usize| match std::panic::catch_unwind(AssertUnwindSafe(|| _ = v[k])) {
+            Err(p) => match p.downcast_ref::<Fault>() {
+                Some(Fault::Outside { reason, .. }) => *reason,
+                other => panic!("unexpected payload {other:?}"),
+            },
+            Ok(()) => panic!("{k} admitted"),
+        };
+        assert_eq!(why(6), super::outside_reason(4));
+        assert_eq!(why(7), super::outside_reason(crate::access::UNTOUCHED));
+        assert!(matches!(
+            std::panic::catch_unwind(AssertUnwindSafe(|| _ = v[8])).map_err(|p| p
+                .downcast_ref::<Fault>()
+                .map(|f| matches!(
+                    f,
+                    Fault::OutOfBounds {
+                        index: 8,
+                        len: 8,
+                        ..
+                    }
+                ))),
+            Err(Some(true))
+        ));
+        assert_eq!(v.get(8), None);
+        assert_eq!(data, [0, 0, 2, 2, 2, 0, 0, 0]);
+
+        // The same binding without `window_only` (a lone worker's) admits the whole table.
+        let lone = Binding {
+            tags: std::ptr::null(),
+            window_only: false,
+            ..b
+        };
+        let mut v: DirectView<'_, u32> = DirectView::bind(&lone, "v");
+        for k in 0..8 {
+            v[k] += 1;
+        }
+        assert_eq!(data, [1, 1, 3, 3, 3, 1, 1, 1]);
     }
 
     #[test]

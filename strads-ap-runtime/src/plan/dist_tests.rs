@@ -142,7 +142,7 @@ fn rotation() -> Plan {
         col,
         tasks: vec![task],
     };
-    let schedule = Schedule::Rotation(Rotation {
+    let schedule = Schedule::Rotation(Box::new(Rotation {
         row_slot: 0,
         col_slot: Some(1),
         row_members: Vec::new(),
@@ -151,10 +151,11 @@ fn rotation() -> Plan {
         col_bounds: Vec::new(),
         row_windowed: Vec::new(),
         col_windowed: Vec::new(),
+        window_only: Vec::new(),
         rows: 2,
         cols: 2,
         cells: vec![cell(0, 0, 0), cell(0, 1, 1), cell(1, 0, 2), cell(1, 1, 3)],
-    });
+    }));
     let task = |r: u64, c: u64| [(0, 2 * r + c, true), (1, c, true)];
     plan_of(
         vec![SlotMode::Checked, SlotMode::Checked],

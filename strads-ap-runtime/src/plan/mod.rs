@@ -89,6 +89,10 @@ pub struct Rotation {
     pub row_windowed: Vec<usize>,
     /// Tables keyed exactly like `col_slot` likewise.
     pub col_windowed: Vec<usize>,
+    /// The windowed tables no task reached outside its cell's block in reconnaissance:
+    /// their windows cover every access the plan allows, so a group's body may check the
+    /// window alone (see [`window_only`]).
+    pub window_only: Vec<usize>,
     /// Number of row blocks.
     pub rows: usize,
     /// Number of column blocks (1 for a one-table rotation).
@@ -119,8 +123,8 @@ pub struct Batch {
 /// How groups are formed and ordered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Schedule {
-    /// See [`Rotation`].
-    Rotation(Rotation),
+    /// See [`Rotation`]. Boxed: a rotation's fields outweigh a components schedule's.
+    Rotation(Box<Rotation>),
     /// Batches of conflict-free groups.
     Components(Vec<Batch>),
 }
@@ -323,6 +327,9 @@ pub fn plan_ahead(
                 if let Some(c) = r.col_slot {
                     r.col_windowed = same(c, &r.col_members);
                 }
+            }
+            if let Schedule::Rotation(r) = &mut schedule {
+                r.window_only = window_only(&log, r);
             }
             (schedule, stats)
         }
@@ -784,7 +791,7 @@ fn rotation(
         largest_component: 0,
     };
     (
-        Schedule::Rotation(Rotation {
+        Schedule::Rotation(Box::new(Rotation {
             row_slot,
             col_slot,
             row_members: Vec::new(),
@@ -796,13 +803,65 @@ fn rotation(
                 .unwrap_or_default(),
             row_windowed: vec![row_slot],
             col_windowed: col_slot.into_iter().collect(),
+            window_only: Vec::new(),
             rows: blocks,
             cols,
             cells,
-        }),
+        })),
         stats,
         block_of,
     )
+}
+
+/// The windowed tables of `rot` (`row_windowed`, `col_windowed`) whose every access in
+/// `log` lies in the block of its task's cell: a cell's window then covers all the
+/// accesses the plan allows it, and an access outside it is one the plan refuses. One
+/// parallel pass over the cells' logs.
+pub fn window_only(log: &AccessLog, rot: &Rotation) -> Vec<usize> {
+    let windowed: Vec<(usize, &[usize], bool)> = rot
+        .row_windowed
+        .iter()
+        .map(|&s| (s, &rot.row_bounds[..], true))
+        .chain(
+            rot.col_windowed
+                .iter()
+                .map(|&s| (s, &rot.col_bounds[..], false)),
+        )
+        .collect();
+    let within = |bounds: &[usize], block: u32, key: u64| {
+        let b = block as usize;
+        match (bounds.get(b), bounds.get(b + 1)) {
+            (Some(&lo), Some(&hi)) => (lo as u64..hi as u64).contains(&key),
+            _ => false,
+        }
+    };
+    let outside: Vec<bool> = rot
+        .cells
+        .par_iter()
+        .map(|cell| {
+            let mut outside = vec![false; windowed.len()];
+            for &t in &cell.tasks {
+                for a in log.task(t as usize) {
+                    for (w, &(slot, bounds, by_row)) in windowed.iter().enumerate() {
+                        let block = if by_row { cell.row } else { cell.col };
+                        if a.slot() == slot && !within(bounds, block, a.key()) {
+                            outside[w] = true;
+                        }
+                    }
+                }
+            }
+            outside
+        })
+        .reduce(
+            || vec![false; windowed.len()],
+            |a, b| a.iter().zip(&b).map(|(x, y)| x | y).collect(),
+        );
+    windowed
+        .iter()
+        .zip(&outside)
+        .filter(|(_, &out)| !out)
+        .map(|(&(slot, _, _), _)| slot)
+        .collect()
 }
 
 /// Where each of `blocks` blocks starts in a table whose keys' blocks (`block_of`) never

@@ -73,6 +73,25 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
         "a task is missing or repeated"
     );
 
+    // A table whose window stands in for its tags is reached only inside the window of
+    // each task's cell: views that admit the window alone refuse nothing the plan allows.
+    if let Schedule::Rotation(r) = &plan.schedule {
+        for (c, cell) in r.cells.iter().enumerate() {
+            for &t in &cell.tasks {
+                for a in log.task(t as usize) {
+                    if r.window_only.contains(&a.slot()) {
+                        let window = plan.schedule.window(a.slot(), GroupRef::Cell(c));
+                        assert!(
+                            window.contains(&(a.key() as usize)),
+                            "task {t} reaches {:?} outside its window {window:?}",
+                            (a.slot(), a.key())
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     // No two concurrent groups share a key that either writes (relaxed tables aside).
     let mut touch: Vec<HashMap<(usize, u64), bool>> = Vec::new();
     for (_, tasks) in &groups {
@@ -916,6 +935,8 @@ fn biased_mf_shape_rotates_over_two_dimensions() {
             let cell = GroupRef::Cell(0);
             assert_eq!(p.schedule.window(3, cell), p.schedule.window(1, cell));
             assert!(!p.schedule.window(1, cell).is_empty());
+            // Every task reaches only its own keys: the windows cover every access.
+            assert_eq!(r.window_only, [1, 3, 2, 4]);
         }
         other => panic!("expected rotation, got {other:?}"),
     }

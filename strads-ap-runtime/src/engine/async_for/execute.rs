@@ -53,13 +53,27 @@ fn windowed_slots(distributed: bool, bases: &[Base], schedule: &Schedule) -> Vec
     }
 }
 
+/// Per slot, whether a checked table's window covers every access the plan allows (the
+/// rotation's `window_only` tables), so that its views may admit the window alone. In a
+/// world of one only: across ranks a body may reach elements not yet fetched, which the
+/// checked views' tags refuse.
+fn window_only_slots(distributed: bool, modes: &[SlotMode], schedule: &Schedule) -> Vec<bool> {
+    match (distributed, schedule) {
+        (false, Schedule::Rotation(rot)) => (0..modes.len())
+            .map(|s| modes[s] == SlotMode::Checked && rot.window_only.contains(&s))
+            .collect(),
+        _ => vec![false; modes.len()],
+    }
+}
+
 /// Per-worker state: the context whose bindings views read, and replicas of relaxed tables.
 struct Worker<Task, I> {
     ctx: ExecCtx,
     replicas: Vec<(usize, Replica)>,
     /// The body this worker runs: over direct views when no binding has tags to check
-    /// (every written table relaxed, or none written), which then cost what a `Vec`
-    /// costs; over checked views otherwise.
+    /// (every written table relaxed, or none written) or every checked binding is
+    /// reached only inside its window (a rotation of SGDMF's or biased MF's kind), which
+    /// then cost what a `Vec` costs; over checked views otherwise.
     body: fn(&Task, &ExecCtx, Indices<'_, I>),
 }
 
@@ -83,6 +97,9 @@ struct Shared<'s, Task, I> {
     /// the plan reads the tables nearly in order, and the hardware streams it.
     owned_ahead: bool,
     windowed: Vec<bool>,
+    /// Per slot, whether the group's window covers every access the plan allows it (see
+    /// [`window_only_slots`]).
+    window_only: Vec<bool>,
     merges: Merges,
     errors: FirstError,
     /// Nanoseconds the workers spent running groups, for the diagnoses.
@@ -97,6 +114,7 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
             bind_worker(registry, self.bases, modes, &self.merges, |slot, b| {
                 if modes[slot] == SlotMode::Checked {
                     b.tags = tags(slot);
+                    b.window_only = self.window_only[slot];
                 }
             });
         let mut ctx = ExecCtx::new(bindings);
@@ -104,7 +122,8 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
         ctx.prefetch = prefetched(registry, self.bases, self.indexed_by_task, |_| {
             self.owned_ahead
         });
-        let body = match ctx.bindings.iter().all(Binding::is_direct) {
+        let direct = |b: &Binding| b.is_direct() || b.window_only;
+        let body = match ctx.bindings.iter().all(direct) {
             true => self.direct,
             false => self.run,
         };
@@ -323,6 +342,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         indexed_by_task,
         owned_ahead: l.call.here.is_distributed(),
         windowed: windowed_slots(l.call.here.is_distributed(), bases, schedule),
+        window_only: window_only_slots(l.call.here.is_distributed(), modes, schedule),
         merges: Merges::default(),
         errors: FirstError::new(),
         busy: AtomicU64::new(0),
@@ -740,6 +760,7 @@ mod tests {
             col_bounds: bounds(cols, col_keys),
             row_windowed: vec![0],
             col_windowed: vec![1],
+            window_only: Vec::new(),
             rows,
             cols,
             cells,
