@@ -1112,6 +1112,10 @@ pub(crate) unsafe fn unpack_elements<T: super::Element>(
 
 /// Per-worker copies of an aggregatable table and the merging of their deltas.
 pub(crate) trait Merger: Send + Sync {
+    /// Whether pushing a key whose replica value did not change leaves its master as it
+    /// was: the table's aggregation adds deltas (sum, average), and a zero delta adds
+    /// nothing. (A custom aggregation may do something with a zero delta.)
+    fn zero_change_is_neutral(&self) -> bool;
     /// A replica: a copy of `len` elements at `master`.
     ///
     /// # Safety
@@ -1293,6 +1297,10 @@ impl<T: Aggregate> VectorMerger<T> {
 }
 
 impl<T: Aggregate> Merger for VectorMerger<T> {
+    fn zero_change_is_neutral(&self) -> bool {
+        matches!(self.aggregation, Aggregation::Sum | Aggregation::Average)
+    }
+
     unsafe fn replica(&self, master: *const u8, len: usize) -> Replica {
         // SAFETY: the caller guarantees `master` points to `len` initialised `T`s that are
         // not written while we copy them.

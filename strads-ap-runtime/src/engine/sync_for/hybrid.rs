@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::cross::{steps_everywhere, CrossRank, HYBRID_SYNCS, HYBRID_WINDOW};
-use super::keys::Tracked;
+use super::keys::{Tracked, WHOLE_KEYS};
 use super::Minibatches;
 use crate::access::{ExecCtx, SHARED, UNTOUCHED};
 use crate::cluster::collective::Comm;
@@ -73,12 +73,21 @@ impl Worker {
         let tracked: Vec<Tracked> = match m.sparse {
             None => replicas
                 .iter()
-                .map(|(slot, _)| Tracked::new(m.bases[*slot].len))
+                .map(|(slot, _)| {
+                    let len = m.bases[*slot].len;
+                    let merger = m.registry.entries[*slot].merger.as_ref();
+                    match len <= WHOLE_KEYS && merger.is_some_and(|m| m.zero_change_is_neutral()) {
+                        true => Tracked::whole(len),
+                        false => Tracked::new(len),
+                    }
+                })
                 .collect(),
             Some(_) => Vec::new(),
         };
         for ((slot, _), t) in replicas.iter().zip(&tracked) {
-            ctx.bindings[*slot].dirty = t.dirty;
+            if !t.is_whole() {
+                ctx.bindings[*slot].dirty = t.dirty;
+            }
         }
         let tags: Vec<Vec<u32>> = match m.sparse {
             Some(_) => replicas
@@ -114,8 +123,10 @@ fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize
         refresh(m, &mut w, b);
         merging += t_merge.elapsed();
     }
+    // Over direct views where no replica's views note keys (every one small, pushed whole).
+    let body = m.body_for(&w.ctx);
     while let Some(b) = batch {
-        m.run_batch(&w.ctx, b);
+        m.run_batch_by(body, &w.ctx, b);
         batch = take();
         let t_merge = Instant::now();
         match batch {

@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::access::Dirty;
 use crate::dds::table::{Merger, Replica};
 
+/// Tables of at most this many elements are pushed whole by Hybrid workers (see
+/// [`Tracked::whole`]): a push then costs at most this many elements' deltas.
+pub(super) const WHOLE_KEYS: usize = 256;
+
 /// A Hybrid worker's bookkeeping for one replica when there is no reconnaissance: the
 /// keys it wrote since its last push (noted by its views), how much of the call's push log
 /// it has caught up with (a worker that starts late replays what others pushed meanwhile;
@@ -20,6 +24,9 @@ pub(super) struct Tracked {
     stamps: Vec<u32>,
     /// The keys to refresh before the current mini-batch (kept to reuse its buffer).
     fresh: Vec<usize>,
+    /// For a small table pushed whole (see [`Tracked::whole`]), its length: the views
+    /// note nothing, and every key counts as written.
+    whole: Option<usize>,
 }
 
 impl Drop for Tracked {
@@ -31,12 +38,43 @@ impl Drop for Tracked {
 }
 
 impl Tracked {
+    /// Bookkeeping for a replica of `len` elements whose views note the keys they write.
     pub fn new(len: usize) -> Self {
         Tracked {
             dirty: Box::into_raw(Box::new(Dirty::new(len))),
             seen: 0,
             stamps: vec![u32::MAX; len],
             fresh: Vec::new(),
+            whole: None,
+        }
+    }
+
+    /// Bookkeeping for a small replica of `len` elements pushed whole after every
+    /// mini-batch, whose views note nothing: a mini-batch of k-means reads every centre
+    /// in its inner loop, and views that note writes check every access, where views
+    /// that do not cost what a `Vec` costs (`zoo kmeans`, 2 threads: 13.5 → 9.7 ms an
+    /// epoch, serial 19.9 ms). Only for tables whose unchanged keys push nothing
+    /// ([`Merger::zero_change_is_neutral`]).
+    pub fn whole(len: usize) -> Self {
+        let mut t = Tracked::new(len);
+        t.whole = Some(len);
+        t
+    }
+
+    /// Whether the views note nothing for this replica.
+    pub fn is_whole(&self) -> bool {
+        self.whole.is_some()
+    }
+
+    /// For a replica pushed whole, notes every key as written.
+    fn note_whole(&mut self) {
+        if let Some(len) = self.whole {
+            // SAFETY: `dirty` is valid (see `new`); no view holds it (views of a replica
+            // pushed whole are not given it).
+            let dirty = unsafe { &mut *self.dirty };
+            for i in 0..len {
+                dirty.mark(i);
+            }
         }
     }
 
@@ -87,6 +125,7 @@ impl Tracked {
         replica: &mut Replica,
         locks: &KeyLocks,
     ) {
+        self.note_whole();
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
         let dirty = unsafe { &*self.dirty };
@@ -110,6 +149,7 @@ impl Tracked {
         next: usize,
         locks: &KeyLocks,
     ) {
+        self.note_whole();
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
         let dirty = unsafe { &*self.dirty };

@@ -335,9 +335,9 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
         self.run_batch_by(self.run, ctx, b)
     }
 
-    /// The body a lone worker runs in `ctx`: over direct views when every table is bound
+    /// The body a worker runs in `ctx`: over direct views when every table is bound
     /// plainly (no replica's dirty note, no tags), else over checked views.
-    fn lone_body(&self, ctx: &ExecCtx) -> fn(&Task, &ExecCtx, &[D]) {
+    fn body_for(&self, ctx: &ExecCtx) -> fn(&Task, &ExecCtx, &[D]) {
         match ctx.bindings.iter().all(Binding::is_direct) {
             true => self.direct,
             false => self.run,

@@ -16,7 +16,7 @@ pub(super) fn run<Task: Sync, D: Element>(
     mode: SyncMode,
 ) -> Result<()> {
     let (ctx, _) = m.new_worker();
-    let body = m.lone_body(&ctx);
+    let body = m.body_for(&ctx);
     // Across ranks, BSP synchronises after every mini-batch (one worker per rank)
     // and Hybrid after every window; in a world of one there is nothing to wait for.
     let window = match (comm, mode) {
