@@ -163,7 +163,7 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
         let sched = CellScheduler::new(rot, cells, slices_per_cell(rot), threads);
         let work = || {
             let mut w = self.worker(|slot| tags[slot].as_ptr());
-            let me = worker_seat(threads);
+            let me = sched.seat();
             while let Some(unit) = sched.take(&self.errors, me) {
                 let cell = &rot.cells[unit.cell];
                 let tasks = &cell.tasks[unit.tasks.clone()];
@@ -585,11 +585,9 @@ struct Unit {
     col: usize,
 }
 
-/// Which of a call's `threads` workers this thread is: the same every call for the same
-/// thread (the caller is 0, pool thread `i` is `i + 1`), so that a worker keeps running the
-/// blocks it ran before, whose rows its cache holds.
-fn worker_seat(threads: usize) -> usize {
-    rayon::current_thread_index().map_or(0, |i| i + 1) % threads.max(1)
+thread_local! {
+    /// The seat this thread last took in a rotation step (see [`CellScheduler::seat`]).
+    static SEAT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
 }
 
 /// Hands out slices of rotation cells whose row and column blocks are both free: the
@@ -606,6 +604,8 @@ fn worker_seat(threads: usize) -> usize {
 struct CellScheduler {
     state: Mutex<CellState>,
     wake: Condvar,
+    /// Which seats (`0..threads`) the step's workers have taken.
+    seats: Vec<AtomicBool>,
 }
 
 struct CellState {
@@ -655,7 +655,26 @@ impl CellScheduler {
                 waiting: 0,
             }),
             wake: Condvar::new(),
+            seats: (0..threads.max(1))
+                .map(|_| AtomicBool::new(false))
+                .collect(),
         }
+    }
+
+    /// A seat for the calling worker: the one it took in the last step it ran if free, so
+    /// that the same thread keeps the same home blocks (whose rows its cache holds) from
+    /// step to step and call to call, whichever pool threads a call wakes; else the first
+    /// free one.
+    fn seat(&self) -> usize {
+        let last = SEAT.get();
+        let free = |s: usize| !self.seats[s].swap(true, Ordering::Relaxed);
+        let seat = match last < self.seats.len() && free(last) {
+            true => last,
+            // More workers than seats cannot take one each; the extra share seat 0.
+            false => (0..self.seats.len()).find(|&s| free(s)).unwrap_or(0),
+        };
+        SEAT.set(seat);
+        seat
     }
 
     /// The next unit for worker `me`, or `None` when all are taken (or a run failed).
@@ -795,6 +814,51 @@ mod tests {
                 "every unit was handed out once"
             );
         }
+    }
+
+    #[test]
+    fn a_thread_keeps_its_seat_from_step_to_step_and_seats_are_distinct() {
+        let rot = grid(4, 4, 10, 10_000, 2_000);
+        let all: Vec<usize> = (0..rot.cells.len()).collect();
+        let steps: Vec<CellScheduler> = (0..4)
+            .map(|_| CellScheduler::new(&rot, &all, 1, 3))
+            .collect();
+        // Three threads take seats in every step, in a different order each time: each
+        // keeps the seat it first took, and no two share one.
+        let seats: Vec<Vec<usize>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|t| {
+                    let steps = &steps;
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        for (i, step) in steps.iter().enumerate() {
+                            // Later threads wait for the earlier ones' turn (by step).
+                            while step
+                                .seats
+                                .iter()
+                                .filter(|s| s.load(Ordering::Relaxed))
+                                .count()
+                                != (t + i) % 3
+                            {
+                                std::thread::yield_now();
+                            }
+                            mine.push(step.seat());
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for mine in &seats {
+            assert!(
+                mine.iter().all(|&s| s == mine[0]),
+                "a thread changed seats: {seats:?}"
+            );
+        }
+        let mut first: Vec<usize> = seats.iter().map(|m| m[0]).collect();
+        first.sort_unstable();
+        assert_eq!(first, [0, 1, 2]);
     }
 
     #[test]
