@@ -302,9 +302,10 @@ pub(super) fn plan_aside<Task, I>(
 /// time over this, before it runs in loop order instead (later ones do not wait): about
 /// half a serial call (a recorded run takes 2.5-4 serial calls), so that a plan made
 /// within it is run at once (a call on two workers saves up to half a serial call), and
-/// one made later costs the wait at most. The user study's sparse logistic regressions (10,000 tasks) plan in 2-3 ms
-/// against a 40 ms serial call: without the wait their second call ran in loop order, and
-/// their 10 epochs ran at 0.87-0.94 of the speed they had with planning on the path.
+/// one made later costs the wait at most. The user study's sparse logistic regressions
+/// (10,000 tasks) plan in 2-3 ms against a 40 ms serial call: without the wait their
+/// second call ran in loop order, and their 10 epochs ran at 0.87-0.94 of the speed they
+/// had with planning on the path.
 const RECORDED_PER_PATIENCE: u32 = 8;
 
 /// Where the plan a recorded first call left to a spare thread is, for this call.

@@ -24,9 +24,9 @@ pub(super) struct Tracked {
     stamps: Vec<u32>,
     /// The keys to refresh before the current mini-batch (kept to reuse its buffer).
     fresh: Vec<usize>,
-    /// For a small table pushed whole (see [`Tracked::whole`]), its length: the views
-    /// note nothing, and every key counts as written.
-    whole: Option<usize>,
+    /// A small table pushed whole (see [`Tracked::whole`]): the views note nothing, and
+    /// every key counts as written.
+    whole: bool,
 }
 
 impl Drop for Tracked {
@@ -45,7 +45,7 @@ impl Tracked {
             seen: 0,
             stamps: vec![u32::MAX; len],
             fresh: Vec::new(),
-            whole: None,
+            whole: false,
         }
     }
 
@@ -57,22 +57,22 @@ impl Tracked {
     /// ([`Merger::zero_change_is_neutral`]).
     pub fn whole(len: usize) -> Self {
         let mut t = Tracked::new(len);
-        t.whole = Some(len);
+        t.whole = true;
         t
     }
 
     /// Whether the views note nothing for this replica.
     pub fn is_whole(&self) -> bool {
-        self.whole.is_some()
+        self.whole
     }
 
     /// For a replica pushed whole, notes every key as written.
     fn note_whole(&mut self) {
-        if let Some(len) = self.whole {
+        if self.whole {
             // SAFETY: `dirty` is valid (see `new`); no view holds it (views of a replica
             // pushed whole are not given it).
             let dirty = unsafe { &mut *self.dirty };
-            for i in 0..len {
+            for i in 0..self.stamps.len() {
                 dirty.mark(i);
             }
         }
