@@ -133,7 +133,7 @@ fn generate(
             }
         });
 
-    let (kind, run_fn, head, run, record, direct, lock) = match &input.head {
+    let (kind, run_fn, head, run, record, direct, window_lock) = match &input.head {
         Head::Async { range } => {
             let idx = local("__strads_idx");
             (
@@ -150,8 +150,9 @@ fn generate(
                 },
                 gen.body_fn(Pass::Direct, &idx, quote!(#idx)),
                 {
+                    let window = gen.body_fn(Pass::Window, &idx, quote!(#idx));
                     let lock = gen.body_fn(Pass::Lock, &idx, quote!(#idx));
-                    quote!(, #lock)
+                    quote!(, #window, #lock)
                 },
             )
         }
@@ -177,7 +178,7 @@ fn generate(
     let opts = gen.opts();
     let register = gen.register_fn();
     let run_call = quote! {
-        #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct #lock)
+        #private::#run_fn(&#site, #head, &#task_var, #opts, #register, #run, #record, #direct #window_lock)
     };
     // Reduction variables take the combined value once the call has run.
     let call = if reductions.is_empty() && summed.is_empty() {
@@ -255,13 +256,15 @@ fn combine_fn(r: &ReductionVar) -> TokenStream {
 /// `Note` over checked views that also note the keys a worker writes in its replica
 /// (`sync_for!`'s Hybrid workers), `Record` over recording views for reconnaissance execution, `Direct` over views
 /// that check only bounds, for a worker that runs a call alone, and (`async_for!` only)
-/// `Lock` over views that lock elements, for loops whose accesses change every call.
+/// `Window` over views that check only a window (a rotation group's block) and `Lock`
+/// over views that lock elements, for loops whose accesses change every call.
 #[derive(Clone, Copy)]
 enum Pass {
     Run,
     Note,
     Record,
     Direct,
+    Window,
     Lock,
 }
 
@@ -360,6 +363,7 @@ impl<'a> Generator<'a> {
             Pass::Note => (local("__strads_ctx"), "__strads_note", "NoteFallback"),
             Pass::Record => (local("__strads_rec"), "__strads_record", "RecordFallback"),
             Pass::Direct => (local("__strads_ctx"), "__strads_direct", "DirectFallback"),
+            Pass::Window => (local("__strads_ctx"), "__strads_window", "DirectFallback"),
             Pass::Lock => (local("__strads_ctx"), "__strads_lock", "LockFallback"),
         };
         // Shown at the capture: a capture that cannot be bound is refused there, by the

@@ -24,7 +24,12 @@ use crate::access::{raise, Binding, ExecCtx, Fault};
 
 /// A DVector as a lone worker's loop body sees it: indexable like a `Vec`, with the
 /// bound checked on every access and nothing else on reads.
-pub struct DirectView<'a, T> {
+///
+/// `WINDOW` says whether the view admits a window of the table (a rotation group's
+/// block) or the whole of it (a lone worker's): two body versions, so that a lone
+/// worker's check is the one `i < len` of a `Vec`, which the compiler merges with the
+/// slice's own, while a group's is one more subtraction.
+pub struct DirectView<'a, T, const WINDOW: bool = false> {
     ptr: *mut T,
     len: usize,
     /// The keys admitted, `start..start + span`: the whole table, or a rotation cell's
@@ -52,19 +57,38 @@ impl<T: Clone> VectorRef<T> {
     ) -> DirectView<'a, T> {
         DirectView::bind(ctx.binding(self.table.id), name)
     }
+
+    /// Binds the captured DVector for a rotation group whose checked tables are
+    /// reached only in their windows.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_window<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> DirectView<'a, T, true> {
+        DirectView::bind(ctx.binding(self.table.id), name)
+    }
 }
 
-impl<'a, T> DirectView<'a, T> {
+impl<'a, T, const WINDOW: bool> DirectView<'a, T, WINDOW> {
     /// A direct view of the elements a binding points to (a vector's, or a map's values).
     ///
     /// The binding must have no per-key tags, locks or dirty note, or be a rotated table
-    /// whose window covers every access the plan allows: the engine makes direct runs only
-    /// from bindings of those kinds (see `Binding::is_direct`, `Binding::window_only`).
+    /// whose window covers every access the plan allows, bound as `WINDOW`: the engine
+    /// makes direct runs only from bindings of those kinds (see `Binding::is_direct`,
+    /// `Binding::window_only`).
     #[inline(always)]
     pub(crate) fn bind(b: &Binding, name: &'static str) -> Self {
         debug_assert!(
             b.is_direct() || (b.window_only && b.stamps.is_null() && b.dirty.is_null()),
             "a direct view of a checked binding"
+        );
+        // Once per body run, not per access: a window-only binding in a lone worker's
+        // body would admit keys outside its window.
+        assert!(
+            WINDOW || !b.window_only,
+            "a window-only binding of `{name}` in a body without windows"
         );
         let (start, span) = match b.window_only {
             true => (
@@ -125,7 +149,11 @@ impl<'a, T> DirectView<'a, T> {
     /// is to a refusal, which ends the body.
     #[inline(always)]
     fn admits(&self, i: usize, write: bool) -> bool {
-        (i.wrapping_sub(self.start) < self.span) & (!write | self.writable)
+        let inside = match WINDOW {
+            true => i.wrapping_sub(self.start) < self.span,
+            false => i < self.len,
+        };
+        inside & (!write | self.writable)
     }
 
     /// Raises the fault of an access [`DirectView::admits`] refused, as a checked view
@@ -158,7 +186,7 @@ impl<'a, T> DirectView<'a, T> {
     }
 }
 
-impl<T> Index<usize> for DirectView<'_, T> {
+impl<T, const WINDOW: bool> Index<usize> for DirectView<'_, T, WINDOW> {
     type Output = T;
 
     #[inline(always)]
@@ -178,7 +206,7 @@ impl<T> Index<usize> for DirectView<'_, T> {
     }
 }
 
-impl<T> IndexMut<usize> for DirectView<'_, T> {
+impl<T, const WINDOW: bool> IndexMut<usize> for DirectView<'_, T, WINDOW> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
         if !self.admits(i, true) {
@@ -189,12 +217,20 @@ impl<T> IndexMut<usize> for DirectView<'_, T> {
     }
 }
 
-/// Fallback of `__strads_direct` for captured plain values: an owned copy.
+/// Fallback of `__strads_direct` and `__strads_window` for captured plain values: an
+/// owned copy.
 #[doc(hidden)]
 pub trait DirectFallback {
     fn __strads_direct<C: ?Sized>(&self, _ctx: &C, _name: &'static str) -> super::Plain<Self>
     where
         Self: Sized;
+
+    fn __strads_window<C: ?Sized>(&self, ctx: &C, name: &'static str) -> super::Plain<Self>
+    where
+        Self: Sized,
+    {
+        self.__strads_direct(ctx, name)
+    }
 }
 
 impl<T: Capturable> DirectFallback for T {

@@ -1102,6 +1102,17 @@ impl<K: MapKey, V: Element> MapRef<K, V> {
     }
 
     #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_window<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MapView<'a, K, DirectView<'a, V, true>> {
+        let b = ctx.binding(self.table.id);
+        self.view(b.index, DirectView::bind(b, name), name)
+    }
+
+    #[doc(hidden)]
     pub fn __strads_record<'a, R: Recording>(
         &'a self,
         rec: &'a R,
@@ -1532,6 +1543,16 @@ impl<K: MapKey, V: Element> MultiMapRef<K, V> {
         name: &'static str,
     ) -> MultiMapView<'a, K, DirectView<'a, Vec<V>>> {
         MultiMapView(self.0.__strads_direct(ctx, name))
+    }
+
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_window<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        name: &'static str,
+    ) -> MultiMapView<'a, K, DirectView<'a, Vec<V>, true>> {
+        MultiMapView(self.0.__strads_window(ctx, name))
     }
 
     #[doc(hidden)]

@@ -676,6 +676,12 @@ pub trait CaptureRefused {
     {
         refused()
     }
+    fn __strads_window<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
+    where
+        Self: Sized,
+    {
+        refused()
+    }
     fn __strads_lock<C: ?Sized>(&mut self, _ctx: &C, _name: &'static str) -> Plain<Self>
     where
         Self: Sized,
@@ -782,7 +788,7 @@ mod tests {
             window_only: true,
             ..Binding::direct(1, data.as_mut_ptr().cast(), 8, std::ptr::null())
         };
-        let mut v: DirectView<'_, u32> = DirectView::bind(&b, "v");
+        let mut v: DirectView<'_, u32, true> = DirectView::bind(&b, "v");
         for k in 2..5 {
             v[k] += 1;
             v[k] += v[k];
@@ -827,6 +833,13 @@ mod tests {
             v[k] += 1;
         }
         assert_eq!(data, [1, 1, 3, 3, 3, 1, 1, 1]);
+
+        // A window-only binding is never bound as a whole table (the lone worker's body):
+        // refused when bound, before any access.
+        let bound = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _: DirectView<'_, u32> = DirectView::bind(&b, "v");
+        }));
+        assert!(bound.is_err(), "a window-only binding bound whole");
     }
 
     #[test]

@@ -322,6 +322,7 @@ mod tests {
             },
             |_, _, _| {},
             |_, _, _| {},
+            |_, _, _| {},
         );
         let sync_run = run_sync_for(
             site(LoopKind::Sync),

@@ -266,6 +266,16 @@ impl<X: Aggregate> Reduction<X> {
         self.summed(ctx)
     }
 
+    /// The binding of a direct run over windows.
+    #[doc(hidden)]
+    pub fn __strads_window<'a>(
+        &'a self,
+        ctx: &'a ExecCtx,
+        _: &'static str,
+    ) -> Summed<'a, X, ExecCtx> {
+        self.summed(ctx)
+    }
+
     /// The binding of a locking run.
     #[doc(hidden)]
     pub fn __strads_lock<'a>(

@@ -84,6 +84,7 @@ struct Shared<'s, Task, I> {
     start: usize,
     run: fn(&Task, &ExecCtx, Indices<'_, I>),
     direct: fn(&Task, &ExecCtx, Indices<'_, I>),
+    window: fn(&Task, &ExecCtx, Indices<'_, I>),
     recheck: bool,
     registry: &'s Registry,
     threads: usize,
@@ -122,10 +123,12 @@ impl<Task: Sync, I: LoopIndex> Shared<'_, Task, I> {
         ctx.prefetch = prefetched(registry, self.bases, self.indexed_by_task, |_| {
             self.owned_ahead
         });
-        let direct = |b: &Binding| b.is_direct() || b.window_only;
-        let body = match ctx.bindings.iter().all(direct) {
-            true => self.direct,
-            false => self.run,
+        let body = if ctx.bindings.iter().all(Binding::is_direct) {
+            self.direct
+        } else if ctx.bindings.iter().all(|b| b.is_direct() || b.window_only) {
+            self.window
+        } else {
+            self.run
         };
         Worker {
             ctx,
@@ -332,6 +335,7 @@ pub(super) fn execute<Task: Sync, I: LoopIndex>(
         start: l.start,
         run: l.run,
         direct: l.direct,
+        window: l.window,
         recheck: l.opts.recheck,
         registry: &l.call.registry,
         threads: l.call.threads,

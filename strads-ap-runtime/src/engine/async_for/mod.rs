@@ -52,6 +52,9 @@ pub(super) struct Loop<'c, 'a, Task, I> {
     pub recorded: fn(&Task, &InPlace<'_>, RecordIndices<'_, I>),
     /// The body over direct views, for a lone worker.
     pub direct: fn(&Task, &ExecCtx, Indices<'_, I>),
+    /// The body over direct views of windows, for a rotation group whose checked tables
+    /// are all window-only.
+    pub window: fn(&Task, &ExecCtx, Indices<'_, I>),
     /// The body over lock views, for locking runs.
     pub lock: fn(&Task, &ExecCtx, Indices<'_, I>),
     /// What the rank keeps of this call between calls is kept under.
@@ -140,8 +143,9 @@ fn on_one_worker(strategy: &str) -> &'static str {
 
 /// Runs an `async_for!` loop: `run` over every index of `range`, serializably.
 ///
-/// Called by generated code (the body five times: over checked views, recording views
-/// (writing to scratch, and in place), direct views and lock views); see the `async_for!` macro for the user-facing contract.
+/// Called by generated code (the body six times: over checked views, recording views
+/// (writing to scratch, and in place), direct views of whole tables and of windows, and
+/// lock views); see the `async_for!` macro for the user-facing contract.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned, I: LoopIndex>(
@@ -154,6 +158,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
     record: fn(&Task, &Recorder, RecordIndices<'_, I>),
     recorded: fn(&Task, &InPlace<'_>, RecordIndices<'_, I>),
     direct: fn(&Task, &ExecCtx, Indices<'_, I>),
+    window: fn(&Task, &ExecCtx, Indices<'_, I>),
     lock: fn(&Task, &ExecCtx, Indices<'_, I>),
 ) -> Result<()> {
     let (start, n) = check_range(site, range)?;
@@ -201,6 +206,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         record,
         recorded,
         direct,
+        window,
         lock,
         key,
     };
