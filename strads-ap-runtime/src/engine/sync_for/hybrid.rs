@@ -65,6 +65,9 @@ struct Worker {
     replicas: Vec<(usize, Replica)>,
     tracked: Vec<Tracked>,
     tags: Vec<Vec<u32>>,
+    /// Every replica is pushed whole: the worker neither reads nor writes the log of
+    /// pushed keys (see [`Tracked::whole`]), so it skips its lock.
+    all_whole: bool,
 }
 
 impl Worker {
@@ -100,11 +103,13 @@ impl Worker {
         for ((slot, _), t) in replicas.iter().zip(&tags) {
             ctx.bindings[*slot].tags = t.as_ptr();
         }
+        let all_whole = m.sparse.is_none() && tracked.iter().all(Tracked::is_whole);
         Worker {
             ctx,
             replicas,
             tracked,
             tags,
+            all_whole,
         }
     }
 }
@@ -169,6 +174,9 @@ fn push_refresh<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Wo
 
 /// Without reconnaissance: notes the keys others pushed since this worker last looked.
 fn news<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker) {
+    if w.all_whole {
+        return;
+    }
     m.merges.with(|pushed| {
         for (t, log) in w.tracked.iter_mut().zip(pushed.iter()) {
             t.news(log);
@@ -178,6 +186,9 @@ fn news<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker) {
 
 /// Without reconnaissance: tells the other workers which keys this worker pushed.
 fn announce<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, w: &mut Worker) {
+    if w.all_whole {
+        return;
+    }
     m.merges.with(|pushed| {
         for (t, log) in w.tracked.iter_mut().zip(pushed.iter_mut()) {
             t.announce(log);

@@ -80,7 +80,13 @@ impl Tracked {
 
     /// Notes the keys pushed into the master (`log`) since this worker last looked, for
     /// [`Tracked::catch_up`] to refresh.
+    ///
+    /// A replica pushed whole needs no news: every push reads back every key, and
+    /// [`Tracked::catch_up`] refreshes every key.
     pub fn news(&mut self, log: &[usize]) {
+        if self.whole {
+            return;
+        }
         self.fresh.clear();
         self.fresh
             .extend_from_slice(&log[self.seen.min(log.len())..]);
@@ -88,7 +94,8 @@ impl Tracked {
     }
 
     /// Before mini-batch `b`: refreshes in `replica` the keys others pushed into `master`
-    /// (noted by [`Tracked::news`], each once), each under its stripe's lock.
+    /// (noted by [`Tracked::news`]; every key of a replica pushed whole), each once, under
+    /// its stripe's lock.
     ///
     /// # Safety
     /// As for [`Merger::refresh_keys`], every writer of an element holding its stripe's
@@ -101,14 +108,26 @@ impl Tracked {
         b: usize,
         locks: &KeyLocks,
     ) {
+        let len = self.stamps.len();
         let stamps = &mut self.stamps;
-        let once = self.fresh.iter().copied().filter(|&key| {
+        let mut new = |&key: &usize| {
             let new = stamps[key] != b as u32;
             stamps[key] = b as u32;
             new
-        });
-        // SAFETY: the caller's guarantee; logged keys were pushed, so below the length.
-        unsafe { merger.refresh_keys(master, replica, &mut locks.each(once)) };
+        };
+        match self.whole {
+            true => {
+                let once = (0..len).filter(|k| new(k));
+                // SAFETY: the caller's guarantee; keys below the replica's length.
+                unsafe { merger.refresh_keys(master, replica, &mut locks.each(once)) };
+            }
+            false => {
+                let once = self.fresh.iter().copied().filter(|k| new(k));
+                // SAFETY: the caller's guarantee; logged keys were pushed, so below the
+                // length.
+                unsafe { merger.refresh_keys(master, replica, &mut locks.each(once)) };
+            }
+        }
     }
 
     /// After a mini-batch: pushes the keys the worker wrote into `master`, each under its
@@ -165,7 +184,12 @@ impl Tracked {
     }
 
     /// Appends the keys pushed by [`Tracked::push`] to the window's `log` and forgets them.
+    /// A replica pushed whole announces nothing (no worker reads its news) and keeps every
+    /// key noted.
     pub fn announce(&mut self, log: &mut Vec<usize>) {
+        if self.whole {
+            return;
+        }
         // SAFETY: as in `push`: no view is alive between the mini-batches.
         let dirty = unsafe { &mut *self.dirty };
         // Nobody pushed since this worker looked: its replica holds what the log says.
