@@ -302,10 +302,12 @@ pub fn plan_ahead(
     let rotated = if !(1..=2).contains(&shared.len()) {
         None
     } else {
-        match gathered {
-            Some(g) if g.slots == shared => Some(g),
-            Some(g) => Some(g.keep(&shared)),
-            None => {
+        match (gathered, &dims) {
+            (Some(g), _) if g.slots == shared => Some(g),
+            (Some(g), _) => Some(g.keep(&shared)),
+            // The dimensions hold every task's key of each shared table already.
+            (None, Some(d)) => Some(d.gathered(&shared, tables, at_index.clone())),
+            (None, None) => {
                 let g = gather(&log, tables, &shared, config.first_index);
                 g.valid.then_some(g)
             }
@@ -329,7 +331,19 @@ pub fn plan_ahead(
                 }
             }
             if let Schedule::Rotation(r) = &mut schedule {
-                r.window_only = window_only(&log, r);
+                // Every windowed table is window-only by construction: each task touches
+                // exactly one key of each rotated table (the gathered keys are valid), the
+                // task's cell is the block of its representatives' keys, and a windowed
+                // follower's key equals its representative's in every task. The pass
+                // that checks it costs more than the rest of the rotation (biased MF:
+                // 20 of 48 ms), so only debug builds make it.
+                r.window_only = r
+                    .row_windowed
+                    .iter()
+                    .chain(&r.col_windowed)
+                    .copied()
+                    .collect();
+                debug_assert_eq!(r.window_only, window_only(&log, r), "window-only tables");
             }
             (schedule, stats)
         }
@@ -928,6 +942,49 @@ impl Dimensions {
             .all(|task| task[a] == task[b])
     }
 
+    /// The rotation's input for the representatives `reps` (one or two), from the keys the
+    /// dimensions were found by: the pass over the log that [`gather`] makes, made
+    /// already. `at_index` is per table slot, as [`summarize`] found it.
+    fn gathered(&self, reps: &[usize], tables: &[TableInfo], at_index: Vec<bool>) -> Gathered {
+        let width = self.slots.len();
+        let col = |s: usize| {
+            self.slots
+                .iter()
+                .position(|&x| x == s)
+                .expect("shared slot")
+        };
+        let cols: Vec<usize> = reps.iter().map(|&s| col(s)).collect();
+        let tasks = self.keys.len() / width.max(1);
+        let parts = task_parts(tasks);
+        let mut weights: Vec<Vec<u32>> =
+            reps.iter().map(|&s| vec![0; tables[s].key_space]).collect();
+        let keys = parts
+            .iter()
+            .map(|range| {
+                let rows = self.keys[range.start * width..range.end * width].chunks_exact(width);
+                rows.map(|task| {
+                    let mut k = [u32::MAX; 2];
+                    for (i, &c) in cols.iter().enumerate() {
+                        k[i] = task[c];
+                        weights[i][task[c] as usize] += 1;
+                    }
+                    k
+                })
+                .collect()
+            })
+            .collect();
+        Gathered {
+            slots: reps.to_vec(),
+            parts,
+            keys,
+            weights,
+            at_index,
+            // Dimensions are found only where every task touches exactly one key of each
+            // shared table, below its length.
+            valid: true,
+        }
+    }
+
     /// Tags each member's keys with the block of the key its dimension's representative
     /// has in the same task (`block_of`, per gathered table of `g`).
     fn tag_members(&self, g: &Gathered, block_of: &[Vec<u32>], tags: &mut [Vec<u32>]) {
@@ -957,7 +1014,12 @@ impl Dimensions {
 /// others take their representative's tags.
 fn dimensions(log: &AccessLog, tables: &[TableInfo], shared: &[usize]) -> Option<Dimensions> {
     let width = shared.len();
-    let column = |s: usize| shared.iter().position(|&x| x == s);
+    // Per table slot, its column (`usize::MAX`: not shared), read once per access.
+    let mut columns = vec![usize::MAX; tables.len()];
+    for (c, &s) in shared.iter().enumerate() {
+        columns[s] = c;
+    }
+    let column = |s: usize| columns.get(s).copied().filter(|&c| c != usize::MAX);
     let parts = task_parts(log.tasks());
     let found: Vec<Option<Vec<u32>>> = parts
         .par_iter()
