@@ -566,3 +566,45 @@ fn tasks_logging_more_than_their_room_are_recorded_again_or_reconnoitred_again()
         "{s:?}"
     );
 }
+
+/// A task that reads an element and then writes it (`let a = x[i]; ...; x[i] = ..`, two
+/// statements) is logged as writing it: the table is planned as written, its tasks kept
+/// apart, and no increment is lost. Were the write taken for the earlier read, the plan
+/// would let two workers update one element at once, or refuse the write.
+#[test]
+fn a_write_after_a_read_of_the_same_element_is_logged_as_a_write() {
+    let (n, keys, calls) = (20_000, 40, 8);
+    let pairs = DVector::from_vec(pattern(n, keys)).unwrap();
+    let x = DVector::from_fn(keys, |_| 0u64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..calls {
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                // The view's last access before the write is the read of the same element.
+                let old = x[a];
+                let mut spin = std::hint::black_box(old);
+                for _ in 0..50 {
+                    spin = std::hint::black_box(spin.wrapping_mul(31).wrapping_add(7));
+                }
+                std::hint::black_box(spin);
+                x[a] = old + 1;
+                std::hint::black_box(x[b]);
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+    }
+    let mut counts = vec![0u64; keys];
+    for &(a, _) in &pattern(n, keys) {
+        counts[a] += calls as u64;
+    }
+    assert_eq!(x.to_vec().unwrap(), counts, "every increment kept");
+    let s = stats_at(line);
+    assert_eq!((s.recorded_calls, s.workers), (1, 2), "{s:?}");
+    assert!(
+        ["components", "packing", "rotation"].contains(&s.strategy),
+        "the later calls ran a plan: {s:?}"
+    );
+}

@@ -290,7 +290,13 @@ impl<'a, T, W: Writes> RecordVectorView<'a, T, W> {
     fn note(&self, i: usize, write: bool) -> usize {
         let mark = (i << 1) | usize::from(write);
         let last = self.mark.get();
-        if mark == last || mark | 1 == last {
+        // A read of the element last noted (read or written) or a write of the element last
+        // written: one comparison either way (`write` is known where this is inlined).
+        let noted = match write {
+            true => mark == last,
+            false => mark | 1 == last | 1,
+        };
+        if noted {
             return i;
         }
         // A recorded run has every element here (presence is reconnaissance's, across
