@@ -242,8 +242,12 @@ pub fn plan_ahead(
     // key of each. One pass gathers those keys, counts tasks per key and finds the tables
     // read at the loop index; the counts tell shared tables from private ones.
     let mut gathered = None;
+    let mut ahead = ahead;
     if (1..=2).contains(&candidates.len()) {
-        let g = match ahead.and_then(|a| a.finish(&candidates, log.tasks())) {
+        let g = match ahead
+            .take()
+            .and_then(|a| a.finish(&candidates, log.tasks()))
+        {
             Some(g) => g,
             None => gather(&log, tables, &candidates, config.first_index),
         };
@@ -290,7 +294,10 @@ pub fn plan_ahead(
     // whose keys coincide task by task (biased MF's `p` and `bu` by user, `q` and `bi` by
     // item). Rotation then runs over one table of each dimension, the others following it.
     let dims = match shared.len() {
-        3..=MAX_DIMENSION_SLOTS => dimensions(&log, tables, &shared),
+        3..=MAX_DIMENSION_SLOTS => {
+            let keys = ahead.and_then(|a| a.finish_keys(&shared, log.tasks()));
+            dimensions(&log, tables, &shared, keys)
+        }
         _ => None,
     };
     let (shared, members) = match &dims {
@@ -597,6 +604,9 @@ pub struct GatherAhead {
     slots: Option<Vec<usize>>,
     parts: Vec<std::ops::Range<usize>>,
     found: Vec<PartGather>,
+    /// With three or more checked tables, per chunk: its tasks' keys of each (see
+    /// [`task_keys`]), for [`dimensions`].
+    keyed: Vec<Option<Vec<u32>>>,
     tasks: usize,
 }
 
@@ -610,6 +620,7 @@ impl GatherAhead {
             slots: None,
             parts: Vec::new(),
             found: Vec::new(),
+            keyed: Vec::new(),
             tasks: 0,
         }
     }
@@ -623,13 +634,35 @@ impl GatherAhead {
                 .collect()
         });
         let n = chunk.tasks();
-        if (1..=2).contains(&slots.len()) && n > 0 {
-            let first = self.first_index + self.tasks;
-            self.found
-                .push(gather_range(chunk, 0..n, &self.tables, slots, first));
+        if n > 0 {
+            match slots.len() {
+                1..=2 => {
+                    let first = self.first_index + self.tasks;
+                    self.found
+                        .push(gather_range(chunk, 0..n, &self.tables, slots, first));
+                }
+                3..=MAX_DIMENSION_SLOTS => {
+                    self.keyed.push(task_keys(chunk, 0..n, &self.tables, slots));
+                }
+                _ => {}
+            }
             self.parts.push(self.tasks..self.tasks + n);
         }
         self.tasks += n;
+    }
+
+    /// The keys of all `tasks` tasks for [`dimensions`] of `slots`, if the chunks gathered
+    /// exactly those and each chunk's tasks touched one key of each.
+    fn finish_keys(self, slots: &[usize], tasks: usize) -> Option<Vec<u32>> {
+        let covered = self.parts.last().map_or(0, |p| p.end);
+        if self.slots.as_deref() != Some(slots) || covered != tasks || self.tasks != tasks {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(tasks * slots.len());
+        for part in self.keyed {
+            keys.extend(part?);
+        }
+        (keys.len() == tasks * slots.len()).then_some(keys)
     }
 
     /// The first pass over all `tasks` tasks, if it gathered exactly `slots`.
@@ -1011,41 +1044,30 @@ impl Dimensions {
 /// one across tasks (task `t` touches `p[u]` and `bu[u']` with `u ↦ u'` a bijection over the
 /// keys touched: usually `u' = u`). Such tables conflict exactly when their representative
 /// does, so rotating the representative's blocks keeps the plan conflict-free when the
-/// others take their representative's tags.
-fn dimensions(log: &AccessLog, tables: &[TableInfo], shared: &[usize]) -> Option<Dimensions> {
+/// others take their representative's tags. `ahead`: the tasks' keys as [`task_keys`]
+/// gives them for the whole log, where a recorded run's chunks made them already.
+fn dimensions(
+    log: &AccessLog,
+    tables: &[TableInfo],
+    shared: &[usize],
+    ahead: Option<Vec<u32>>,
+) -> Option<Dimensions> {
     let width = shared.len();
-    // Per table slot, its column (`usize::MAX`: not shared), read once per access.
-    let mut columns = vec![usize::MAX; tables.len()];
-    for (c, &s) in shared.iter().enumerate() {
-        columns[s] = c;
-    }
-    let column = |s: usize| columns.get(s).copied().filter(|&c| c != usize::MAX);
-    let parts = task_parts(log.tasks());
-    let found: Vec<Option<Vec<u32>>> = parts
-        .par_iter()
-        .map(|range| {
-            let mut keys = vec![u32::MAX; range.len() * width];
-            let mut row = 0;
-            let mut ok = true;
-            log.for_each_in(range.clone(), |_, accesses| {
-                let task = &mut keys[row * width..(row + 1) * width];
-                for a in accesses {
-                    if let Some(c) = column(a.slot()) {
-                        // Two keys of one table (or a key past 32 bits): not one dimension.
-                        ok &= task[c] == u32::MAX && a.key() < u32::MAX as u64;
-                        task[c] = a.key() as u32;
-                    }
-                }
-                ok &= task.iter().all(|&k| k != u32::MAX);
-                row += 1;
-            });
-            ok.then_some(keys)
-        })
-        .collect();
-    let mut keys = Vec::with_capacity(log.tasks() * width);
-    for part in found {
-        keys.extend(part?);
-    }
+    let keys = match ahead {
+        Some(keys) => keys,
+        None => {
+            let parts = task_parts(log.tasks());
+            let found: Vec<Option<Vec<u32>>> = parts
+                .par_iter()
+                .map(|range| task_keys(log, range.clone(), tables, shared))
+                .collect();
+            let mut keys = Vec::with_capacity(log.tasks() * width);
+            for part in found {
+                keys.extend(part?);
+            }
+            keys
+        }
+    };
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for c in 0..width {
         let len = |c: usize| tables[shared[c]].key_space;
@@ -1065,6 +1087,39 @@ fn dimensions(log: &AccessLog, tables: &[TableInfo], shared: &[usize]) -> Option
         keys,
         groups,
     })
+}
+
+/// Tasks `range` of `log`, each as its one key of each table of `shared` (row-major,
+/// `shared.len()` per task); `None` if some task touches two keys of one of them, none,
+/// or a key past 32 bits: then they are not dimensions.
+fn task_keys(
+    log: &AccessLog,
+    range: std::ops::Range<usize>,
+    tables: &[TableInfo],
+    shared: &[usize],
+) -> Option<Vec<u32>> {
+    let width = shared.len();
+    // Per table slot, its column (`usize::MAX`: not shared), read once per access.
+    let mut columns = vec![usize::MAX; tables.len()];
+    for (c, &s) in shared.iter().enumerate() {
+        columns[s] = c;
+    }
+    let column = |s: usize| columns.get(s).copied().filter(|&c| c != usize::MAX);
+    let mut keys = vec![u32::MAX; range.len() * width];
+    let mut row = 0;
+    let mut ok = true;
+    log.for_each_in(range, |_, accesses| {
+        let task = &mut keys[row * width..(row + 1) * width];
+        for a in accesses {
+            if let Some(c) = column(a.slot()) {
+                ok &= task[c] == u32::MAX && a.key() < u32::MAX as u64;
+                task[c] = a.key() as u32;
+            }
+        }
+        ok &= task.iter().all(|&k| k != u32::MAX);
+        row += 1;
+    });
+    ok.then_some(keys)
 }
 
 /// Whether, across the tasks of `keys` (rows of `width`), column `a`'s key and column

@@ -953,6 +953,82 @@ fn biased_mf_shape_rotates_over_two_dimensions() {
     check_plan(&log, &tables(6), 2);
 }
 
+/// Dimensions found from keys gathered chunk by chunk (as a recorded run's helper gathers
+/// them) give the plan the whole log gives; where some chunk's tasks are no dimensions
+/// (a task touching two keys of a table), the keys gathered ahead are refused and the
+/// plan is the whole log's all the same.
+#[test]
+fn dimensions_gathered_ahead_chunk_by_chunk_give_the_same_plan() {
+    let shift = 6u32;
+    let sizes = [64u64, 64, 64, 64, 30];
+    let task = |t: u64, twice: bool| {
+        let mut a = vec![
+            Access::new(0, t, false),
+            Access::new(1, t % 97, true),
+            Access::new(2, (t * 7) % 31, true),
+            Access::new(3, t % 97, true),
+            Access::new(4, (t * 7) % 31, true),
+        ];
+        if twice {
+            a.push(Access::new(3, (t + 1) % 97, true));
+        }
+        a
+    };
+    let tables: Vec<TableInfo> = [2000, 97, 31, 97, 31]
+        .iter()
+        .map(|&key_space| TableInfo {
+            key_space,
+            relaxed: false,
+        })
+        .collect();
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 3,
+        first_index: 0,
+    };
+    let tasks = sizes.iter().sum::<u64>() as usize;
+    for odd_task in [None, Some(200u64)] {
+        let chunks: Vec<AccessLog> = sizes
+            .iter()
+            .enumerate()
+            .map(|(c, &n)| {
+                let first = (c as u64) << shift;
+                AccessLog::from_tasks((first..first + n).map(|t| task(t, Some(t) == odd_task)))
+            })
+            .collect();
+        let mut ahead = GatherAhead::new(&tables, config.first_index);
+        for c in &chunks {
+            ahead.add(c);
+        }
+        let log = AccessLog::from_chunks(shift, chunks.clone());
+        let whole = plan(log.clone(), &tables, &config);
+        let chunked = plan_ahead(log.clone(), &tables, &config, Some(ahead));
+        let expected = if odd_task.is_none() {
+            "rotation"
+        } else {
+            "packing"
+        };
+        assert_eq!(whole.stats.strategy, expected, "{odd_task:?}");
+        assert_eq!(groups_of(&whole), groups_of(&chunked), "{odd_task:?}");
+        assert_eq!(whole.tags, chunked.tags, "{odd_task:?}");
+        check_plan(&log, &tables, 2);
+        let mut ahead = GatherAhead::new(&tables, config.first_index);
+        for c in &chunks {
+            ahead.add(c);
+        }
+        let keys = ahead.finish_keys(&[1, 2, 3, 4], tasks);
+        assert_eq!(keys.is_some(), odd_task.is_none(), "{odd_task:?}");
+        if let Some(keys) = keys {
+            assert_eq!(&keys[..4], &[0, 0, 0, 0]);
+            assert_eq!(
+                &keys[4 * 100..4 * 101],
+                &[100 % 97, 700 % 31, 100 % 97, 700 % 31]
+            );
+        }
+    }
+}
+
 /// Variable-row shapes (a task writes several rows of one dimension, as a factorisation
 /// machine or SVD++ does): the modelled speedup of the plan at 2 and 4 threads, that is
 /// tasks over the sum, per batch, of the larger of its largest group and its even share.
