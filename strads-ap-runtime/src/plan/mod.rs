@@ -595,9 +595,11 @@ fn join_parts(
 /// The planner's first pass over a log made chunk by chunk (a recorded run), done on each
 /// chunk as it is finished, typically on another thread than the one making the log.
 ///
-/// Which tables to gather is guessed from the first chunk (its checked tables, if one or
-/// two); when the whole log says otherwise, [`plan_ahead`] gathers again, so a wrong guess
-/// costs time, never correctness.
+/// Which tables to gather is guessed from the first chunk (its checked tables): with one
+/// or two, their keys, weights and own-index tables (what [`gather`] finds); with three
+/// to eight, each task's key of each (what [`dimensions`] needs). When the whole log says
+/// otherwise, [`plan_ahead`] makes its pass again, so a wrong guess costs time, never
+/// correctness.
 pub struct GatherAhead {
     tables: Vec<TableInfo>,
     first_index: usize,
@@ -999,7 +1001,9 @@ impl Dimensions {
                     let mut k = [u32::MAX; 2];
                     for (i, &c) in cols.iter().enumerate() {
                         k[i] = task[c];
-                        weights[i][task[c] as usize] += 1;
+                        if let Some(w) = weights[i].get_mut(task[c] as usize) {
+                            *w += 1;
+                        }
                     }
                     k
                 })
