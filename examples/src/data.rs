@@ -374,6 +374,7 @@ pub fn strip_bom(text: &str) -> &str {
 /// std::fs::write(dir.join("a.txt"), b"\xef\xbb\xbfword\n").unwrap();
 /// assert_eq!(read_text(&dir.join("a.txt")).unwrap(), "word\n");
 /// assert!(read_text(&dir).unwrap_err().to_string().contains("is a directory"));
+/// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub fn read_text(path: &Path) -> Result<String, LoadError> {
     if path.is_dir() {

@@ -22,7 +22,7 @@ use strads_ap_examples::lda::{
 /// Longest a child may run.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-fn temp_file(name: &str, content: &str) -> PathBuf {
+fn temp_file(name: &str, content: &str) -> common::TempFile {
     common::temp_file("lda", name, content)
 }
 

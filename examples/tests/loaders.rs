@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use strads_ap_examples::data::{load_libsvm, load_ratings};
 
-/// A fresh file `name` with `content` in this test crate's temporary directory.
-fn temp_file(name: &str, content: &str) -> PathBuf {
+/// A fresh file `name` with `content` in a temporary directory of its own, removed when
+/// the returned `TempFile` drops.
+fn temp_file(name: &str, content: &str) -> common::TempFile {
     common::temp_file("loaders", name, content)
 }
 

@@ -66,15 +66,15 @@ fn mean_metrics(binary: &str, umls: &Path, extra: &[&str]) -> (f64, f64) {
     (hits / n, mrr / n)
 }
 
-/// A fresh directory `name` with `files` (name, content) in a per-process temporary
-/// directory.
-fn temp_dir(name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("strads-ap-examples-transe-{}", std::process::id()))
-        .join(name);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
+/// A fresh temporary directory `name` with `files` (name, content), removed when the
+/// returned `TempDir` drops.
+fn temp_dir(name: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("strads-ap-examples-transe-{name}-"))
+        .tempdir()
+        .expect("create temp dir");
     for (file, content) in files {
-        std::fs::write(dir.join(file), content).expect("write temp file");
+        std::fs::write(dir.path().join(file), content).expect("write temp file");
     }
     dir
 }
@@ -134,7 +134,7 @@ fn malformed_line_names_file_and_line() {
         ],
     );
     let err = load_kg(&dir, 0).unwrap_err().to_string();
-    let expected = format!("{}:2:", dir.join("train.txt").display());
+    let expected = format!("{}:2:", dir.path().join("train.txt").display());
     assert!(
         err.starts_with(&expected),
         "error `{err}` should start with `{expected}`"
@@ -219,7 +219,7 @@ fn empty_or_incomplete_graphs_are_errors() {
             "head_id:token\trelation_id:token\ttail_id:token\n",
         )],
     );
-    let err = load_kg(empty.join("header-only.tsv"), 0)
+    let err = load_kg(empty.path().join("header-only.tsv"), 0)
         .unwrap_err()
         .to_string();
     assert!(
@@ -227,7 +227,7 @@ fn empty_or_incomplete_graphs_are_errors() {
         "unexpected error `{err}`"
     );
 
-    let err = load_kg(empty.join("no-such-file.tsv"), 0)
+    let err = load_kg(empty.path().join("no-such-file.tsv"), 0)
         .unwrap_err()
         .to_string();
     assert!(err.contains("no-such-file.tsv"), "unexpected error `{err}`");
@@ -241,7 +241,7 @@ fn a_single_file_is_split_and_unseen_entities_left_out() {
     }
     text.push_str("lonely\tr0\tonce\n");
     let dir = temp_dir("single", &[("kg.tsv", &text)]);
-    let g = load_kg(dir.join("kg.tsv"), 5).expect("loads");
+    let g = load_kg(dir.path().join("kg.tsv"), 5).expect("loads");
     assert_eq!(
         g.train.len() + g.valid.len() + g.test.len() + g.dropped,
         401
@@ -251,13 +251,15 @@ fn a_single_file_is_split_and_unseen_entities_left_out() {
         "{} training triples",
         g.train.len()
     );
-    assert_eq!(g, load_kg(dir.join("kg.tsv"), 5).expect("loads"));
+    assert_eq!(g, load_kg(dir.path().join("kg.tsv"), 5).expect("loads"));
     // A bad line of a single file names it too (line 3: the header is line 1).
     let dir = temp_dir(
         "single-bad",
         &[("kg.tsv", "h:token\tr:token\tt:token\na\tr\tb\na\tr\n")],
     );
-    let err = load_kg(dir.join("kg.tsv"), 0).unwrap_err().to_string();
+    let err = load_kg(dir.path().join("kg.tsv"), 0)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("kg.tsv:3:"), "unexpected error `{err}`");
 }
 
@@ -271,7 +273,7 @@ fn the_binaries_report_bad_input_with_file_and_line() {
             ("test.txt", "a\tr\tnowhere\n"),
         ],
     );
-    let data = dir.to_str().expect("UTF-8 path");
+    let data = dir.path().to_str().expect("UTF-8 path");
     for binary in [
         env!("CARGO_BIN_EXE_transe-serial"),
         env!("CARGO_BIN_EXE_transe"),

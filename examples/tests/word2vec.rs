@@ -29,7 +29,7 @@ use strads_ap_examples::word2vec::{
 /// Longest a child may run.
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-fn temp_file(name: &str, content: &str) -> PathBuf {
+fn temp_file(name: &str, content: &str) -> common::TempFile {
     common::temp_file("w2v", name, content)
 }
 

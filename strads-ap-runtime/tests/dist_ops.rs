@@ -295,12 +295,16 @@ fn maps_read_in_driver_code_and_multimaps_round_trip() {
     });
 }
 
-fn write_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("strads-dist-read-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+/// Writes `text` to a file `name` in a fresh temporary directory: the directory (keep it
+/// while the file is used; it is removed when it drops) and the file's path.
+fn write_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("strads-dist-read-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    (dir, path)
 }
 
 fn parse_pair(line: &str) -> std::result::Result<(u32, f32), String> {
@@ -328,7 +332,7 @@ fn read_from_file_on_a_cluster_matches_a_world_of_one() {
         }
         text.push_str(&format!("{i} {}.5\n", i % 13));
     }
-    let path = write_file("pairs.txt", &text);
+    let (_dir, path) = write_file("pairs.txt", &text);
     let p = path.clone();
     same_everywhere(move || {
         let (v, report) = strads_ap_runtime::ReadOptions::new()
@@ -349,7 +353,7 @@ fn a_bad_line_is_reported_with_its_global_line_number_on_every_rank() {
             text.push_str(&format!("{i} 1.0\n"));
         }
     }
-    let path = write_file("bad.txt", &text);
+    let (_dir, path) = write_file("bad.txt", &text);
     let p = path.clone();
     for r in on_ranks(4, move || {
         strads_ap_runtime::read_from_file(&p, parse_pair).map(|v| v.len())
@@ -373,11 +377,14 @@ fn a_bad_line_is_reported_with_its_global_line_number_on_every_rank() {
     }
 }
 
-/// Writes `files` (name, text, gzip?) into a fresh directory of this test's own.
-fn write_files(test: &str, files: &[(&str, String, bool)]) -> std::path::PathBuf {
+/// Writes `files` (name, text, gzip?) into a fresh directory of this test's own, removed
+/// when the returned `TempDir` drops.
+fn write_files(test: &str, files: &[(&str, String, bool)]) -> tempfile::TempDir {
     use std::io::Write;
-    let dir = std::env::temp_dir().join(format!("strads-dist-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("strads-dist-{test}-"))
+        .tempdir()
+        .unwrap();
     for (name, text, gz) in files {
         let bytes = match gz {
             false => text.clone().into_bytes(),
@@ -387,7 +394,7 @@ fn write_files(test: &str, files: &[(&str, String, bool)]) -> std::path::PathBuf
                 e.finish().unwrap()
             }
         };
-        std::fs::write(dir.join(name), bytes).unwrap();
+        std::fs::write(dir.path().join(name), bytes).unwrap();
     }
     dir
 }
@@ -417,7 +424,7 @@ fn several_files_by_pattern_and_gzip_on_a_cluster_match_a_world_of_one() {
             ("other.txt", "not read\n".into(), false),
         ],
     );
-    let pattern = dir.join("part-*");
+    let pattern = dir.path().join("part-*");
     same_everywhere(move || {
         let (v, report) = strads_ap_runtime::ReadOptions::new()
             .header_lines(1)
@@ -428,7 +435,7 @@ fn several_files_by_pattern_and_gzip_on_a_cluster_match_a_world_of_one() {
         Ok((v.len(), in_order, report))
     });
     // The same files given as a list, in another order, come in that order.
-    let files = [dir.join("part-3.txt"), dir.join("part-1.txt")];
+    let files = [dir.path().join("part-3.txt"), dir.path().join("part-1.txt")];
     same_everywhere(move || {
         let (v, _) = strads_ap_runtime::ReadOptions::new()
             .header_lines(1)
@@ -446,7 +453,7 @@ fn a_bad_line_in_a_later_file_names_that_file_and_its_own_line_on_every_rank() {
         "bad-later",
         &[("a.txt", pairs(0, 30_000), false), ("b.txt", second, false)],
     );
-    let pattern = dir.join("*.txt");
+    let pattern = dir.path().join("*.txt");
     for world in [1, 3] {
         let p = pattern.clone();
         for r in on_ranks(world, move || {

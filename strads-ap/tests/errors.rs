@@ -3,10 +3,12 @@
 use strads_ap::prelude::*;
 use strads_ap::Error;
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("strads-ap-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh temporary directory, removed (with what the test wrote in it) when it drops.
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("strads-ap-test-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn parse_rating(line: &str) -> Result<(u32, u32, f32), String> {
@@ -24,7 +26,7 @@ fn parse_rating(line: &str) -> Result<(u32, u32, f32), String> {
 #[test]
 fn a_malformed_line_names_file_and_line() {
     let dir = temp_dir("malformed");
-    let path = dir.join("ratings.txt");
+    let path = dir.path().join("ratings.txt");
     let mut text = String::new();
     for i in 0..50_000 {
         text.push_str(&format!("{} {} 3.5\n", i % 100, i % 7));
@@ -52,7 +54,7 @@ fn a_malformed_line_names_file_and_line() {
 #[test]
 fn line_numbers_count_headers_and_blank_lines() {
     let dir = temp_dir("header");
-    let path = dir.join("with-header.tsv");
+    let path = dir.path().join("with-header.tsv");
     std::fs::write(&path, "user item rating\n1 2 3\n\n# note\n4 5\n").unwrap();
     let err = ReadOptions::new()
         .header_lines(1)
@@ -69,7 +71,7 @@ fn line_numbers_count_headers_and_blank_lines() {
 #[test]
 fn an_empty_or_missing_file_is_an_error() {
     let dir = temp_dir("empty");
-    let path = dir.join("empty.txt");
+    let path = dir.path().join("empty.txt");
     std::fs::write(&path, "\n\n").unwrap();
     let err = read_from_file(&path, parse_rating).unwrap_err();
     assert!(matches!(err, Error::EmptyFile { .. }));
@@ -77,7 +79,7 @@ fn an_empty_or_missing_file_is_an_error() {
         .to_string()
         .contains("empty.txt: the file has no data lines"));
 
-    let missing = dir.join("missing.txt");
+    let missing = dir.path().join("missing.txt");
     let err = read_from_file(&missing, parse_rating).unwrap_err();
     assert!(matches!(err, Error::Io { .. }));
     assert!(err.to_string().contains("missing.txt"), "{err}");
@@ -394,7 +396,7 @@ fn sync_for_rejects_a_zero_minibatch_and_unmergeable_writes() {
 #[test]
 fn a_snapshot_of_another_type_or_a_damaged_one_is_refused() {
     let dir = temp_dir("snapshot");
-    let path = dir.join("w.dv");
+    let path = dir.path().join("w.dv");
     let v = DVector::from_fn(1000, |i| i as f32).unwrap();
     v.save(&path).unwrap();
     assert_eq!(
@@ -421,7 +423,7 @@ fn a_snapshot_of_another_type_or_a_damaged_one_is_refused() {
 #[test]
 fn a_byte_order_mark_is_dropped_and_a_directory_is_named() {
     let dir = temp_dir("bom");
-    let path = dir.join("bom.txt");
+    let path = dir.path().join("bom.txt");
     std::fs::write(&path, "\u{feff}1 2 5\n3 4 1.5\n").unwrap();
     let v = read_from_file(&path, parse_rating).unwrap();
     assert_eq!(v.to_vec().unwrap(), vec![(1, 2, 5.0), (3, 4, 1.5)]);
@@ -432,7 +434,9 @@ fn a_byte_order_mark_is_dropped_and_a_directory_is_named() {
         .read(&path, parse_rating)
         .unwrap();
     assert_eq!(v.len(), 1);
-    let err = read_from_file(&dir, parse_rating).unwrap_err().to_string();
+    let err = read_from_file(dir.path(), parse_rating)
+        .unwrap_err()
+        .to_string();
     assert!(err.ends_with("is a directory, not a file"), "{err}");
 }
 

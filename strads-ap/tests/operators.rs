@@ -100,14 +100,17 @@ fn maps_behave_like_hash_maps() {
 
 #[test]
 fn save_and_load_round_trip() {
-    let dir = std::env::temp_dir().join(format!("strads-ap-ops-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("strads-ap-ops-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let rows = DVector::from_fn(500, |i| vec![i as f32; 3]).unwrap();
     rows.save(dir.join("rows")).unwrap();
     let back = DVector::<Vec<f32>>::load(dir.join("rows")).unwrap();
     assert_eq!(back.to_vec().unwrap(), rows.to_vec().unwrap());
     // No temporary file is left behind.
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))

@@ -98,13 +98,36 @@ pub fn num(result: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("result line without a number `{key}`: {result}"))
 }
 
-/// A fresh file `name` with `content` in a per-process temporary directory `tag`.
-pub fn temp_file(tag: &str, name: &str, content: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("strads-ap-examples-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    let path = dir.join(name);
+/// A file written by [`temp_file`]: its path (it derefs to it), in a temporary directory
+/// of its own that is removed, with whatever else was written there, when this drops.
+pub struct TempFile {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A fresh file `name` with `content`, in a fresh temporary directory named after `tag`.
+pub fn temp_file(tag: &str, name: &str, content: &str) -> TempFile {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("strads-ap-examples-{tag}-"))
+        .tempdir()
+        .expect("create temp dir");
+    let path = dir.path().join(name);
     std::fs::write(&path, content).expect("write temp file");
-    path
+    TempFile { path, _dir: dir }
 }
 
 /// Whether the tests run in CI (`CI=true`, as `.ci/run` sets it): a test that cannot find

@@ -29,9 +29,8 @@ const PROGRESS_CHUNK: usize = 4 << 20;
 ///
 /// # Examples
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("strads-doc-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir).unwrap();
-/// # let path = dir.join("ratings.txt");
+/// # let tmp = tempfile::Builder::new().prefix("strads-doc-").tempdir().unwrap();
+/// # let path = tmp.path().join("ratings.txt");
 /// std::fs::write(&path, "1 2 5.0\n3 4 1.5\n")?;
 /// let parse = |line: &str| -> Result<(u32, u32, f32), String> {
 ///     let f: Vec<&str> = line.split_whitespace().collect();
@@ -62,9 +61,8 @@ where
 ///
 /// # Examples
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("strads-doc2-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir).unwrap();
-/// # let path = dir.join("values.tsv");
+/// # let tmp = tempfile::Builder::new().prefix("strads-doc2-").tempdir().unwrap();
+/// # let path = tmp.path().join("values.tsv");
 /// std::fs::write(&path, "value\n# a comment\n1\ntwo\n3\n")?;
 /// let (v, report) = strads_ap_runtime::ReadOptions::new()
 ///     .header_lines(1)
@@ -180,8 +178,8 @@ impl ReadOptions {
     ///
     /// # Examples
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("strads-doc3-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # let tmp = tempfile::Builder::new().prefix("strads-doc3-").tempdir().unwrap();
+    /// # let dir = tmp.path();
     /// std::fs::write(dir.join("part-1.csv"), "x\n1\n2\n")?;
     /// std::fs::write(dir.join("part-2.csv"), "x\n3\n")?;
     /// let (v, _) = strads_ap_runtime::ReadOptions::new()

@@ -182,9 +182,8 @@ impl Csv {
     /// ```
     /// use strads_ap_runtime::formats::Csv;
     /// use strads_ap_runtime::ReadOptions;
-    /// # let dir = std::env::temp_dir().join(format!("strads-csv-doc-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
-    /// # let path = dir.join("u.data");
+    /// # let tmp = tempfile::Builder::new().prefix("strads-csv-doc-").tempdir()?;
+    /// # let path = tmp.path().join("u.data");
     /// std::fs::write(&path, "196\t242\t3\t881250949\n186\t302\t3\t891717742\n")?;
     /// let parse = Csv::tsv().parser::<(u32, u32, f32)>();
     /// let (ratings, _) = ReadOptions::new().read(&path, parse)?;
@@ -234,9 +233,8 @@ impl Csv {
     /// # Examples
     /// ```
     /// use strads_ap_runtime::formats::Csv;
-    /// # let dir = std::env::temp_dir().join(format!("strads-csv-doc2-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
-    /// # let path = dir.join("ratings.csv");
+    /// # let tmp = tempfile::Builder::new().prefix("strads-csv-doc2-").tempdir()?;
+    /// # let path = tmp.path().join("ratings.csv");
     /// let text = "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n1,x,3.0,1260759179\n";
     /// std::fs::write(&path, text)?;
     /// #[derive(Clone, serde::Serialize, serde::Deserialize)]

@@ -74,9 +74,8 @@ impl MmHeader {
     /// # Examples
     /// ```
     /// use strads_ap_runtime::formats::{read_matrix_market, MmEntry};
-    /// # let dir = std::env::temp_dir().join(format!("strads-mm-doc-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
-    /// # let path = dir.join("sym.mtx");
+    /// # let tmp = tempfile::Builder::new().prefix("strads-mm-doc-").tempdir()?;
+    /// # let path = tmp.path().join("sym.mtx");
     /// let text = "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 4\n2 1 -1\n";
     /// std::fs::write(&path, text)?;
     /// let (header, entries) = read_matrix_market(&path)?;
@@ -106,9 +105,8 @@ impl MmHeader {
 /// # Examples
 /// ```
 /// use strads_ap_runtime::formats::{read_matrix_market, MmField};
-/// # let dir = std::env::temp_dir().join(format!("strads-mm-doc2-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
-/// # let path = dir.join("graph.mtx");
+/// # let tmp = tempfile::Builder::new().prefix("strads-mm-doc2-").tempdir()?;
+/// # let path = tmp.path().join("graph.mtx");
 /// std::fs::write(&path, "%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n3 1\n")?;
 /// let (header, edges) = read_matrix_market(&path)?;
 /// assert_eq!(header.field, MmField::Pattern);

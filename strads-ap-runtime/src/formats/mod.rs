@@ -23,9 +23,8 @@
 //! A CSV file with a header, read by column name:
 //! ```
 //! use strads_ap_runtime::formats::Csv;
-//! # let dir = std::env::temp_dir().join(format!("strads-formats-doc-{}", std::process::id()));
-//! # std::fs::create_dir_all(&dir)?;
-//! # let path = dir.join("ratings.csv");
+//! # let tmp = tempfile::Builder::new().prefix("strads-formats-doc-").tempdir()?;
+//! # let path = tmp.path().join("ratings.csv");
 //! let text = "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n1,1029,3.0,1260759179\n";
 //! std::fs::write(&path, text)?;
 //!
@@ -47,9 +46,8 @@
 //! ```
 //! use strads_ap_runtime::formats::libsvm_line;
 //! use strads_ap_runtime::ReadOptions;
-//! # let dir = std::env::temp_dir().join(format!("strads-formats-doc2-{}", std::process::id()));
-//! # std::fs::create_dir_all(&dir)?;
-//! # let path = dir.join("train.svm");
+//! # let tmp = tempfile::Builder::new().prefix("strads-formats-doc2-").tempdir()?;
+//! # let path = tmp.path().join("train.svm");
 //! std::fs::write(&path, "# two samples\n+1 1:0.5 7:2\n-1 3:1 # a comment\n")?;
 //! let (rows, _) = ReadOptions::new()
 //!     .comment_prefix("#")
@@ -66,9 +64,8 @@
 //! A MatrixMarket file:
 //! ```
 //! use strads_ap_runtime::formats::{read_matrix_market, MmEntry};
-//! # let dir = std::env::temp_dir().join(format!("strads-formats-doc3-{}", std::process::id()));
-//! # std::fs::create_dir_all(&dir)?;
-//! # let path = dir.join("a.mtx");
+//! # let tmp = tempfile::Builder::new().prefix("strads-formats-doc3-").tempdir()?;
+//! # let path = tmp.path().join("a.mtx");
 //! let text = "%%MatrixMarket matrix coordinate real general\n% c\n3 4 2\n1 1 0.5\n3 4 -2\n";
 //! std::fs::write(&path, text)?;
 //! let (header, entries) = read_matrix_market(&path)?;
