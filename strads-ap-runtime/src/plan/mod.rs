@@ -596,8 +596,8 @@ fn join_parts(
 /// chunk as it is finished, typically on another thread than the one making the log.
 ///
 /// Which tables to gather is guessed from the first chunk (its checked tables): with one
-/// or two, their keys, weights and own-index tables (what [`gather`] finds); with three
-/// to eight, each task's key of each (what [`dimensions`] needs). When the whole log says
+/// or two, their keys, weights and own-index tables (what `gather` finds); with three
+/// to eight, each task's key of each (what `dimensions` needs). When the whole log says
 /// otherwise, [`plan_ahead`] makes its pass again, so a wrong guess costs time, never
 /// correctness.
 pub struct GatherAhead {
