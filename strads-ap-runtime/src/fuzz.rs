@@ -325,13 +325,7 @@ fn plan_everywhere(
     threads: usize,
     first: usize,
 ) {
-    let tables: Vec<TableInfo> = key_spaces
-        .iter()
-        .map(|&key_space| TableInfo {
-            key_space,
-            relaxed: false,
-        })
-        .collect();
+    let tables = TableInfo::unrelaxed(key_spaces);
     let config = PlanConfig {
         threads,
         blocks: None,

@@ -45,6 +45,21 @@ pub struct TableInfo {
     pub relaxed: bool,
 }
 
+impl TableInfo {
+    /// Tables of `key_spaces` keys each, none relaxed (for the planner's tests and the
+    /// fuzzing of peer logs).
+    #[cfg(test)]
+    pub(crate) fn unrelaxed(key_spaces: &[usize]) -> Vec<TableInfo> {
+        key_spaces
+            .iter()
+            .map(|&key_space| TableInfo {
+                key_space,
+                relaxed: false,
+            })
+            .collect()
+    }
+}
+
 /// How the engine treats a table during the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotMode {

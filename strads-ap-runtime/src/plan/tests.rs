@@ -817,13 +817,7 @@ fn validation_cost_against_planning() {
     let spaces = [n, users as usize, items as usize];
     let shares = [0..half, half..n];
     let shape = LogShape::new(&spaces, &shares);
-    let tables: Vec<TableInfo> = spaces
-        .iter()
-        .map(|&key_space| TableInfo {
-            key_space,
-            relaxed: false,
-        })
-        .collect();
+    let tables = TableInfo::unrelaxed(&spaces);
     let config = PlanConfig {
         threads: 2,
         blocks: None,
@@ -974,13 +968,7 @@ fn dimensions_gathered_ahead_chunk_by_chunk_give_the_same_plan() {
         }
         a
     };
-    let tables: Vec<TableInfo> = [2000, 97, 31, 97, 31]
-        .iter()
-        .map(|&key_space| TableInfo {
-            key_space,
-            relaxed: false,
-        })
-        .collect();
+    let tables = TableInfo::unrelaxed(&[2000, 97, 31, 97, 31]);
     let config = PlanConfig {
         threads: 2,
         blocks: None,
