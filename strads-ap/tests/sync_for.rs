@@ -40,6 +40,53 @@ fn every_minibatch_runs_once_and_sum_aggregation_is_exact() {
     }
 }
 
+/// Small tables of floats, pushed whole after every mini-batch by every worker at once
+/// (merged with atomic adds, no lock), lose no update: integer-valued increments, exact
+/// in floating point, add up to the serial totals for `f32`, `[f64; 3]` and `Array`
+/// elements; the batches claimed in runs are each run once.
+#[test]
+fn hybrid_whole_tables_of_floats_lose_no_update() {
+    let n = 24_000usize;
+    let data = DVector::from_fn(n, |i| i).unwrap();
+    for threads in [2, 3] {
+        let w = DVector::from_fn(8, |_| 0.5f32)
+            .unwrap()
+            .aggregate_with(Aggregation::Sum);
+        let triples = DVector::from_fn(4, |_| [0.0f64; 3])
+            .unwrap()
+            .aggregate_with(Aggregation::Sum);
+        let long = DVector::from_fn(2, |_| Array([0.0f32; 40]))
+            .unwrap()
+            .aggregate_with(Aggregation::Sum);
+        sync_for!(
+            data,
+            5,
+            SyncMode::Hybrid,
+            |batch| {
+                for &x in batch {
+                    w[x % 8] += 1.0;
+                    triples[x % 4][x % 3] += 2.0;
+                    long[x % 2].0[x % 40] -= 1.0;
+                }
+            },
+            Opts::new().threads(threads)
+        )
+        .unwrap();
+        let mut want_w = vec![0.5f32; 8];
+        let mut want_t = vec![[0.0f64; 3]; 4];
+        let mut want_l = vec![[0.0f32; 40]; 2];
+        for x in 0..n {
+            want_w[x % 8] += 1.0;
+            want_t[x % 4][x % 3] += 2.0;
+            want_l[x % 2][x % 40] -= 1.0;
+        }
+        assert_eq!(w.to_vec().unwrap(), want_w, "{threads} threads");
+        assert_eq!(triples.to_vec().unwrap(), want_t, "{threads} threads");
+        let long: Vec<[f32; 40]> = long.to_vec().unwrap().into_iter().map(|a| a.0).collect();
+        assert_eq!(long, want_l, "{threads} threads");
+    }
+}
+
 /// A map's values merge like a vector's elements: word counts summed over mini-batches
 /// are exact in both modes at every thread count, and a map of values that cannot be
 /// aggregated stays read-only, saying why.

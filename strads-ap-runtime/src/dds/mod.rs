@@ -18,6 +18,7 @@ pub(crate) mod table;
 mod text;
 mod vector;
 mod view;
+mod word_merge;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};
 pub use direct::{DirectFallback, DirectView};

@@ -1116,6 +1116,25 @@ pub(crate) trait Merger: Send + Sync {
     /// was: the table's aggregation adds deltas (sum, average), and a zero delta adds
     /// nothing. (A custom aggregation may do something with a zero delta.)
     fn zero_change_is_neutral(&self) -> bool;
+    /// Whether [`Merger::push_lock_free`] and [`Merger::refresh_lock_free`] serve this
+    /// table: its elements are machine words (numbers, or arrays of them) and its
+    /// aggregation adds deltas.
+    fn lock_free(&self) -> bool;
+    /// Adds the whole replica's delta to the master with an atomic add per word, then
+    /// refreshes the replica with the master's values just after each add. Workers that
+    /// reach the master only through this and [`Merger::refresh_lock_free`] need no lock.
+    ///
+    /// # Safety
+    /// [`Merger::lock_free`] holds; `master` points to the replica's length of initialised
+    /// elements, which no one reads or writes during the call other than through these
+    /// two methods.
+    unsafe fn push_lock_free(&self, master: *mut u8, replica: &mut Replica);
+    /// Copies the master's values into the replica (both its copies), reading each word
+    /// atomically.
+    ///
+    /// # Safety
+    /// As for [`Merger::push_lock_free`].
+    unsafe fn refresh_lock_free(&self, master: *mut u8, replica: &mut Replica);
     /// A replica: a copy of `len` elements at `master`.
     ///
     /// # Safety
@@ -1277,13 +1296,37 @@ pub(crate) struct VectorMerger<T> {
     /// (reading it under the table's lock each time cost `pegasos` a contended atomic
     /// and a clone per merge).
     aggregation: Aggregation<T>,
+    /// How the elements lie as machine words, where the lock-free merge serves them (see
+    /// [`Merger::lock_free`]).
+    words: Option<(crate::value::Word, usize)>,
 }
 
 impl<T: Aggregate> VectorMerger<T> {
     /// The merger of `table`'s replicas for one call.
     pub fn new(table: Arc<dyn Aggregated<T>>) -> Self {
         let aggregation = table.aggregation().unwrap_or(Aggregation::Average);
-        VectorMerger { table, aggregation }
+        let adds = matches!(aggregation, Aggregation::Sum | Aggregation::Average);
+        let words = T::__inline_words()
+            .filter(|&(word, count)| adds && super::word_merge::fits::<T>(word, count));
+        VectorMerger {
+            table,
+            aggregation,
+            words,
+        }
+    }
+
+    /// The replica's two copies, `(work, base)`, as word pointers, and its length in
+    /// words; `None` where the lock-free merge does not serve the table.
+    fn word_copies(
+        &self,
+        replica: &mut Replica,
+    ) -> Option<(crate::value::Word, *mut u8, *mut u8, usize)> {
+        let (word, count) = self.words?;
+        let buf = replica.buf::<T>();
+        let words = buf.work.len() * count;
+        let work = buf.work.as_mut_ptr().cast::<u8>();
+        let base = buf.base.as_mut_ptr().cast::<u8>();
+        Some((word, work, base, words))
     }
 
     /// The error for combining ranks' changes under a custom aggregation.
@@ -1299,6 +1342,27 @@ impl<T: Aggregate> VectorMerger<T> {
 impl<T: Aggregate> Merger for VectorMerger<T> {
     fn zero_change_is_neutral(&self) -> bool {
         matches!(self.aggregation, Aggregation::Sum | Aggregation::Average)
+    }
+
+    fn lock_free(&self) -> bool {
+        self.words.is_some()
+    }
+
+    unsafe fn push_lock_free(&self, master: *mut u8, replica: &mut Replica) {
+        let (word, work, base, words) = self
+            .word_copies(replica)
+            .expect("strads-ap internal error: a lock-free push of a table that is not of words");
+        // SAFETY: the caller's guarantee; the replica's copies are two buffers of the
+        // replica's length, its own.
+        unsafe { super::word_merge::push(word, master, work, base, words) };
+    }
+
+    unsafe fn refresh_lock_free(&self, master: *mut u8, replica: &mut Replica) {
+        let (word, work, base, words) = self.word_copies(replica).expect(
+            "strads-ap internal error: a lock-free refresh of a table that is not of words",
+        );
+        // SAFETY: as in `push_lock_free`.
+        unsafe { super::word_merge::refresh(word, master, work, base, words) };
     }
 
     unsafe fn replica(&self, master: *const u8, len: usize) -> Replica {

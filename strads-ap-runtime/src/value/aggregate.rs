@@ -41,11 +41,42 @@ pub trait Aggregate: Element {
         delta.sub_delta(old);
         self.add_delta(&delta);
     }
+    /// The value as machine words laid out inline, `(word, count)`, if it is exactly that
+    /// (a number, or an array of numbers): the engine then merges several workers' deltas
+    /// into one copy by atomic adds instead of a lock. Left `None`, as for your own types.
+    #[doc(hidden)]
+    fn __inline_words() -> Option<(Word, usize)> {
+        None
+    }
+}
+
+/// A machine word an element's delta is added to atomically (see
+/// [`Aggregate::__inline_words`]): a float, or an integer added with wraparound (signed
+/// and unsigned integers of one width add alike).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    F32,
+    F64,
+    U32,
+    U64,
+}
+
+impl Word {
+    /// Bytes in one word.
+    pub fn size(self) -> usize {
+        match self {
+            Word::F32 | Word::U32 => 4,
+            Word::F64 | Word::U64 => 8,
+        }
+    }
 }
 
 macro_rules! float_aggregate {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $w:ident),*) => {$(
         impl Aggregate for $t {
+            #[inline]
+            fn __inline_words() -> Option<(Word, usize)> { Some((Word::$w, 1)) }
             #[inline]
             fn add_delta(&mut self, delta: &Self) { *self += *delta; }
             #[inline]
@@ -57,11 +88,19 @@ macro_rules! float_aggregate {
         }
     )*};
 }
-float_aggregate!(f32, f64);
+float_aggregate!(f32 => F32, f64 => F64);
 
 macro_rules! int_aggregate {
     ($($t:ty),*) => {$(
         impl Aggregate for $t {
+            #[inline]
+            fn __inline_words() -> Option<(Word, usize)> {
+                match std::mem::size_of::<$t>() {
+                    4 => Some((Word::U32, 1)),
+                    8 => Some((Word::U64, 1)),
+                    _ => None,
+                }
+            }
             #[inline]
             fn add_delta(&mut self, delta: &Self) { *self = self.wrapping_add(*delta); }
             #[inline]
@@ -94,6 +133,9 @@ where
         for ((a, n), o) in self.iter_mut().zip(new).zip(old) {
             a.add_difference(n, o);
         }
+    }
+    fn __inline_words() -> Option<(Word, usize)> {
+        A::__inline_words().map(|(w, n)| (w, n * N))
     }
 }
 

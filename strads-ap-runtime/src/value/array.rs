@@ -165,6 +165,10 @@ impl<A: Aggregate, const N: usize> Aggregate for Array<A, N> {
             a.add_difference(n, o);
         }
     }
+    fn __inline_words() -> Option<(super::aggregate::Word, usize)> {
+        // `repr(transparent)`: laid out as `[A; N]`.
+        A::__inline_words().map(|(w, n)| (w, n * N))
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 mod aggregate;
 mod array;
 
-pub use aggregate::{Aggregate, AggregateFn, Aggregation};
+pub use aggregate::{Aggregate, AggregateFn, Aggregation, Word};
 pub use array::Array;
 
 /// What a DDS can hold: plain data that can be copied and shipped between ranks.

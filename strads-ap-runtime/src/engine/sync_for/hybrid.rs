@@ -42,8 +42,9 @@ pub(super) fn run<Task: Sync, D: Element>(
         m.merges
             .with(|pushed| *pushed = vec![Vec::new(); m.replicate.iter().filter(|&&r| r).count()]);
         if hi > lo && !m.errors.failed() {
+            let run = run_length(hi - lo, m.threads);
             m.pool
-                .on_workers(m.threads.min(hi - lo), &|| work(m, &next, hi));
+                .on_workers(m.threads.min(hi - lo), &|| work(m, &next, hi, run));
         }
         let stop = match &mut cross {
             // SAFETY: the window's workers have all returned.
@@ -80,7 +81,7 @@ impl Worker {
                     let len = m.bases[*slot].len;
                     let merger = m.registry.entries[*slot].merger.as_ref();
                     match len <= WHOLE_KEYS && merger.is_some_and(|m| m.zero_change_is_neutral()) {
-                        true => Tracked::whole(len),
+                        true => Tracked::whole(len, merger.is_some_and(|m| m.lock_free())),
                         false => Tracked::new(len),
                     }
                 })
@@ -114,14 +115,44 @@ impl Worker {
     }
 }
 
-/// A worker's loop: takes mini-batches below `hi` until none is left (or a run failed).
-fn work<Task: Sync, D: Element>(m: &Minibatches<'_, Task, D>, next: &AtomicUsize, hi: usize) {
+/// The most consecutive mini-batches a worker claims at once (see [`run_length`]).
+const RUN_MAX: usize = 16;
+
+/// Runs each worker should claim at least, so that the last ones balance the load.
+const RUNS_PER_WORKER: usize = 64;
+
+/// How many consecutive mini-batches a worker claims at a time, of `batches` shared by
+/// `threads`: up to [`RUN_MAX`], while each worker still gets [`RUNS_PER_WORKER`] runs.
+///
+/// A worker that takes every other mini-batch reads the data in strides, and the
+/// hardware's prefetcher, which follows one stream per core, restarts at every gap;
+/// runs let it stream. `zoo pegasos` (600,000 samples of 20 features in 6,000
+/// mini-batches, 2 threads): 11.9 → 10.8 ms an epoch with runs of 16 (serial 18.3 ms),
+/// its objective unchanged within the Hybrid noise; `kmeans` unchanged.
+fn run_length(batches: usize, threads: usize) -> usize {
+    (batches / (threads.max(1) * RUNS_PER_WORKER)).clamp(1, RUN_MAX)
+}
+
+/// A worker's loop: takes mini-batches below `hi`, `run` consecutive ones at a time,
+/// until none is left (or a run failed).
+fn work<Task: Sync, D: Element>(
+    m: &Minibatches<'_, Task, D>,
+    next: &AtomicUsize,
+    hi: usize,
+    run: usize,
+) {
     let mut w = Worker::new(m);
     // Counted here and added once: a shared counter bumped twice a mini-batch would be
     // one more cache line the workers pass between them.
     let mut merging = Duration::ZERO;
-    let take =
-        || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&b| b < hi && !m.errors.failed());
+    let mut claimed = 0..0;
+    let mut take = || {
+        if claimed.is_empty() {
+            let first = next.fetch_add(run, Ordering::Relaxed);
+            claimed = first..first.saturating_add(run).min(hi.max(first));
+        }
+        claimed.next().filter(|_| !m.errors.failed())
+    };
     let mut batch = take();
     if let Some(b) = batch {
         let t_merge = Instant::now();

@@ -27,6 +27,8 @@ pub(super) struct Tracked {
     /// A small table pushed whole (see [`Tracked::whole`]): the views note nothing, and
     /// every key counts as written.
     whole: bool,
+    /// Pushed whole and merged without locks (see [`Merger::lock_free`]).
+    lock_free: bool,
 }
 
 impl Drop for Tracked {
@@ -46,6 +48,7 @@ impl Tracked {
             stamps: vec![u32::MAX; len],
             fresh: Vec::new(),
             whole: false,
+            lock_free: false,
         }
     }
 
@@ -56,9 +59,14 @@ impl Tracked {
     /// epoch, serial 19.9 ms). Only for tables whose unchanged keys push nothing
     /// ([`Merger::zero_change_is_neutral`]). Every key is noted as written once, here,
     /// and stays noted: no view writes the note, and [`Tracked::announce`] keeps it.
-    pub fn whole(len: usize) -> Self {
+    ///
+    /// With `lock_free` (the merger's [`Merger::lock_free`]), pushes and refreshes take no
+    /// lock: every worker of the call reaches the master through the merger's atomic
+    /// methods alone.
+    pub fn whole(len: usize, lock_free: bool) -> Self {
         let mut t = Tracked::new(len);
         t.whole = true;
+        t.lock_free = lock_free;
         // SAFETY: `dirty` was just made by `new`; nothing else holds it yet.
         let dirty = unsafe { &mut *t.dirty };
         for i in 0..len {
@@ -102,6 +110,12 @@ impl Tracked {
         b: usize,
         locks: &KeyLocks,
     ) {
+        if self.lock_free {
+            // SAFETY: the caller's guarantee, and every worker of a table pushed whole
+            // merges it lock-free (the choice is the table's, made alike for all).
+            unsafe { merger.refresh_lock_free(master, replica) };
+            return;
+        }
         let len = self.stamps.len();
         let stamps = &mut self.stamps;
         let mut new = |&key: &usize| {
@@ -138,6 +152,11 @@ impl Tracked {
         replica: &mut Replica,
         locks: &KeyLocks,
     ) {
+        if self.lock_free {
+            // SAFETY: as in `catch_up`.
+            unsafe { merger.push_lock_free(master, replica) };
+            return;
+        }
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
         let dirty = unsafe { &*self.dirty };
@@ -161,6 +180,12 @@ impl Tracked {
         next: usize,
         locks: &KeyLocks,
     ) {
+        if self.lock_free {
+            // SAFETY: as in `catch_up`. The push reads back every key: nothing is left
+            // to catch up with.
+            unsafe { merger.push_lock_free(master, replica) };
+            return;
+        }
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
         let dirty = unsafe { &*self.dirty };
