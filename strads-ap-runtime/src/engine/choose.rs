@@ -187,6 +187,23 @@ impl Pace {
         self.worth_trying = secs >= MIN_TIMED_SECS && idle;
     }
 
+    /// Notes a call that ran `secs` in loop order on one worker while the loop's plan was
+    /// being made on a spare thread: the one-worker way's figure before any call is
+    /// timed there, taken for both of its last two calls, so that the first call on all
+    /// workers can be compared at once. Such a call shared the machine with the planner,
+    /// so if anything it is slow: a loop it shows faster on one worker is that. Calls
+    /// shorter than [`MIN_TIMED_SECS`], and loops timed on one worker already, are left.
+    ///
+    /// `zoo fm-text` (a packing plan whose 779 batches run one after another) ran 10
+    /// epochs at 0.56× serial speed on two threads when its workers' busy time stayed just
+    /// above [`TRY_ONE_BELOW`] (76% of each call in bodies) and one worker was never
+    /// tried; the call beside the planner had shown one worker 1.7× faster.
+    pub fn beside_planner(&mut self, secs: f64) {
+        if secs >= MIN_TIMED_SECS && self.one[0].is_none() {
+            self.one = [Some(secs), Some(secs)];
+        }
+    }
+
     /// Notes a call on one worker that ran `secs`.
     pub fn one_worker(&mut self, secs: f64) {
         self.count(true);
@@ -487,6 +504,56 @@ mod tests {
         assert!(run_on_one_worker(Measure, Some(p)));
         p.one_worker(0.01);
         assert!(run_on_one_worker(Measure, Some(p)));
+    }
+
+    /// A call run on one worker beside the planner times that way: the first call on all
+    /// workers is compared with it at once, whatever its busy time (`zoo fm-text`: busy
+    /// as 1.52 workers, 99 ms on two against 62 ms on one); a loop that scales is not
+    /// timed on one worker again; short calls and loops already timed are left alone.
+    #[test]
+    fn a_call_beside_the_planner_times_the_one_worker_way() {
+        use Fallback::Measure;
+        let mut p = Pace::default();
+        p.beside_planner(0.062);
+        assert!(
+            !run_on_one_worker(Measure, Some(p)),
+            "nothing on all workers yet"
+        );
+        p.all_workers(0.099, 0.099 * 1.52, 0.0, false);
+        for _ in 0..5 {
+            assert!(
+                run_on_one_worker(Measure, Some(p)),
+                "one worker clearly faster"
+            );
+            p.one_worker(0.060);
+        }
+        // Scaling: all workers stay, one worker is never timed again.
+        let mut p = Pace::default();
+        p.beside_planner(0.012);
+        for _ in 0..3 {
+            p.all_workers(0.0064, 0.0126, 0.0, false);
+        }
+        for _ in 0..40 {
+            assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
+            p.all_workers(0.0064, 0.0126, 0.0, false);
+        }
+        // A close call needs no further call on one worker: the figure counts twice.
+        let mut p = Pace::default();
+        p.beside_planner(0.026);
+        p.all_workers(0.0186, 0.036, 0.0, false);
+        assert!(
+            !run_on_one_worker(Measure, Some(p)),
+            "close: all workers again"
+        );
+        p.all_workers(0.0184, 0.036, 0.0, false);
+        assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
+        // Too short to time, or timed already: no figure taken.
+        let mut p = Pace::default();
+        p.beside_planner(MIN_TIMED_SECS / 2.0);
+        assert_eq!(p.one(), None);
+        p.one_worker(0.05);
+        p.beside_planner(0.01);
+        assert_eq!(p.one(), Some(0.05));
     }
 
     /// A call on all workers that waited most of its time for a worker to wake is not the

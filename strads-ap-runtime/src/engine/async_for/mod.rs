@@ -116,6 +116,18 @@ impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
 }
 
 impl<Task, I> Loop<'_, '_, Task, I> {
+    /// Notes a call that ran in loop order on one worker while the plan was made aside
+    /// (see [`Pace::beside_planner`](crate::engine::choose::Pace::beside_planner)).
+    fn paced_beside_planner(&self, ran: Duration) {
+        if self.call.here.world_size() > 1 {
+            return;
+        }
+        let kept = kept();
+        let mut pace = kept.pace.get(&self.key).unwrap_or_default();
+        pace.beside_planner(ran.as_secs_f64());
+        kept.pace.put(self.key.clone(), pace);
+    }
+
     /// Notes a plan just made, with its parallelism (tasks over its longest chain of
     /// groups) when it was looked at: too low for its workers to pay, later calls run on
     /// one worker unmeasured; a new plan that is not (a loop planned again) is timed.

@@ -109,9 +109,13 @@ fn run_beside_planner<Task: Sync, I: LoopIndex>(
     let locked = l.call.lock()?;
     let t0 = Instant::now();
     let outcome = lone::run_in_order(l, &locked.bases, modes);
+    let ran = t0.elapsed();
+    if outcome.is_ok() {
+        l.paced_beside_planner(ran);
+    }
     l.call.note(|f| {
         f.ran = true;
-        f.running += t0.elapsed();
+        f.running += ran;
         f.awaiting_plan = true;
         f.strategy = Some("serial while planning");
         f.workers = Some(1);
