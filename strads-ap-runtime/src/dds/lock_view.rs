@@ -119,19 +119,36 @@ impl<'a, T: Clone> LockView<'a, T> {
         if !self.stamps.is_null() {
             // SAFETY: `stamps` has one entry per element (`i < len`), owned by this worker.
             let stamp = unsafe { *self.stamps.add(i) };
-            if stamp != self.ctx.epoch.get() {
+            // See `stamp`: a read needs the element locked in this task, a write also
+            // copied (one comparison either way, `write` being known where this is inlined).
+            let copied = stamp_of(self.ctx.epoch.get(), true);
+            let touched = match write {
+                true => stamp == copied,
+                false => stamp | 1 == copied,
+            };
+            if !touched {
                 let (ptr, stamps, locks) = (self.ptr, self.stamps, self.locks);
                 // SAFETY: `i < len`, the length of `ptr`, `stamps` and (when not null)
                 // `locks`; `undo` is this view's.
-                unsafe { first_touch(i, (ptr, stamps, locks), self.ctx, &self.undo) };
+                unsafe { first_touch(i, (ptr, stamps, locks), self.ctx, &self.undo, write) };
             }
         }
     }
 }
 
-/// The running task's first access to element `i` in a locking run: takes the element's
-/// lock (or abandons the task if another worker holds it) and saves the element as it
-/// was, for an abandoned task to put back.
+/// The stamp of an element in task `epoch`: touched (locked) in that task, and `copied`
+/// (saved for an abandoned task to put back) once the task first writes it. An element
+/// the task only reads is not copied: its undo would put back what is there.
+/// (`MAX_LOCKING_TASKS` keeps a worker's epochs below 2^31, so the stamps never wrap.)
+#[inline(always)]
+fn stamp_of(epoch: u32, copied: bool) -> u32 {
+    epoch << 1 | u32::from(copied)
+}
+
+/// The running task's first access to element `i` in a locking run, or its first write
+/// after reads: the first access takes the element's lock (or abandons the task if
+/// another worker holds it); the first write saves the element as it was, for an
+/// abandoned task to put back.
 ///
 /// Out of line, and given the view's pointers rather than the view, so that no call is
 /// handed the view's address and the fields each access tests may stay in registers (as
@@ -147,9 +164,14 @@ unsafe fn first_touch<T: Clone>(
     (ptr, stamps, locks): (*mut T, *mut u32, *const LockWord),
     ctx: &ExecCtx,
     undo: &UnsafeCell<Undo<T>>,
+    write: bool,
 ) {
     let epoch = ctx.epoch.get();
-    if !locks.is_null() {
+    // SAFETY: `i` is below the stamps' length (the caller's promise); the stamps are this
+    // worker's alone.
+    let stamp = unsafe { &mut *stamps.add(i) };
+    let locked = *stamp | 1 == stamp_of(epoch, true);
+    if !locked && !locks.is_null() {
         // SAFETY: the lock words are one per element (`i < len`) and outlive the call.
         let lock = unsafe { &*locks.add(i) };
         // Acquire: the previous holder's writes to the element (released with its lock)
@@ -164,15 +186,16 @@ unsafe fn first_touch<T: Clone>(
         }
         ctx.held.borrow_mut().push(lock);
     }
-    // SAFETY: `i` is below the stamps' length (the caller's promise); the stamps are this
-    // worker's alone.
-    unsafe { *stamps.add(i) = epoch };
-    // SAFETY: `undo` is used by its view's own methods and this function only, on one
-    // thread, and no reference to it outlives this call.
-    let undo = unsafe { &mut *undo.get() };
-    // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica only
-    // this worker uses), so nothing writes it meanwhile.
-    undo.save(epoch, i, unsafe { &*ptr.add(i) });
+    *stamp = stamp_of(epoch, write);
+    if write {
+        // SAFETY: `undo` is used by its view's own methods and this function only, on one
+        // thread, and no reference to it outlives this call.
+        let undo = unsafe { &mut *undo.get() };
+        // SAFETY: `i < len`, and this task now holds the element (its lock, or a replica
+        // only this worker uses), so nothing writes it meanwhile; it is unchanged since
+        // the task locked it (every write comes here first).
+        undo.save(epoch, i, unsafe { &*ptr.add(i) });
+    }
 }
 
 impl<T> Drop for LockView<'_, T> {
