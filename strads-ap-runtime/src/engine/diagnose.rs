@@ -521,8 +521,8 @@ fn refill_in_place(renewed: &[String]) -> String {
     )
 }
 
-/// What each access of a re-checked loop on all workers cost: a lock and a copy for a
-/// table it writes and does not relax (`locked`), nothing for its `relaxed` ones when
+/// What each access of a re-checked loop on all workers cost: a lock (and a copy of what
+/// it writes) for a table it writes and does not relax (`locked`), nothing for its `relaxed` ones when
 /// nothing is locked (no task can be abandoned, so nothing is saved), a copy otherwise.
 fn lock_costs(locked: &[String], relaxed: &[String]) -> String {
     let tables = |names: &[String]| match names.len() {
@@ -535,13 +535,14 @@ fn lock_costs(locked: &[String], relaxed: &[String]) -> String {
                       workers it paid only for its replicas"
             .to_string(),
         (false, true) => format!(
-            "; there every access to {} took a lock and a copy, because the loop is \
-             re-checked",
+            "; there every element its tasks touched in {} took a lock (and a copy where \
+             they wrote it), because the loop is re-checked",
             tables(locked)
         ),
         (false, false) => format!(
-            "; there every access to {} took a lock and a copy, because the loop is \
-             re-checked, and every access to relaxed {} a copy (so that a task abandoned \
+            "; there every element its tasks touched in {} took a lock (and a copy where \
+             they wrote it), because the loop is re-checked, and every element they wrote \
+             in relaxed {} a copy (so that a task abandoned \
              on a held lock leaves no half update)",
             tables(locked),
             tables(relaxed)
@@ -780,8 +781,8 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
         ),
         true => format!(
             "no plan can be kept for it, because {}: after its first call it runs with \
-             element locks, as a re-checked loop (`Opts::recheck(true)`), whose every access \
-             to a written table costs a lock and a copy",
+             element locks, as a re-checked loop (`Opts::recheck(true)`), whose every element \
+             touched in a written table costs a lock (and a copy where it is written)",
             why.join(" and ")
         ),
     };

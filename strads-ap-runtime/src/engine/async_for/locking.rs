@@ -8,8 +8,8 @@
 //!
 //! - workers take chunks of consecutive tasks;
 //! - a task's first access to an element of a written table takes the element's lock (one
-//!   compare-and-swap) and saves a copy of the element; the task releases its locks when it
-//!   ends. This is strict two-phase locking, so the run is serializable;
+//!   compare-and-swap), and its first write of the element saves a copy of it (an element
+//!   the task only reads is left as it was); the task releases its locks when it ends. This is strict two-phase locking, so the run is serializable;
 //! - a task that meets an element another worker holds is abandoned: its views put back the
 //!   elements it changed, it releases its locks, and it runs again once the other tasks are
 //!   done, on one worker, where nothing can conflict.
@@ -111,8 +111,8 @@ fn chunk_size(n: usize, threads: usize) -> usize {
     (n / (threads * 32)).clamp(64, 1024)
 }
 
-/// Whether a locking run with table modes `modes` saves an element of a `mode` table at a
-/// task's first touch: always for a locked table, for a relaxed one only where some table
+/// Whether a locking run with table modes `modes` stamps the elements of a `mode` table at
+/// a task's first touch (locking them) and saves them at its first write: always for a locked table, for a relaxed one only where some table
 /// is locked (with none, no task is abandoned, so there is nothing to put back).
 fn saves_copies(mode: SlotMode, modes: &[SlotMode]) -> bool {
     match mode {
