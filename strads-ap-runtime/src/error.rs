@@ -86,9 +86,11 @@ pub enum Error {
     #[error(
         "{site}: loop index {index} {access} `{table}[{key}]`, which reconnaissance execution \
          did not record for this index ({reason}). The body's accesses depend on values that \
-         changed since reconnaissance ran. The call site's cached reconnaissance was dropped, \
-         so the next call redoes it; pass `Opts::new().recheck(true)` to redo it before \
-         every call"
+         changed since reconnaissance ran: values in the tables, or a captured variable (a \
+         colour or phase the loop is run with: give each of its values its own call site, \
+         since a plan is kept per call site). The call site's cached reconnaissance was \
+         dropped, so the next call redoes it; pass `Opts::new().recheck(true)` to redo it \
+         before every call"
     )]
     AccessOutsidePlan {
         /// Call site of the loop operator.

@@ -636,14 +636,19 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
             100.0 * readers as f64 / shape.tasks.max(1) as f64
         );
         fix = format!(
-            "a task that reads what others write must wait for them; if slightly stale values \
-             of `{table}` suit the algorithm (Jacobi instead of Gauss-Seidel updates), read \
-             them from a copy of `{table}` made once, before the loops, refilled before each \
-             call (`{table}.with_all(|t| copy.transform(|i, x| *x = t[i].clone()))?`; a copy \
+            "a task that reads what others write must wait for them. Where the algorithm \
+             allows another order, split the tasks into classes whose tasks touch none of \
+             each other's elements of `{table}` (on a grid, a checkerboard: one colour, then \
+             the other) and give each class its own `async_for!` call site (a plan is kept \
+             per call site, so one site whose captured variable picks the class would fail \
+             when it switches). Where slightly stale values of `{table}` suit the algorithm \
+             (Jacobi instead of Gauss-Seidel updates; not a sampler such as Gibbs sampling, \
+             whose every update must see its neighbours' latest values), read them from a \
+             copy of `{table}` made once, before the loops, refilled before each call \
+             (`{table}.with_all(|t| copy.transform(|i, x| *x = t[i].clone()))??`; a copy \
              made anew each call costs a planning call each time), and write the new values \
              into `{table}`: Jacobi takes more sweeps than Gauss-Seidel to reach the same \
-             point, so compare results where both have converged; or run the loop with \
-             `sync_for!` (Hybrid)"
+             point, so compare results where both have converged"
         );
     } else if tables.is_empty() {
         // Nothing written is shared (relaxed or read-only tables): the workers' costs are
