@@ -1015,9 +1015,10 @@ mod tests {
         assert!(none.contains("locks no table"), "{none}");
         let one = lock_costs(&names(&["entities"]), &[]);
         assert!(
-            one.contains("every access to table `entities` took a lock"),
+            one.contains("every element its tasks touched in table `entities` took a lock"),
             "{one}"
         );
+        assert!(one.contains("a copy where they wrote it"), "{one}");
         let both = lock_costs(&names(&["entities", "seen"]), &names(&["relations"]));
         assert!(
             both.contains("tables `entities` and `seen` took a lock"),
