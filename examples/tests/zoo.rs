@@ -205,6 +205,11 @@ fn fm_text_matches_serial() {
 }
 
 #[test]
+fn glove_matches_serial() {
+    matches_serial("glove", 0.5, 5);
+}
+
+#[test]
 fn logreg_matches_serial() {
     matches_serial("logreg", 0.02, 3);
 }

@@ -377,6 +377,92 @@ fn rotation_shaped_patterns_are_serializable() {
     }
 }
 
+/// The longest run of consecutive updates of a row (`updates`: the task indices in the
+/// order they ran) against one column.
+fn longest_run_against_one_column(updates: &[u32], pairs: &[(u32, u32)]) -> usize {
+    let col = |k: &u32| pairs[*k as usize].1;
+    let mut longest = 0;
+    let mut run = 0;
+    for (i, k) in updates.iter().enumerate() {
+        run = match i > 0 && col(k) == col(&updates[i - 1]) {
+            true => run + 1,
+            false => 1,
+        };
+        longest = longest.max(run);
+    }
+    longest
+}
+
+#[test]
+fn a_finely_interleaved_rotation_is_serializable_and_spreads_a_hot_rows_updates() {
+    // Row 0 is in 30% of the tasks, about 150 against each of 8 columns, each column a
+    // block of its own. By default its updates against one column run in one piece per
+    // call; with `interleave(4)` in runs of a few, spread over the call: at most two
+    // units of the smallest size (16 tasks, a little more where the tasks do not divide
+    // evenly), where the other columns' blocks were busy.
+    let (n, rows, cols) = (4000, 150u32, 8u32);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let pairs: Vec<(u32, u32)> = (0..n)
+        .map(|_| {
+            let i = if rng.gen_bool(0.3) {
+                0
+            } else {
+                rng.gen_range(1..rows)
+            };
+            (i, rng.gen_range(0..cols))
+        })
+        .collect();
+    let pairs_v = DVector::from_vec(pairs.clone()).unwrap();
+    for (threads, interleave) in [(2, None), (2, Some(4)), (3, Some(4))] {
+        let w = DVector::from_fn(rows as usize, |_| Vec::<u32>::new()).unwrap();
+        let h = DVector::from_fn(cols as usize, |_| Vec::<u32>::new()).unwrap();
+        let mut opts = Opts::new()
+            .threads(threads)
+            .blocks(8)
+            .fallback(Fallback::Never);
+        if let Some(run) = interleave {
+            opts = opts.interleave(run);
+        }
+        // The first call on 2 workers is a recorded run in loop order; the second runs
+        // the plan, once it is made.
+        let mut line = 0;
+        for _call in 0..2 {
+            w.transform(|_, v| v.clear()).unwrap();
+            h.transform(|_, v| v.clear()).unwrap();
+            line = line!() + 1;
+            async_for!(
+                0..pairs_v.len(),
+                |k| {
+                    let (i, j) = pairs_v[k];
+                    w[i as usize].push(k as u32);
+                    h[j as usize].push(k as u32);
+                },
+                &opts
+            )
+            .unwrap();
+            strads_ap::wait_for_plans();
+        }
+        assert_eq!(stats_at(line).strategy, "rotation");
+        let (wv, hv) = (w.to_vec().unwrap(), h.to_vec().unwrap());
+        let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for seq in wv.iter().chain(&hv) {
+            for p in seq.windows(2) {
+                edges[p[0] as usize].push(p[1] as usize);
+            }
+        }
+        assert!(
+            acyclic(&edges),
+            "{threads} threads, {interleave:?}: not serializable"
+        );
+        assert_eq!(wv.iter().map(Vec::len).sum::<usize>(), n);
+        let longest = longest_run_against_one_column(&wv[0], &pairs);
+        match interleave {
+            None => assert!(longest >= 100, "default units: a run of {longest}"),
+            Some(_) => assert!(longest <= 40, "{threads} threads: a run of {longest}"),
+        }
+    }
+}
+
 #[test]
 fn tables_keyed_alike_rotate_serializably() {
     // Biased MF's shape: four written tables, `bw` keyed like `w` and `bh` one to one with

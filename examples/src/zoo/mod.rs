@@ -31,6 +31,7 @@ pub mod bpr;
 pub mod fm;
 pub mod fm_relaxed;
 pub mod fm_text;
+pub mod glove;
 pub mod kmeans;
 pub mod lloyd;
 pub mod logreg;
@@ -224,6 +225,19 @@ pub const PROGRAMS: &[Program] = &[
         serial: fm_text::serial,
         strads: fm_text::strads,
         tolerance: 0.02,
+        reads: None,
+    },
+    Program {
+        name: "glove",
+        shape: "GloVe: four written tables in two dimensions (word rows and biases, context rows and biases), Zipf keys sorted by frequency, so the first rows of both are hot; a large constant step makes the trained model sensitive to the update order (fine interleaving declared)",
+        serial: glove::serial,
+        strads: glove::strads,
+        // The trained model's loss depends on the order of the updates: the serial loop
+        // run in reverse order moved it by up to 3.5% (seeds 1-3, at a fifth of the
+        // default size and at the full size). At the test's size (half, 5 epochs) the
+        // twin was within -3.2% to +4.1% over seeds 1-5 in a quiet release run and -2.9%
+        // to +6.5% in the debug test suite; without `interleave` +49% to +135%.
+        tolerance: 0.08,
         reads: None,
     },
     Program {

@@ -14,6 +14,7 @@ pub struct Opts {
     pub(super) recheck: bool,
     pub(super) re: bool,
     pub(super) blocks: Option<usize>,
+    pub(crate) interleave: Option<usize>,
     pub(super) seed: Option<u64>,
     pub(super) dynamic: Option<super::Dynamic>,
     pub(super) fallback: Fallback,
@@ -78,6 +79,39 @@ impl Opts {
     pub fn blocks(mut self, blocks: usize) -> Self {
         self.blocks = Some(blocks.max(1));
         self
+    }
+
+    /// `async_for!` on a rotation plan: interleave each key's updates against the blocks
+    /// of the other table finely, in runs of at most about `run` updates. By default the
+    /// workers run each cell of the rotation (a block of rows against a block of columns)
+    /// in a few large pieces, which keeps a worker's blocks in its cache; with this option
+    /// a cell is cut into units of at most about `run` tasks of any one row or column (and
+    /// about 16 × `run` tasks in all), spread over the call, so that a frequent row meets
+    /// all the blocks of columns throughout the call, as it does in a shuffled serial loop.
+    ///
+    /// Ask for it when the trained model differs from the serial program's by more than
+    /// another serial order would move it: constant-step SGD with a large step and a few
+    /// very frequent keys (GloVe, word embeddings over Zipf words), whose frequent rows
+    /// otherwise end each call fitted to the last block they met. On the zoo's GloVe
+    /// (2 workers, 10 epochs): by default 2.0× the serial speed with a trained loss
+    /// 54-70% above serial's; with `interleave(16)` 1.6× and within 1.4%. It costs speed
+    /// where the order matters less (matrix factorisation, whose RMSE moves by hundredths
+    /// of a percent). `STRADS_INTERLEAVE=run` in the environment sets it for every loop
+    /// that does not, to try it without recompiling. See the manual's "Rotation order".
+    ///
+    /// ```
+    /// use strads_ap_runtime::Opts;
+    /// let fine = Opts::new().interleave(16);
+    /// assert_eq!(fine.get_interleave(), Some(16));
+    /// ```
+    pub fn interleave(mut self, run: usize) -> Self {
+        self.interleave = Some(run.max(1));
+        self
+    }
+
+    /// The interleaving run set, if any.
+    pub fn get_interleave(&self) -> Option<usize> {
+        self.interleave
     }
 
     /// `async_for!`: STRADS dynamic scheduling. The call runs in rounds: each samples

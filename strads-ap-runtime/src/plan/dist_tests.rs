@@ -141,6 +141,7 @@ fn rotation() -> Plan {
         row,
         col,
         tasks: vec![task],
+        hottest: 1,
     };
     let schedule = Schedule::Rotation(Box::new(Rotation {
         row_slot: 0,

@@ -80,6 +80,11 @@ pub struct Cell {
     pub col: u32,
     /// Task offsets (from the range start), in loop order.
     pub tasks: Vec<u32>,
+    /// The most tasks of the cell that share one key of a rotated table: how long a run
+    /// of one row's (or column's) updates against this cell alone can be. The engine cuts
+    /// a cell with a hot key into short slices, so that the key's updates interleave with
+    /// its other cells' as in the serial loop (see `engine::async_for::execute`).
+    pub hottest: u32,
 }
 
 /// A rotation schedule.
@@ -807,15 +812,26 @@ fn rotation(
         .collect();
     let mut cells: Vec<Cell> = (0..cell_count)
         .into_par_iter()
-        .map(|c| {
+        .map_init(KeyCounts::default, |counts, c| {
             let mut tasks = Vec::with_capacity(buckets.iter().map(|b| b[c].len()).sum());
             for b in &buckets {
                 tasks.extend_from_slice(&b[c]);
             }
+            let keys = || {
+                buckets.iter().enumerate().flat_map(|(p, b)| {
+                    let start = g.parts[p].start;
+                    b[c].iter().map(move |&t| g.keys[p][t as usize - start])
+                })
+            };
+            let hottest = (0..g.slots.len())
+                .map(|i| counts.hottest(keys().map(|k| k[i])))
+                .max()
+                .unwrap_or(0);
             Cell {
                 row: (c / cols) as u32,
                 col: (c % cols) as u32,
                 tasks,
+                hottest,
             }
         })
         .collect();
@@ -875,6 +891,33 @@ fn rotation(
         stats,
         block_of,
     )
+}
+
+/// Counters of keys, reused from cell to cell by one thread of the planner.
+#[derive(Default)]
+struct KeyCounts(Vec<u32>);
+
+impl KeyCounts {
+    /// The most times one key occurs in `keys`, in time linear in their number (the
+    /// counters touched are reset afterwards, so a cell costs what its tasks cost, not
+    /// what its blocks span).
+    fn hottest(&mut self, keys: impl Iterator<Item = u32> + Clone) -> u32 {
+        let mut most = 0;
+        for k in keys.clone() {
+            let k = k as usize;
+            if k >= self.0.len() {
+                self.0.resize(k + 1, 0);
+            }
+            self.0[k] += 1;
+            most = most.max(self.0[k]);
+        }
+        for k in keys {
+            if let Some(n) = self.0.get_mut(k as usize) {
+                *n = 0;
+            }
+        }
+        most
+    }
 }
 
 /// The windowed tables of `rot` (`row_windowed`, `col_windowed`) whose every access in

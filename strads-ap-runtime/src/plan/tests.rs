@@ -48,6 +48,38 @@ fn concurrent(plan: &Plan, a: GroupRef, b: GroupRef) -> bool {
     }
 }
 
+/// A table whose window stands in for its tags is reached only inside the window of each
+/// task's cell: views that admit the window alone refuse nothing the plan allows. And
+/// each cell knows how many of its tasks its hottest rotated key has.
+fn check_rotation(log: &AccessLog, schedule: &Schedule, r: &Rotation) {
+    for (c, cell) in r.cells.iter().enumerate() {
+        for &t in &cell.tasks {
+            for a in log.task(t as usize) {
+                if r.window_only.contains(&a.slot()) {
+                    let window = schedule.window(a.slot(), GroupRef::Cell(c));
+                    assert!(
+                        window.contains(&(a.key() as usize)),
+                        "task {t} reaches {:?} outside its window {window:?}",
+                        (a.slot(), a.key())
+                    );
+                }
+            }
+        }
+    }
+    for cell in &r.cells {
+        let mut counts: HashMap<(usize, u64), u32> = HashMap::new();
+        for &t in &cell.tasks {
+            for a in log.task(t as usize) {
+                if a.slot() == r.row_slot || Some(a.slot()) == r.col_slot {
+                    *counts.entry((a.slot(), a.key())).or_default() += 1;
+                }
+            }
+        }
+        let hottest = counts.values().copied().max().unwrap_or(0);
+        assert_eq!(cell.hottest, hottest, "cell {:?}", (cell.row, cell.col));
+    }
+}
+
 fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
     let plan = plan(
         log.clone(),
@@ -73,23 +105,8 @@ fn check_plan(log: &AccessLog, tables: &[TableInfo], threads: usize) {
         "a task is missing or repeated"
     );
 
-    // A table whose window stands in for its tags is reached only inside the window of
-    // each task's cell: views that admit the window alone refuse nothing the plan allows.
     if let Schedule::Rotation(r) = &plan.schedule {
-        for (c, cell) in r.cells.iter().enumerate() {
-            for &t in &cell.tasks {
-                for a in log.task(t as usize) {
-                    if r.window_only.contains(&a.slot()) {
-                        let window = plan.schedule.window(a.slot(), GroupRef::Cell(c));
-                        assert!(
-                            window.contains(&(a.key() as usize)),
-                            "task {t} reaches {:?} outside its window {window:?}",
-                            (a.slot(), a.key())
-                        );
-                    }
-                }
-            }
-        }
+        check_rotation(log, &plan.schedule, r);
     }
 
     // No two concurrent groups share a key that either writes (relaxed tables aside).
