@@ -78,9 +78,9 @@ fn show(diagnoses: &[&Diagnosis]) -> String {
 fn every_zoo_program_that_needs_a_change_is_told_which() {
     std::env::set_var("STRADS_DIAGNOSE_BUSY", "1");
     for p in PROGRAMS {
-        // Small sizes (as in `tests/zoo.rs`), three calls: the first plans (its plan made
-        // beside the driver, which waits for it), the next two are ordinary calls whose
-        // costs are looked at.
+        // Small sizes (as in `tests/zoo.rs`), four calls: the first plans (its plan made
+        // beside the driver, which waits for it), the second warms the workers up, the
+        // last two are ordinary calls whose costs are looked at.
         let scale = match p.name {
             "biased-mf" | "mf-small" => 0.05,
             "pegasos" => 0.04,
@@ -89,7 +89,7 @@ fn every_zoo_program_that_needs_a_change_is_told_which() {
             _ => 0.02,
         };
         let run = Run {
-            epochs: Some(3),
+            epochs: Some(4),
             seed: 1,
             threads: 2,
             scale,

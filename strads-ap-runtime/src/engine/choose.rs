@@ -146,7 +146,17 @@ pub(crate) struct Pace {
     again_after: u32,
     /// Cold starts on all workers in a row, not counted (see [`Pace::all_workers`]).
     cold: u32,
+    /// Whether a call ran on all workers yet (the first, if short, is a warm-up).
+    warmed: bool,
 }
+
+/// A plan's first call on all workers shorter than this is a warm-up, not counted: it
+/// pays once for what later calls find ready (workers' first touch of the plan's tags and
+/// groups, pages of tables written for the first time in parallel, cold caches), a
+/// millisecond or two however short the loop. An Ising checkerboard sweep (0.26 ms on
+/// one worker) took 2.01 ms in its first call on two workers and about 0.2 ms after, and
+/// ran on one worker for good on the strength of that call.
+pub(crate) const WARM_UP_SECS: f64 = 0.02;
 
 /// A call on all workers that waited this share of its time for a late worker started
 /// cold (see [`Pace::all_workers`]). A warm pool starts its workers within microseconds,
@@ -175,7 +185,13 @@ impl Pace {
     /// machine, by which time the other worker has done a small call alone. Up to
     /// [`COLD_CALLS`] such calls in a row are not counted (a loop whose every call starts
     /// cold is timed as it is).
+    ///
+    /// The plan's first call on all workers is not counted either if it is shorter than
+    /// [`WARM_UP_SECS`].
     pub fn all_workers(&mut self, secs: f64, busy: f64, late: f64, locks: bool) {
+        if !std::mem::replace(&mut self.warmed, true) && secs < WARM_UP_SECS {
+            return;
+        }
         if late > COLD_SHARE * secs && self.cold < COLD_CALLS {
             self.cold += 1;
             return;
@@ -319,6 +335,40 @@ mod tests {
     use super::AsyncStrategy::*;
     use super::*;
 
+    /// A loop's pace after its warm-up call on all workers.
+    fn warm() -> Pace {
+        Pace {
+            warmed: true,
+            ..Pace::default()
+        }
+    }
+
+    /// The first call on all workers pays once for what later calls find ready: if short,
+    /// it is not counted (an Ising sweep: 2.01 ms, then 0.2 ms a call on two workers,
+    /// 0.26 ms on one); a long one counts, a few milliseconds cannot change its verdict.
+    #[test]
+    fn a_short_first_call_on_all_workers_is_a_warm_up() {
+        use Fallback::Measure;
+        let mut p = Pace::default();
+        p.beside_planner(0.0026);
+        p.all_workers(0.0201, 0.0201, 0.0, false);
+        assert_eq!(p.all(), Some(0.0201), "long enough to count");
+        let mut p = Pace::default();
+        p.one_worker(0.00026);
+        p.one_worker(0.00026);
+        p.all_workers(0.00201, 0.0024, 0.0, false);
+        assert_eq!(p.all(), None, "a warm-up");
+        assert!(!run_on_one_worker(Measure, Some(p)), "all workers again");
+        p.all_workers(0.0002, 0.00036, 0.0, false);
+        assert_eq!(p.all(), Some(0.0002));
+        assert!(
+            !run_on_one_worker(Measure, Some(p)),
+            "a close call: all workers timed twice"
+        );
+        p.all_workers(0.0002, 0.00036, 0.0, false);
+        assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
+    }
+
     #[test]
     fn async_for_strategies() {
         // world, threads, tasks, recheck, unwinds, cached plan, cached modes → strategy
@@ -362,7 +412,7 @@ mod tests {
         use Fallback::*;
         // Each way measured over two calls in a row.
         let paced = |all: Option<(f64, f64, bool)>, one: Option<f64>| {
-            let mut p = Pace::default();
+            let mut p = warm();
             for _ in 0..2 {
                 if let Some((secs, busy, locks)) = all {
                     p.all_workers(secs, busy, 0.0, locks);
@@ -399,7 +449,7 @@ mod tests {
         // A plan that runs one group after another: one worker, unmeasured.
         let serial = Pace {
             serial_plan: Some(1.0),
-            ..Pace::default()
+            ..warm()
         };
         assert!(run_on_one_worker(Measure, Some(serial)));
         assert!(!run_on_one_worker(Never, Some(serial)));
@@ -426,7 +476,7 @@ mod tests {
     fn the_slower_way_is_timed_again_after_8_then_16_then_32_calls() {
         use Fallback::Measure;
         let timed = |all: (f64, f64), one: f64| {
-            let mut p = Pace::default();
+            let mut p = warm();
             for _ in 0..2 {
                 p.all_workers(all.0, all.1, 0.0, false);
             }
@@ -471,7 +521,7 @@ mod tests {
         // as the faster of its last two calls (biased MF: one call on two workers took
         // 13.3 ms where the others took 9.3, and one worker's 11.1 ms won for hundreds of
         // calls).
-        let mut p = Pace::default();
+        let mut p = warm();
         p.all_workers(0.0133, 0.013, 0.0, false);
         assert!(
             run_on_one_worker(Measure, Some(p)),
@@ -498,7 +548,7 @@ mod tests {
         assert_eq!(retime_after(32, 3.4), 32);
         assert_eq!(retime_after(0, 1.2), RETIME_AFTER);
         // A clear difference decides at once: one call each way.
-        let mut p = Pace::default();
+        let mut p = warm();
         p.all_workers(0.03, 0.03, 0.0, false);
         p.one_worker(0.01);
         assert!(run_on_one_worker(Measure, Some(p)));
@@ -513,7 +563,7 @@ mod tests {
     #[test]
     fn a_call_beside_the_planner_times_the_one_worker_way() {
         use Fallback::Measure;
-        let mut p = Pace::default();
+        let mut p = warm();
         p.beside_planner(0.062);
         assert!(
             !run_on_one_worker(Measure, Some(p)),
@@ -528,7 +578,7 @@ mod tests {
             p.one_worker(0.060);
         }
         // Scaling: all workers stay, one worker is never timed again.
-        let mut p = Pace::default();
+        let mut p = warm();
         p.beside_planner(0.012);
         for _ in 0..3 {
             p.all_workers(0.0064, 0.0126, 0.0, false);
@@ -538,7 +588,7 @@ mod tests {
             p.all_workers(0.0064, 0.0126, 0.0, false);
         }
         // A close call needs no further call on one worker: the figure counts twice.
-        let mut p = Pace::default();
+        let mut p = warm();
         p.beside_planner(0.026);
         p.all_workers(0.0186, 0.036, 0.0, false);
         assert!(
@@ -548,7 +598,7 @@ mod tests {
         p.all_workers(0.0184, 0.036, 0.0, false);
         assert!(!run_on_one_worker(Measure, Some(p)), "all workers faster");
         // Too short to time, or timed already: no figure taken.
-        let mut p = Pace::default();
+        let mut p = warm();
         p.beside_planner(MIN_TIMED_SECS / 2.0);
         assert_eq!(p.one(), None);
         p.one_worker(0.05);
@@ -561,7 +611,7 @@ mod tests {
     #[test]
     fn cold_starts_are_not_taken_for_the_loops_pace() {
         use Fallback::Measure;
-        let mut p = Pace::default();
+        let mut p = warm();
         // A cold call: 2 ms, the second worker started after 1.9 ms (busy as one worker).
         p.all_workers(0.002, 0.0019, 0.0019, false);
         assert_eq!(p.all(), None);
@@ -574,7 +624,7 @@ mod tests {
         assert_eq!(p.all(), Some(0.001));
         assert!(!run_on_one_worker(Measure, Some(p)));
         // Every call cold: the third in a row is timed as it is.
-        let mut p = Pace::default();
+        let mut p = warm();
         for _ in 0..COLD_CALLS {
             p.all_workers(0.002, 0.0019, 0.0019, false);
         }

@@ -176,7 +176,9 @@ impl Opts {
 /// other each is timed twice before one is chosen. The slower way is timed again after 8
 /// calls, then after 16, 32, and so on (later when it was several times slower, so that
 /// timing it costs under a tenth of a call on average), so that one call slowed by a busy
-/// machine does not decide for good. The loop's
+/// machine does not decide for good. A plan's first call on all workers is not timed when
+/// it is shorter than 20 ms: it pays once for the workers' first touch of the plan and of
+/// the tables, which can make a sub-millisecond call ten times slower. The loop's
 /// [`LoopStats::strategy`](super::LoopStats::strategy) then ends in `" on one worker"`,
 /// and a diagnosis (`one-worker`) says what each way took and what would let the
 /// workers pay.
