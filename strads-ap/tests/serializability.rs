@@ -11,7 +11,10 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{acyclic, check_serializable, random_patterns, run_order_sensitive_calls, Pattern};
+use common::{
+    acyclic, check_serializable, random_patterns, run_order_sensitive_calls, writers_acyclic,
+    Pattern,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strads_ap::prelude::*;
@@ -361,17 +364,12 @@ fn rotation_shaped_patterns_are_serializable() {
             let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
             assert_eq!(site.strategy, expected, "{site:?}");
             // Build the precedence graph from both tables and check it is acyclic.
-            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-            for seq in w.to_vec().unwrap().iter().chain(h.to_vec().unwrap().iter()) {
-                for p in seq.windows(2) {
-                    edges[p[0] as usize].push(p[1] as usize);
-                }
-            }
+            let (wv, hv) = (w.to_vec().unwrap(), h.to_vec().unwrap());
             assert!(
-                acyclic(&edges),
+                writers_acyclic(n, wv.iter().chain(&hv)),
                 "rotation run with {threads} threads, call {call}, was not serializable"
             );
-            let total: usize = w.to_vec().unwrap().iter().map(Vec::len).sum();
+            let total: usize = wv.iter().map(Vec::len).sum();
             assert_eq!(total, n);
         }
     }
@@ -444,14 +442,8 @@ fn a_finely_interleaved_rotation_is_serializable_and_spreads_a_hot_rows_updates(
         }
         assert_eq!(stats_at(line).strategy, "rotation");
         let (wv, hv) = (w.to_vec().unwrap(), h.to_vec().unwrap());
-        let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for seq in wv.iter().chain(&hv) {
-            for p in seq.windows(2) {
-                edges[p[0] as usize].push(p[1] as usize);
-            }
-        }
         assert!(
-            acyclic(&edges),
+            writers_acyclic(n, wv.iter().chain(&hv)),
             "{threads} threads, {interleave:?}: not serializable"
         );
         assert_eq!(wv.iter().map(Vec::len).sum::<usize>(), n);
@@ -499,19 +491,14 @@ fn tables_keyed_alike_rotate_serializably() {
             let site = stats_at(line);
             let expected = if threads == 1 { "serial" } else { "rotation" };
             assert_eq!(site.strategy, expected, "{site:?}");
-            let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-            let mut total = 0;
-            for t in [&w, &h, &bw, &bh] {
-                for seq in t.to_vec().unwrap() {
-                    total += seq.len();
-                    for p in seq.windows(2) {
-                        edges[p[0] as usize].push(p[1] as usize);
-                    }
-                }
-            }
+            let seqs: Vec<Vec<u32>> = [&w, &h, &bw, &bh]
+                .iter()
+                .flat_map(|t| t.to_vec().unwrap())
+                .collect();
+            let total: usize = seqs.iter().map(Vec::len).sum();
             assert_eq!(total, 4 * n, "every task wrote each table once");
             assert!(
-                acyclic(&edges),
+                writers_acyclic(n, &seqs),
                 "{threads} threads, call {call}: not serializable"
             );
         }

@@ -177,6 +177,19 @@ pub fn check_serializable(
     );
 }
 
+/// Whether the order in which tasks `0..n` wrote each key (`sequences`: per key, the
+/// tasks that wrote it, in order) is one serial order's: the precedence graph of
+/// consecutive writers is acyclic.
+pub fn writers_acyclic<'a>(n: usize, sequences: impl IntoIterator<Item = &'a Vec<u32>>) -> bool {
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for seq in sequences {
+        for p in seq.windows(2) {
+            edges[p[0] as usize].push(p[1] as usize);
+        }
+    }
+    acyclic(&edges)
+}
+
 /// Whether the graph (adjacency lists) has no cycle.
 pub fn acyclic(edges: &[Vec<usize>]) -> bool {
     let mut graph = petgraph::graph::DiGraph::<(), ()>::new();
