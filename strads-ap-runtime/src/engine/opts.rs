@@ -94,9 +94,10 @@ impl Opts {
     /// very frequent keys (GloVe, word embeddings over Zipf words), whose frequent rows
     /// otherwise end each call fitted to the last block they met. On the zoo's GloVe
     /// (2 workers, 10 epochs): by default 2.0× the serial speed with a trained loss
-    /// 54-70% above serial's; with `interleave(16)` 1.6× and within 1.4%. It costs speed
-    /// where the order matters less (matrix factorisation, whose RMSE moves by hundredths
-    /// of a percent). `STRADS_INTERLEAVE=run` in the environment sets it for every loop
+    /// 54-70% above serial's; with `interleave(16)` 1.6× and within 1.4%. The cost grows
+    /// as the body gets cheaper: the same GloVe with rows of `[f32; 32]` went from 1.3×
+    /// to 0.9×, no faster than serial. It also costs speed where the order matters less
+    /// (matrix factorisation, whose RMSE moves by hundredths of a percent). `STRADS_INTERLEAVE=run` in the environment sets it for every loop
     /// that does not, to try it without recompiling. See the manual's "Rotation order".
     ///
     /// ```
