@@ -369,14 +369,14 @@ pub(crate) fn after_call(
         .map(|e| (e.name, e.table.id()))
         .collect();
     m.calls += 1;
-    // A call with a table made afresh ran with locks instead of planning anew: for the
-    // diagnosis it is a first call all the same (nothing kept served its tables).
     if figures.awaiting_plan {
         let secs = figures.running.as_secs_f64();
         if secs > 0.0 && m.in_order.is_none_or(|s| secs < s) {
             m.in_order = Some(secs);
         }
     }
+    // A call with a table made afresh ran with locks instead of planning anew: for the
+    // diagnosis it is a first call all the same (nothing kept served its tables).
     if figures.first_call || figures.renewed {
         m.first_calls += 1;
         m.locked_instead |= figures.renewed;

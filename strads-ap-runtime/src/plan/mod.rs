@@ -81,9 +81,9 @@ pub struct Cell {
     /// Task offsets (from the range start), in loop order.
     pub tasks: Vec<u32>,
     /// The most tasks of the cell that share one key of a rotated table: how long a run
-    /// of one row's (or column's) updates against this cell alone can be. The engine cuts
-    /// a cell with a hot key into short slices, so that the key's updates interleave with
-    /// its other cells' as in the serial loop (see `engine::async_for::execute`).
+    /// of one row's (or column's) updates against this cell alone can be. Under
+    /// `Opts::interleave` the engine cuts a cell with a hot key into short slices, so that
+    /// the key's updates interleave with its other cells' as in the serial loop.
     pub hottest: u32,
 }
 
