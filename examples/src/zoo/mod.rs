@@ -235,9 +235,11 @@ pub const PROGRAMS: &[Program] = &[
         // The trained model's loss depends on the order of the updates: the serial loop
         // run in reverse order moved it by up to 3.5% (seeds 1-3, at a fifth of the
         // default size and at the full size). At the test's size (half, 5 epochs) the
-        // twin was within -3.2% to +4.1% over seeds 1-5 in a quiet release run and -2.9%
-        // to +6.5% in the debug test suite; without `interleave` +49% to +135%.
-        tolerance: 0.08,
+        // twin was within -3.2% to +4.1% over seeds 1-5 in a quiet release run, -2.9% to
+        // +6.5% in the debug test suite and up to +8.1% beside a CPU hog (which cells run
+        // side by side depends on timing); without `interleave` +49% to +135%, which the
+        // bound still tells apart fourfold.
+        tolerance: 0.12,
         reads: None,
     },
     Program {
