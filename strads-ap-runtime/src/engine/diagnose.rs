@@ -331,7 +331,6 @@ struct SiteMemory {
     /// The fixed-costs diagnosis looks at it, not at the mean, which one call slowed by the
     /// machine (or still warming up) moves.
     fastest: Option<(f64, f64, u64)>,
-    steps: u64,
     /// Workers of the last ordinary call.
     workers: usize,
     /// A dynamic loop's indices run and candidates set aside over ordinary calls, and the
@@ -396,7 +395,6 @@ pub(crate) fn after_call(
             m.timed += 1;
             m.busy += busy;
             m.worker_secs += worker_secs;
-            m.steps += figures.steps as u64;
             if m.fastest.is_none_or(|(w, _, _)| worker_secs < w) {
                 m.fastest = Some((worker_secs, busy, figures.steps as u64));
             }
@@ -943,18 +941,17 @@ fn fixed_costs_fix(
     workers: usize,
     measured: Option<(f64, f64)>,
 ) -> String {
-    let gain = match measured {
-        Some((all, one)) if all > 0.0 => one / all,
-        _ => busy * workers as f64,
-    };
-    let how = match measured {
-        Some((all, one)) if all > 0.0 => format!(
-            " (measured: a call took {:.2} ms on {workers} workers and {:.2} ms in loop \
-             order on one)",
-            all * 1e3,
-            one * 1e3
+    let (gain, how) = match measured {
+        Some((all, one)) if all > 0.0 => (
+            one / all,
+            format!(
+                " (measured: a call took {:.2} ms on {workers} workers and {:.2} ms in \
+                 loop order on one)",
+                all * 1e3,
+                one * 1e3
+            ),
         ),
-        _ => String::new(),
+        _ => (busy * workers as f64, String::new()),
     };
     let more = match dynamic {
         true => "give each round more work (`Dynamic::round(n)` with a larger n, or more work per index)",

@@ -705,10 +705,11 @@ impl CellScheduler {
         let uniform = slices_per_cell(rot);
         let mut cells: Vec<usize> = cells.to_vec();
         cells.sort_by_key(|&c| std::cmp::Reverse(rot.cells[c].tasks.len()));
-        // Units in order of their slices' midpoints in their cells, (2s + 1) / 2S for
-        // slice s of S, compared as integers; the stable sort keeps heavier cells first
-        // among equals (cells cut alike keep the order slice by slice).
-        let mut units: Vec<(Unit, usize)> = Vec::new();
+        // Units in order of their slices' midpoints in their cells (`Unit::at`); the
+        // stable sort keeps heavier cells first among equals (cells cut alike keep the
+        // order slice by slice). Equal fractions divide to equal floats, and unequal
+        // ones of at most `MAX_SLICES` slices differ far above the rounding.
+        let mut pending: Vec<Unit> = Vec::new();
         // Under `interleave`, a worker whose next units are blocked takes a later slice of
         // a cell only a little ahead of the rest, not the next slices of the one cell
         // it is free to run (with 3 workers that alone made runs of 90 tasks of one key
@@ -727,7 +728,7 @@ impl CellScheduler {
             for s in 0..cut {
                 let tasks = n * s / cut..n * (s + 1) / cut;
                 if !tasks.is_empty() {
-                    let unit = Unit {
+                    pending.push(Unit {
                         cell: c,
                         slice: s,
                         tasks,
@@ -735,17 +736,11 @@ impl CellScheduler {
                         col: cell.col as usize,
                         at: (2 * s + 1) as f64 / (2 * cut) as f64,
                         reach: window.max(1.0 / cut as f64),
-                    };
-                    units.push((unit, cut));
+                    });
                 }
             }
         }
-        let mid = |(u, cut): &(Unit, usize)| (2 * u.slice as u64 + 1, 2 * *cut as u64);
-        units.sort_by(|a, b| {
-            let ((ma, da), (mb, db)) = (mid(a), mid(b));
-            (ma * db).cmp(&(mb * da))
-        });
-        let pending: Vec<Unit> = units.into_iter().map(|(u, _)| u).collect();
+        pending.sort_by(|a, b| a.at.total_cmp(&b.at));
         CellScheduler {
             state: Mutex::new(CellState {
                 row_busy: vec![false; rot.rows],
