@@ -408,9 +408,11 @@ impl<'a> Generator<'a> {
         });
         let bindings: Vec<TokenStream> = bindings.collect();
         // A recording body starts each task on its views (they remember the task's last
-        // access; see `RecordVectorView::note`); a plain value has nothing to start.
+        // access; see `RecordVectorView::note`), and so does a locking one (its views
+        // remember the task's latest first touches; see `LockView::touched`); a plain
+        // value has nothing to start.
         let starts: Vec<TokenStream> = match pass {
-            Pass::Record => self
+            Pass::Record | Pass::Lock => self
                 .captures
                 .iter()
                 .zip(&self.names)

@@ -1191,6 +1191,15 @@ impl<K, V: Clone, W: Writes> MapView<'_, K, RecordVectorView<'_, V, W>> {
     }
 }
 
+impl<K, V: Clone> MapView<'_, K, LockView<'_, V>> {
+    /// Starts a task (see `LockView::__strads_task`).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_task(&mut self) {
+        self.values.__strads_task();
+    }
+}
+
 impl<K: MapKey + std::fmt::Debug, W: IndexMut<usize>> Index<&K> for MapView<'_, K, W> {
     type Output = W::Output;
     fn index(&self, key: &K) -> &W::Output {
@@ -1500,6 +1509,15 @@ pub struct MultiMapView<'a, K, W>(MapView<'a, K, W>);
 
 impl<K, V: Clone, W: Writes> MultiMapView<'_, K, RecordVectorView<'_, Vec<V>, W>> {
     /// Starts a task (see `RecordVectorView::__strads_task`).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __strads_task(&mut self) {
+        self.0.__strads_task();
+    }
+}
+
+impl<K, V: Clone> MultiMapView<'_, K, LockView<'_, Vec<V>>> {
+    /// Starts a task (see `LockView::__strads_task`).
     #[doc(hidden)]
     #[inline(always)]
     pub fn __strads_task(&mut self) {
