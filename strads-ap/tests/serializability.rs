@@ -243,6 +243,133 @@ fn a_rechecked_loop_that_writes_only_relaxed_tables_runs_on_all_workers_and_sums
     }
 }
 
+/// BPR's shape: each task writes one row of `rows` (the same at every call) and one
+/// element of `cols` drawn from a table made anew for every call, so that after its first
+/// call the loop runs with element locks. Its first calls draw a permutation (each task its
+/// own element of `cols`), so their log gives a rotation over `rows` alone, by whose cells
+/// the locking runs place their tasks: one slice per cell, where chunks of consecutive
+/// tasks would be 63. The later calls draw hot elements, which meet other workers' locks;
+/// every call must be serializable.
+#[test]
+fn locking_runs_placed_by_a_rotation_are_serializable() {
+    let n = 4000usize;
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let users: Vec<u32> = (0..n).map(|_| rng.gen_range(0..64)).collect();
+    let users = DVector::from_vec(users).unwrap();
+    for threads in [2, 3, 4] {
+        let rows = DVector::from_fn(64, |_| Vec::<u32>::new()).unwrap();
+        let cols = DVector::from_fn(n, |_| Vec::<u32>::new()).unwrap();
+        for call in 0..5 {
+            rows.transform(|_, v| v.clear()).unwrap();
+            cols.transform(|_, v| v.clear()).unwrap();
+            let mut draw: Vec<u32> = (0..n as u32).collect();
+            if call < 2 {
+                draw.rotate_left(call + 1);
+            } else {
+                for d in &mut draw {
+                    *d = match rng.gen_bool(0.5) {
+                        true => rng.gen_range(0..4),
+                        false => rng.gen_range(0..n as u32),
+                    };
+                }
+            }
+            let draws = DVector::from_vec(draw).unwrap();
+            let line = line!() + 1;
+            async_for!(
+                0..n,
+                |k| {
+                    rows[users[k] as usize].push(k as u32);
+                    cols[draws[k] as usize].push(k as u32);
+                },
+                Opts::new().threads(threads).fallback(Fallback::Never)
+            )
+            .unwrap();
+            let s = stats_at(line);
+            if call >= 2 {
+                assert_eq!(s.strategy, "locks", "threads {threads} call {call}: {s:?}");
+                assert!(
+                    s.groups <= 4 * threads,
+                    "threads {threads} call {call}: not placed by the rotation: {s:?}"
+                );
+            }
+            let (rows, cols) = (rows.to_vec().unwrap(), cols.to_vec().unwrap());
+            for table in [&rows, &cols] {
+                let mut all: Vec<u32> = table.concat();
+                all.sort_unstable();
+                let once = all.iter().copied().eq(0..n as u32);
+                assert!(once, "call {call}: {} writes, not one per task", all.len());
+            }
+            assert!(
+                writers_acyclic(n, rows.iter().chain(&cols)),
+                "threads {threads} call {call}: no serial order explains the writes"
+            );
+        }
+    }
+}
+
+/// Maps in locking runs: each task appends its index to the value of one key of a `DMap`
+/// and to the list of another key of a `DMultiMap`, keys that move with a captured `shift`,
+/// so the loop is re-checked and runs with element locks. Each call appends every task
+/// once to each map, in an order that one serial order explains.
+#[test]
+fn locking_runs_over_maps_are_serializable() {
+    let n = 2000usize;
+    for threads in [2, 3] {
+        let map = DMap::from_pairs((0..16u64).map(|k| (k, Vec::<u32>::new())).collect()).unwrap();
+        let multi = DMultiMap::from_pairs((0..16u64).map(|k| (k, u32::MAX)).collect()).unwrap();
+        let lists = || -> Vec<Vec<u32>> {
+            let mut lists = vec![Vec::new(); 32];
+            for (k, v) in map.to_vec().unwrap() {
+                lists[k as usize] = v;
+            }
+            for (k, v) in multi.to_vec().unwrap() {
+                if v != u32::MAX {
+                    lists[16 + k as usize].push(v);
+                }
+            }
+            lists
+        };
+        for shift in 0..4u64 {
+            let before = lists();
+            let line = line!() + 1;
+            async_for!(
+                0..n,
+                |k| {
+                    let key = (k as u64 * 7 + shift) % 16;
+                    map.get_mut(&key).unwrap().push(k as u32);
+                    multi
+                        .get_mut(&((key + shift + 1) % 16))
+                        .unwrap()
+                        .push(k as u32);
+                },
+                Opts::new()
+                    .threads(threads)
+                    .recheck(true)
+                    .fallback(Fallback::Never)
+            )
+            .unwrap();
+            if shift > 0 {
+                let s = stats_at(line);
+                assert_eq!(s.strategy, "locks", "{s:?}");
+            }
+            let added: Vec<Vec<u32>> = lists()
+                .into_iter()
+                .zip(&before)
+                .map(|(after, before)| after[before.len()..].to_vec())
+                .collect();
+            for table in added.chunks(16) {
+                let mut all: Vec<u32> = table.concat();
+                all.sort_unstable();
+                assert!(all.iter().copied().eq(0..n as u32), "shift {shift}");
+            }
+            assert!(
+                writers_acyclic(n, &added),
+                "threads {threads} shift {shift}: no serial order explains the writes"
+            );
+        }
+    }
+}
+
 static ARMED: AtomicBool = AtomicBool::new(false);
 static B_HOLDS: AtomicBool = AtomicBool::new(false);
 static A_TRIED: AtomicBool = AtomicBool::new(false);

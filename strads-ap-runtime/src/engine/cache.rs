@@ -10,7 +10,7 @@ use dashmap::DashMap;
 
 use super::choose::Pace;
 use super::{CallSite, Opts, Registry};
-use crate::plan::{DistPlan, Plan, SlotMode};
+use crate::plan::{DistPlan, Plan, Rotation, SlotMode};
 use crate::recon::AccessLog;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -165,8 +165,8 @@ impl<V> Cache<V> {
 #[derive(Default)]
 pub(crate) struct Kept {
     pub plans: Cache<Cached>,
-    /// Table modes of locking runs.
-    pub modes: Cache<Vec<SlotMode>>,
+    /// Table modes of locking runs, and the rotations their tasks are placed by.
+    pub modes: Cache<Locking>,
     /// How fast calls ran on all workers and on one ([`crate::Fallback::Measure`]).
     pub pace: Cache<Pace>,
     /// Which tables a loop run serially writes, by [`TablesKey`].
@@ -180,6 +180,18 @@ pub(crate) struct Kept {
     /// Per `async_for!` call site (its address): the plan a recorded first call left
     /// being made on a spare thread, at most one.
     pub pending: DashMap<usize, Pending>,
+}
+
+/// What a locking run keeps for its site's next call.
+pub(crate) struct Locking {
+    /// How the run treats each table.
+    pub modes: Vec<SlotMode>,
+    /// The rotation a reconnaissance of the loop gave (see [`crate::plan::rotation_of`]),
+    /// by whose cells workers take its tasks; `None` where it gave components, and the
+    /// workers take chunks of consecutive tasks.
+    pub placement: Option<Arc<Rotation>>,
+    /// The runs' lock words and stamps.
+    pub buffers: super::async_for::locking::Buffers,
 }
 
 /// A plan being made on a spare thread (see `async_for::planned::plan_aside`), for the
@@ -264,8 +276,8 @@ pub fn cached_plans(file: &str, line: u32) -> usize {
 pub(crate) enum Keep {
     /// A plan (and its cutting across ranks) for the next call with this key.
     Plan(PlanKey, Box<Cached>),
-    /// A locking run's table modes.
-    Modes(PlanKey, Vec<SlotMode>),
+    /// A locking run's table modes and placement.
+    Modes(PlanKey, Locking),
     /// `sync_for!`'s reconnaissance log, which a body just contradicted: learn again.
     ForgetSyncLog(TablesKey),
 }

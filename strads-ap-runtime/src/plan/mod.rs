@@ -246,6 +246,32 @@ pub fn plan_ahead(
     config: &PlanConfig,
     ahead: Option<GatherAhead>,
 ) -> Plan {
+    plan_shaped(log, tables, config, ahead, true).expect("components are always a plan")
+}
+
+/// The rotation [`plan`] makes from `log`, or `None` where it would make components
+/// (which are then not made). A locking run places its tasks by it: it runs cells of the
+/// rotation made from its first call's reconnaissance, so that the accesses that repeat
+/// from call to call stay in one worker's blocks, while locks still guard every access.
+///
+/// # Panics
+/// As [`plan`].
+pub fn rotation_of(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) -> Option<Rotation> {
+    match plan_shaped(log, tables, config, None, false)?.schedule {
+        Schedule::Rotation(r) => Some(*r),
+        Schedule::Components(_) => None,
+    }
+}
+
+/// [`plan_ahead`], or with `components` false `None` where the plan would not be a
+/// rotation.
+fn plan_shaped(
+    log: AccessLog,
+    tables: &[TableInfo],
+    config: &PlanConfig,
+    ahead: Option<GatherAhead>,
+    components_too: bool,
+) -> Option<Plan> {
     let slots = tables.len();
     let blocks = config
         .blocks
@@ -374,16 +400,17 @@ pub fn plan_ahead(
             }
             (schedule, stats)
         }
-        None => components(&log, &modes, config, &mut tags),
+        None if components_too => components(&log, &modes, config, &mut tags),
+        None => return None,
     };
-    Plan {
+    Some(Plan {
         modes,
         tags,
         schedule,
         stats,
         log,
         indexed_by_task,
-    }
+    })
 }
 
 /// Ranges of tasks for the planner's parallel passes: a few per thread, not tiny.

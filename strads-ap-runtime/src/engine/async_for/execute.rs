@@ -643,13 +643,14 @@ fn unit_key(major: u64, minor: u64) -> u64 {
 
 /// A slice of a rotation cell.
 #[derive(Clone)]
-struct Unit {
-    cell: usize,
+pub(super) struct Unit {
+    pub cell: usize,
     /// Which slice of the cell.
     slice: usize,
-    tasks: Range<usize>,
-    row: usize,
-    col: usize,
+    /// Its tasks: positions in the cell's task list.
+    pub tasks: Range<usize>,
+    pub row: usize,
+    pub col: usize,
     /// Where the slice lies in its cell: its midpoint, as a fraction of the cell.
     at: f64,
     /// How far past the first unit not yet taken (in `at`) this unit may be taken.
@@ -674,7 +675,7 @@ thread_local! {
 /// Measured with 2 threads on biased MF (10,000 users, 2,000 items): without homes a user
 /// block ran on either core and every task's first touch of its user row missed the
 /// cache.
-struct CellScheduler {
+pub(super) struct CellScheduler {
     state: Mutex<CellState>,
     wake: Condvar,
     /// Which seats (`0..threads`) the step's workers have taken.
@@ -701,7 +702,12 @@ struct CellState {
 impl CellScheduler {
     /// Units of `cells` (indices into the rotation's cells): each cell cut alike, into
     /// [`slices_per_cell`], or for runs of `run` tasks of one key (see [`slices_of`]).
-    fn new(rot: &plan::Rotation, cells: &[usize], run: Option<usize>, threads: usize) -> Self {
+    pub(super) fn new(
+        rot: &plan::Rotation,
+        cells: &[usize],
+        run: Option<usize>,
+        threads: usize,
+    ) -> Self {
         let uniform = slices_per_cell(rot);
         let mut cells: Vec<usize> = cells.to_vec();
         cells.sort_by_key(|&c| std::cmp::Reverse(rot.cells[c].tasks.len()));
@@ -765,7 +771,7 @@ impl CellScheduler {
     /// that the same thread keeps the same home blocks (whose rows its cache holds) from
     /// step to step and call to call, whichever pool threads a call wakes; else the first
     /// free one.
-    fn seat(&self) -> usize {
+    pub(super) fn seat(&self) -> usize {
         let last = SEAT.get();
         let free = |s: usize| !self.seats[s].swap(true, Ordering::Relaxed);
         let seat = match last < self.seats.len() && free(last) {
@@ -778,7 +784,7 @@ impl CellScheduler {
     }
 
     /// The next unit for worker `me`, or `None` when all are taken (or a run failed).
-    fn take(&self, errors: &FirstError, me: usize) -> Option<Unit> {
+    pub(super) fn take(&self, errors: &FirstError, me: usize) -> Option<Unit> {
         let mut st = self.state.lock();
         loop {
             if st.first == st.pending.len() || errors.failed() {
@@ -824,7 +830,7 @@ impl CellScheduler {
         }
     }
 
-    fn finish(&self, row: usize, col: usize) {
+    pub(super) fn finish(&self, row: usize, col: usize) {
         let mut st = self.state.lock();
         st.row_busy[row] = false;
         st.col_busy[col] = false;

@@ -30,7 +30,7 @@ mod dynamic;
 mod exchange;
 mod execute;
 mod fetching;
-mod locking;
+pub(in crate::engine) mod locking;
 mod lone;
 mod planned;
 mod reconnoitre;

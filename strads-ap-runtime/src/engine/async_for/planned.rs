@@ -170,7 +170,7 @@ pub(super) fn make_plan<Task, I>(
 }
 
 /// The planner's settings for a loop call (`threads`: workers over the whole job).
-fn plan_config<Task, I>(l: &Loop<'_, '_, Task, I>, threads: usize) -> PlanConfig {
+pub(super) fn plan_config<Task, I>(l: &Loop<'_, '_, Task, I>, threads: usize) -> PlanConfig {
     PlanConfig {
         threads,
         blocks: l.opts.blocks,

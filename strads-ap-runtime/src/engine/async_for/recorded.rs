@@ -61,10 +61,10 @@ pub(super) fn run_for_modes<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Re
     let Some((log, _)) = log? else {
         return Ok(unplanned(l));
     };
-    let modes = plan::slot_modes(&log, &tables);
     l.call.note(|f| f.first_call = true);
-    let written = written_slots(&modes);
-    Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), modes)))
+    let learnt = super::locking::learn(l, log, &tables);
+    let written = written_slots(&learnt.modes);
+    Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), learnt)))
 }
 
 /// A recorded run whose log missed accesses (a task logged more than its room held; see
