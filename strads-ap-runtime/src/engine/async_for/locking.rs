@@ -122,7 +122,8 @@ pub(super) fn learn<Task, I: LoopIndex>(
     tables: &[TableInfo],
 ) -> Locking {
     let modes = plan::slot_modes(&log, tables);
-    let placed = modes.contains(&SlotMode::Checked) && l.call.threads > 1;
+    let placed =
+        modes.contains(&SlotMode::Checked) && l.call.threads > 1 && one_key_of_each(&log, &modes);
     let t0 = Instant::now();
     let config = plan_config(l, l.call.threads);
     let placement = placed
@@ -135,6 +136,19 @@ pub(super) fn learn<Task, I: LoopIndex>(
         placement,
         buffers: Buffers::default(),
     }
+}
+
+/// Whether every task of `log` touched at most one key of each checked table, as a
+/// rotation needs: a pass that costs little where the planner's passes (which also find
+/// private tables and dimensions) cost BPR's first call two serial epochs to find no
+/// rotation (its tasks touch two items each).
+fn one_key_of_each(log: &AccessLog, modes: &[SlotMode]) -> bool {
+    (0..log.tasks()).all(|t| {
+        log.task(t).windows(2).all(|w| {
+            let (a, b) = (w[0], w[1]);
+            a.slot() != b.slot() || a.key() == b.key() || modes[a.slot()] != SlotMode::Checked
+        })
+    })
 }
 
 /// What a locking run did.
