@@ -263,7 +263,7 @@ pub fn rotation_of(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) ->
     }
 }
 
-/// [`plan_ahead`], or with `components` false `None` where the plan would not be a
+/// [`plan_ahead`], or with `components_too` false `None` where the plan would not be a
 /// rotation.
 fn plan_shaped(
     log: AccessLog,

@@ -331,6 +331,26 @@ proptest! {
         ];
         check_plan(&log, &tables, threads);
     }
+
+    /// `rotation_of` (a locking run's placement) is the plan's rotation where the plan
+    /// rotates, and nothing where it makes components.
+    #[test]
+    fn rotation_of_is_the_plans_rotation_or_none(
+        (log, rotating) in prop_oneof![
+            arb_rotation_log(30, 12).prop_map(|l| (l, true)),
+            arb_log(3, 20).prop_map(|l| (l, false)),
+        ],
+        threads in 1usize..5,
+    ) {
+        let key_spaces: &[usize] = if rotating { &[1000, 30, 12] } else { &[20, 20, 20] };
+        let tables = TableInfo::unrelaxed(key_spaces);
+        let config = PlanConfig { threads, blocks: None, seed: 5, first_index: 0 };
+        let want = match plan(log.clone(), &tables, &config).schedule {
+            Schedule::Rotation(r) => Some(*r),
+            Schedule::Components(_) => None,
+        };
+        prop_assert_eq!(rotation_of(log, &tables, &config), want);
+    }
 }
 
 #[test]
