@@ -412,6 +412,47 @@ fn a_table_made_afresh_every_call_runs_with_locks_not_recorded_runs() {
     );
 }
 
+/// A loop whose tables are swapped once (a second data set of the same shapes) is
+/// recorded at its first call and at the call after the swap, and at no other: the swap's
+/// recorded run also plans, aside, for the calls that keep the new tables.
+#[test]
+fn tables_swapped_once_are_recorded_once_more_not_twice() {
+    let (n, keys) = (6000, 500);
+    let w = DVector::from_fn(keys, |_| 0i64).unwrap();
+    let mut serial = vec![0i64; keys];
+    let mut data = pattern(n, keys);
+    let mut pairs = DVector::from_vec(data.clone()).unwrap();
+    let mut line = 0;
+    for call in 0..6 {
+        if call == 2 {
+            // The second phase's data: other pairs, the same shapes.
+            data.iter_mut()
+                .for_each(|(a, b)| (*a, *b) = ((*a + 1) % keys, *a));
+            pairs = DVector::from_vec(data.clone()).unwrap();
+        }
+        line = line!() + 1;
+        async_for!(
+            0..pairs.len(),
+            |k| {
+                let (a, b) = pairs[k];
+                w[a] += 2;
+                w[b] -= 1;
+            },
+            Opts::new().threads(2)
+        )
+        .unwrap();
+        for &(a, b) in &data {
+            serial[a] += 2;
+            serial[b] -= 1;
+        }
+        strads_ap::wait_for_plans();
+    }
+    assert_eq!(w.to_vec().unwrap(), serial);
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (6, 2), "{s:?}");
+    assert_ne!(s.strategy, "recorded", "{s:?}");
+}
+
 #[test]
 fn a_rechecked_loop_on_one_worker_runs_in_loop_order_and_still_refuses_unlearned_writes() {
     // `Fallback::Always`: after the recorded first call, calls run on one worker in loop

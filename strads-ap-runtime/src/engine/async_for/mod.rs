@@ -59,6 +59,10 @@ pub(super) struct Loop<'c, 'a, Task, I> {
     pub lock: fn(&Task, &ExecCtx, Indices<'_, I>),
     /// What the rank keeps of this call between calls is kept under.
     pub key: PlanKey,
+    /// Where the call's tables are new DDSs of the last call's shapes and `key` is its
+    /// role (see `PlanKey::renews`; not declared `recheck`): the call's own key, under
+    /// which a plan made from its recorded run serves a next call over the same tables.
+    pub renewed: Option<PlanKey>,
 }
 
 impl<Task: Sync, I: LoopIndex> Loop<'_, '_, Task, I> {
@@ -187,6 +191,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         .last_keys
         .insert(site as *const CallSite as usize, key.clone());
     let renewed = call.here.world_size() == 1 && last.is_some_and(|last| key.renews(&last));
+    let own_key = (renewed && !opts.recheck).then(|| key.clone());
     if renewed {
         key = key.role();
     }
@@ -221,6 +226,7 @@ pub fn run_async_for<Task: Sync + serde::Serialize + serde::de::DeserializeOwned
         window,
         lock,
         key,
+        renewed: own_key,
     };
     call.note(|f| f.range = Some((start, start + n)));
     // A dynamic loop runs rounds until it converges: its length is not known.

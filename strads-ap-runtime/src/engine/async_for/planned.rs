@@ -9,7 +9,7 @@ use super::execute::{execute, lay_out_task_tables};
 use super::{lone, on_one_worker, table_infos, written_slots, Loop};
 use crate::access::LoopIndex;
 use crate::cluster::context;
-use crate::engine::cache::{kept, Cached, Keep, Made, Pending};
+use crate::engine::cache::{kept, Cached, Keep, Made, Pending, PlanKey};
 use crate::engine::pipeline::Ran;
 use crate::engine::Fallback;
 use crate::error::{Error, Result};
@@ -275,6 +275,7 @@ fn planner() -> &'static rayon::ThreadPool {
 /// table modes the log gives.
 pub(super) fn plan_aside<Task, I>(
     l: &Loop<'_, '_, Task, I>,
+    key: &PlanKey,
     log: AccessLog,
     ahead: Option<plan::GatherAhead>,
     tables: Vec<TableInfo>,
@@ -292,13 +293,13 @@ pub(super) fn plan_aside<Task, I>(
         }
     });
     let pending = Pending {
-        key: l.key.clone(),
+        key: key.clone(),
         modes: modes.clone(),
         made: Mutex::new(made),
         ready: None,
         patience: recorded / RECORDED_PER_PATIENCE,
     };
-    kept().pending.insert(l.key.site(), pending);
+    kept().pending.insert(key.site(), pending);
     modes
 }
 

@@ -33,7 +33,7 @@ pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) 
         return Ok(unplanned(l));
     };
     if plans_aside(l) {
-        let modes = plan_aside(l, log, ahead, tables, took);
+        let modes = plan_aside(l, &l.key, log, ahead, tables, took);
         l.call.note(|f| f.first_call = true);
         return Ok(Ran::new(Ok(()), written_slots(&modes)));
     }
@@ -53,16 +53,30 @@ pub(super) fn run_for_plan<Task: Sync, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) 
 }
 
 /// A recorded run of a re-checked loop, whose log gives the locking runs' table modes.
+///
+/// Where the loop is not re-checked but its tables were made afresh for this call (and
+/// `l.key` is its role), the log also plans aside for the call's own key: a program that
+/// swaps its tables once (a new data set for a second phase) then runs its next call by
+/// that plan, where it would otherwise record a second time (2.5-4 serial calls).
 pub(super) fn run_for_modes<Task, I: LoopIndex>(l: &Loop<'_, '_, Task, I>) -> Result<Ran> {
     let locked = l.call.lock()?;
+    let t0 = Instant::now();
     let log = recorded_call(l, &locked.bases, None);
+    let took = t0.elapsed();
     let tables = table_infos(&l.call.registry, &locked.bases);
     drop(locked);
     let Some((log, _)) = log? else {
         return Ok(unplanned(l));
     };
     l.call.note(|f| f.first_call = true);
-    let learnt = super::locking::learn(l, log, &tables);
+    let learnt = match &l.renewed {
+        Some(own) if plans_aside(l) => {
+            let learnt = super::locking::learn(l, log.clone(), &tables);
+            plan_aside(l, own, log, None, tables, took);
+            learnt
+        }
+        _ => super::locking::learn(l, log, &tables),
+    };
     let written = written_slots(&learnt.modes);
     Ok(Ran::new(Ok(()), written).keeping(Keep::Modes(l.key.clone(), learnt)))
 }
