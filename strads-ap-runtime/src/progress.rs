@@ -140,7 +140,7 @@ impl Progress {
         static PROCESS: OnceLock<(Option<String>, bool, bool)> = OnceLock::new();
         let (env, ci, terminal) = PROCESS.get_or_init(|| {
             (
-                std::env::var("STRADS_PROGRESS").ok(),
+                std::env::var(crate::cluster::env::PROGRESS).ok(),
                 std::env::var_os("CI").is_some(),
                 std::io::stderr().is_terminal(),
             )

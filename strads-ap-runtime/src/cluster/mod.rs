@@ -32,6 +32,34 @@ pub mod env {
     pub const VERBOSE: &str = "STRADS_VERBOSE";
     /// [`Config::gather_limit`](super::Config::gather_limit), in bytes.
     pub const GATHER_LIMIT: &str = "STRADS_GATHER_LIMIT";
+    /// The run of [`Opts::interleave`](crate::Opts::interleave) for loops that set none.
+    pub const INTERLEAVE: &str = "STRADS_INTERLEAVE";
+    /// Bytes of a rank's share of a table above which a planning call across ranks
+    /// fetches what its tasks read instead of gathering the table whole
+    /// ([`set_fetch_above`](crate::dds::set_fetch_above)).
+    pub const FETCH_ABOVE: &str = "STRADS_FETCH_ABOVE";
+    /// `0` to print no diagnoses to stderr (they are still in `loop_stats()`).
+    pub const DIAGNOSE: &str = "STRADS_DIAGNOSE";
+    /// The share of a call below which the `fixed-costs` diagnosis finds the workers idle.
+    pub const DIAGNOSE_BUSY: &str = "STRADS_DIAGNOSE_BUSY";
+    /// `0` to show no progress bars.
+    pub const PROGRESS: &str = "STRADS_PROGRESS";
+    /// The runtime's settings read from the environment, which every rank of a job must
+    /// see alike (ranks that differed in them would cut their cells, fetch or time out
+    /// differently). Local and Slurm ranks inherit the launcher's environment; in ssh mode
+    /// the launcher forwards these.
+    pub const SETTINGS: [&str; 10] = [
+        SEED,
+        VERBOSE,
+        GATHER_LIMIT,
+        INTERLEAVE,
+        FETCH_ABOVE,
+        DIAGNOSE,
+        DIAGNOSE_BUSY,
+        PROGRESS,
+        IDLE_TIMEOUT,
+        MAX_FRAME,
+    ];
     /// Slurm's rank, read when `STRADS_RANK` is not set.
     pub const SLURM_PROCID: &str = "SLURM_PROCID";
     /// The job's output directory, set by the launcher.

@@ -98,7 +98,12 @@ pub fn set_fetch_above(bytes: Option<u64>) {
 pub(crate) fn fetch_above() -> u64 {
     static ENV: OnceLock<Option<u64>> = OnceLock::new();
     let set = *crate::cluster::here().local::<FetchAbove>().0.lock();
-    let env = *ENV.get_or_init(|| std::env::var("STRADS_FETCH_ABOVE").ok()?.parse().ok());
+    let env = *ENV.get_or_init(|| {
+        std::env::var(crate::cluster::env::FETCH_ABOVE)
+            .ok()?
+            .parse()
+            .ok()
+    });
     set.or(env).unwrap_or(FETCH_ABOVE_DEFAULT)
 }
 

@@ -439,7 +439,7 @@ pub(crate) fn after_call(
         if stats.diagnoses.iter().any(|old| old.finding == d.finding) {
             continue;
         }
-        if std::env::var("STRADS_DIAGNOSE").map_or(true, |v| v.trim() != "0") {
+        if std::env::var(crate::cluster::env::DIAGNOSE).map_or(true, |v| v.trim() != "0") {
             eprintln!("{}", d.message);
         }
         tracing::info!("{}", d.message);
@@ -581,7 +581,7 @@ fn lock_costs(locked: &[String], relaxed: &[String]) -> String {
 fn busy_share() -> f64 {
     static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *SHARE.get_or_init(|| {
-        std::env::var("STRADS_DIAGNOSE_BUSY")
+        std::env::var(crate::cluster::env::DIAGNOSE_BUSY)
             .ok()
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| (0.0..=1.0).contains(s))

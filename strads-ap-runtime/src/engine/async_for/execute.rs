@@ -584,8 +584,13 @@ fn slices_per_cell(rot: &plan::Rotation) -> usize {
 /// The run of loops that set none: `STRADS_INTERLEAVE` in the environment, if set.
 fn default_interleave() -> Option<usize> {
     static ENV: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| std::env::var("STRADS_INTERLEAVE").ok()?.parse().ok())
-        .map(|run: usize| run.max(1))
+    ENV.get_or_init(|| {
+        std::env::var(crate::cluster::env::INTERLEAVE)
+            .ok()?
+            .parse()
+            .ok()
+    })
+    .map(|run: usize| run.max(1))
 }
 
 /// Tasks per unit under [`Opts::interleave`], in runs (see [`slices_of`]).

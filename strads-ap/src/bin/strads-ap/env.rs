@@ -10,13 +10,10 @@ pub const RANK: &str = "STRADS_RANK";
 pub const WORLD_SIZE: &str = "STRADS_WORLD_SIZE";
 /// Worker threads per process; set only when `--threads` is given (default: all cores).
 pub const THREADS: &str = "STRADS_THREADS";
-/// Seed of the runtime's own randomness. Never set by the launcher; in ssh mode it is
-/// forwarded from the launcher's environment, as the other modes inherit it.
-pub const SEED: &str = "STRADS_SEED";
-/// `1` to make the runtime print what it does. Forwarded like [`SEED`].
-pub const VERBOSE: &str = "STRADS_VERBOSE";
-/// Most bytes a driver operator may copy whole onto a rank. Forwarded like [`SEED`].
-pub const GATHER_LIMIT: &str = "STRADS_GATHER_LIMIT";
+// The runtime's own settings (`STRADS_SEED`, `STRADS_VERBOSE`, ...) are not set by the
+// launcher; in ssh mode it forwards those of its environment, as the other modes inherit
+// them: `strads_ap::cluster::env::SETTINGS`.
+
 /// `host:port` where rank 0 listens and every other rank first connects.
 pub const RENDEZVOUS: &str = "STRADS_RENDEZVOUS";
 /// The job's secret: 32 random bytes as 64 hex digits. A process without it cannot join
@@ -68,9 +65,6 @@ mod tests {
         assert_eq!(super::RANK, cluster::RANK);
         assert_eq!(super::WORLD_SIZE, cluster::WORLD_SIZE);
         assert_eq!(super::THREADS, cluster::THREADS);
-        assert_eq!(super::SEED, cluster::SEED);
-        assert_eq!(super::VERBOSE, cluster::VERBOSE);
-        assert_eq!(super::GATHER_LIMIT, cluster::GATHER_LIMIT);
         assert_eq!(super::RENDEZVOUS, quic::RENDEZVOUS);
         assert_eq!(super::SECRET, quic::SECRET);
         assert_eq!(super::SECRET_FILE, quic::SECRET_FILE);
@@ -86,5 +80,35 @@ mod tests {
         assert_eq!(super::CHECKPOINT_KEEP, ckpt::CHECKPOINT_KEEP);
         assert_eq!(super::CHECKPOINT_SYNC, ckpt::CHECKPOINT_SYNC);
         assert_eq!(super::RECOVER, ckpt::RECOVER);
+    }
+
+    /// What ssh mode forwards from the launcher's environment is the runtime's settings,
+    /// never a variable the launcher sets per job or per rank (the secret above all: an
+    /// ssh command line is visible to `ps`).
+    #[test]
+    fn forwarded_settings_are_none_of_the_launchers_own() {
+        use super::*;
+        let own = [
+            RANK,
+            WORLD_SIZE,
+            THREADS,
+            RENDEZVOUS,
+            SECRET,
+            SECRET_FILE,
+            JOB_ID,
+            OUTPUT_DIR,
+            STARTUP_TIMEOUT,
+            BIND,
+            CHECKPOINT_DIR,
+            CHECKPOINT_EVERY,
+            CHECKPOINT_KEEP,
+            CHECKPOINT_SYNC,
+            RECOVER,
+        ];
+        for name in cluster::SETTINGS {
+            assert!(name.starts_with("STRADS_"), "{name}");
+            assert!(!own.contains(&name), "{name} is the launcher's own");
+        }
+        assert!(cluster::SETTINGS.contains(&cluster::INTERLEAVE));
     }
 }

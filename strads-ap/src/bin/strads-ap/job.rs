@@ -285,7 +285,7 @@ mod tests {
         let placement = Placement::Ssh {
             hosts: vec!["node1".into(), "node1".into(), "bob@node2".into()],
             cwd: "/home/me/proj".into(),
-            forward: vec![(env::SEED, "7".into())],
+            forward: vec![(strads_ap::cluster::env::SEED, "7".into())],
         };
         let procs = job(placement).processes(&"./train".into(), &["a b".into()]);
         assert_eq!(procs.len(), 3);

@@ -247,7 +247,7 @@ fn run(args: RunArgs) -> Result<u8> {
             .map(str::to_string)
             .collect();
         let first = hosts::dial_name(&assigned[0]);
-        let forward = [env::SEED, env::VERBOSE, env::GATHER_LIMIT]
+        let forward = strads_ap::cluster::env::SETTINGS
             .into_iter()
             .filter_map(|name| std::env::var_os(name).map(|value| (name, value)))
             .collect();
