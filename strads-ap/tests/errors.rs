@@ -124,6 +124,43 @@ fn an_index_out_of_bounds_inside_a_body_names_site_variable_and_index() {
     );
 }
 
+/// In a locking run too, whatever the index: `usize::MAX` (a `-1` cast to an index) is
+/// refused by its bound at a task's first access, not taken for an element the task
+/// touched already.
+#[test]
+fn an_index_out_of_bounds_in_a_locking_run_is_refused() {
+    let w = DVector::from_fn(100, |_| 0.0f32).unwrap();
+    let at = DVector::from_fn(100, |k| k as i64).unwrap();
+    let run = || {
+        async_for!(
+            0..100usize,
+            |k| {
+                w[at[k] as usize] += 1.0;
+            },
+            Opts::new()
+                .threads(2)
+                .recheck(true)
+                .fallback(Fallback::Never)
+        )
+    };
+    run().unwrap();
+    run().unwrap();
+    at.set(37, -1).unwrap();
+    let err = run().unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::BodyPanicked { index: 37, .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!(
+            "index {} is out of bounds for DVector `w`",
+            usize::MAX
+        )),
+        "{msg}"
+    );
+}
+
 #[test]
 fn a_panic_in_a_body_becomes_an_error() {
     let v = DVector::from_fn(64, |i| i as i64).unwrap();
