@@ -844,16 +844,14 @@ fn rotation(
             for b in &buckets {
                 tasks.extend_from_slice(&b[c]);
             }
-            let keys = || {
-                buckets.iter().enumerate().flat_map(|(p, b)| {
-                    let start = g.parts[p].start;
-                    b[c].iter().map(move |&t| g.keys[p][t as usize - start])
-                })
-            };
-            let hottest = (0..g.slots.len())
-                .map(|i| counts.hottest(keys().map(|k| k[i])))
-                .max()
-                .unwrap_or(0);
+            counts.start(g.slots.len());
+            for (p, b) in buckets.iter().enumerate() {
+                let (keys, start) = (&g.keys[p], g.parts[p].start);
+                for &t in &b[c] {
+                    counts.add(&keys[t as usize - start]);
+                }
+            }
+            let hottest = counts.most();
             Cell {
                 row: (c / cols) as u32,
                 col: (c % cols) as u32,
@@ -920,30 +918,52 @@ fn rotation(
     )
 }
 
-/// Counters of keys, reused from cell to cell by one thread of the planner.
+/// Counters of the keys of one cell's tasks, per rotated slot, reused from cell to cell
+/// by one thread of the planner: the most tasks of the cell that share one key.
+///
+/// One pass over the cell's tasks for both slots, with counters stamped by the cell they
+/// count in (a counter of another cell's reads as 0), so that no pass resets them and a
+/// cell costs what its tasks cost, not what its blocks span. (Two passes per slot, one
+/// to count and one to reset, made biased MF's planning 14 → 21 ms.)
 #[derive(Default)]
-struct KeyCounts(Vec<u32>);
+struct KeyCounts {
+    /// Per slot and key: the cell stamp in the high half, the count in the low half.
+    counts: [Vec<u64>; 2],
+    slots: usize,
+    /// The running cell's stamp (from 1; 0 is no cell's).
+    stamp: u64,
+    most: u32,
+}
 
 impl KeyCounts {
-    /// The most times one key occurs in `keys`, in time linear in their number (the
-    /// counters touched are reset afterwards, so a cell costs what its tasks cost, not
-    /// what its blocks span).
-    fn hottest(&mut self, keys: impl Iterator<Item = u32> + Clone) -> u32 {
-        let mut most = 0;
-        for k in keys.clone() {
+    /// Starts counting a cell's tasks, with `slots` keys each.
+    fn start(&mut self, slots: usize) {
+        self.slots = slots.min(2);
+        self.stamp += 1;
+        self.most = 0;
+    }
+
+    /// Counts a task's keys.
+    #[inline]
+    fn add(&mut self, keys: &[u32; 2]) {
+        for (counts, &k) in self.counts[..self.slots].iter_mut().zip(keys) {
             let k = k as usize;
-            if k >= self.0.len() {
-                self.0.resize(k + 1, 0);
+            if k >= counts.len() {
+                counts.resize(k + 1, 0);
             }
-            self.0[k] += 1;
-            most = most.max(self.0[k]);
+            let c = &mut counts[k];
+            let n = match *c >> 32 == self.stamp {
+                true => (*c as u32) + 1,
+                false => 1,
+            };
+            *c = self.stamp << 32 | u64::from(n);
+            self.most = self.most.max(n);
         }
-        for k in keys {
-            if let Some(n) = self.0.get_mut(k as usize) {
-                *n = 0;
-            }
-        }
-        most
+    }
+
+    /// The most tasks counted since [`KeyCounts::start`] that share one key of a slot.
+    fn most(&self) -> u32 {
+        self.most
     }
 }
 
