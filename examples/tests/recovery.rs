@@ -275,7 +275,7 @@ fn a_three_process_checkpoint_resumes_on_two_processes() {
     let Some(launcher) = launcher() else {
         return;
     };
-    let logs = temp("logs3");
+    let logs = temp("logs5");
     let (clean, _) = job(&[], &[], &logs);
     let ckpt = temp("resize");
     let ckpt_arg = ckpt.display().to_string();
