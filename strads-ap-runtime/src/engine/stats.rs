@@ -35,7 +35,8 @@ pub struct LoopStats {
     /// on one worker` (loop order) when the call ran on one worker because that was
     /// faster (see [`Fallback`](crate::Fallback)).
     pub strategy: &'static str,
-    /// Task groups in the plan (chunks of tasks, for a locking run).
+    /// Task groups in the plan (for a locking run: chunks of tasks, or slices of the
+    /// cells of the rotation it places its tasks by).
     pub groups: usize,
     /// Tasks a locking run abandoned on a conflict and ran again.
     pub retried: u64,

@@ -333,7 +333,8 @@ proptest! {
     }
 
     /// `rotation_of` (a locking run's placement) is the plan's rotation where the plan
-    /// rotates, and nothing where it makes components.
+    /// rotates and every task touches one key of each table (matrix factorisation's
+    /// logs), nothing where the plan makes components, and never another rotation.
     #[test]
     fn rotation_of_is_the_plans_rotation_or_none(
         (log, rotating) in prop_oneof![
@@ -349,7 +350,13 @@ proptest! {
             Schedule::Rotation(r) => Some(*r),
             Schedule::Components(_) => None,
         };
-        prop_assert_eq!(rotation_of(log, &tables, &config), want);
+        let got = rotation_of(log, &tables, &config);
+        match rotating {
+            true => prop_assert_eq!(got, want),
+            // A task of a random log may touch two keys of a table that would be private:
+            // the plan may rotate where `rotation_of` looks no further.
+            false => prop_assert!(got.is_none() || got == want),
+        }
     }
 }
 

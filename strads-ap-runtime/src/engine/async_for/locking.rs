@@ -122,8 +122,7 @@ pub(super) fn learn<Task, I: LoopIndex>(
     tables: &[TableInfo],
 ) -> Locking {
     let modes = plan::slot_modes(&log, tables);
-    let placed =
-        modes.contains(&SlotMode::Checked) && l.call.threads > 1 && one_key_of_each(&log, &modes);
+    let placed = modes.contains(&SlotMode::Checked) && l.call.threads > 1;
     let t0 = Instant::now();
     let config = plan_config(l, l.call.threads);
     let placement = placed
@@ -138,30 +137,16 @@ pub(super) fn learn<Task, I: LoopIndex>(
     }
 }
 
-/// Whether every task of `log` touched at most one key of each checked table, as a
-/// rotation needs: a pass that costs little where the planner's passes (which also find
-/// private tables and dimensions) cost BPR's first calls 7-19 ms, one to three serial
-/// epochs, to find no rotation (its tasks touch two items each).
-fn one_key_of_each(log: &AccessLog, modes: &[SlotMode]) -> bool {
-    (0..log.tasks()).all(|t| {
-        log.task(t).windows(2).all(|w| {
-            let (a, b) = (w[0], w[1]);
-            a.slot() != b.slot() || a.key() == b.key() || modes[a.slot()] != SlotMode::Checked
-        })
-    })
-}
-
 /// What a locking run did.
 #[derive(Debug, Default)]
 struct Outcome {
-    /// Chunks of tasks the workers took.
+    /// Chunks of consecutive tasks, or slices of the placement's cells, the workers took.
     pub chunks: usize,
     /// Tasks abandoned on a conflict and run again.
     pub retried: usize,
 }
 
 /// Tasks a worker of a locking run takes at once, as offsets from the call's first index.
-#[derive(Clone)]
 enum Tasks<'a> {
     /// Consecutive tasks.
     Range(Range<usize>),
@@ -343,9 +328,7 @@ impl<Task: Sync, I: LoopIndex> Run<'_, Task, I> {
 
     /// Ends a worker: its stamps go back to the buffers.
     fn done(&self, w: Worker) {
-        let Worker { ctx, stamps, .. } = w;
-        drop(ctx);
-        self.stamps.lock().push(stamps);
+        self.stamps.lock().push(w.stamps);
     }
 
     /// Merges a worker's replicas of relaxed tables into the tables.
