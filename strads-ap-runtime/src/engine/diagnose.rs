@@ -25,6 +25,7 @@
 
 use std::fmt::Write as _;
 
+use super::machine::Usage;
 use super::registry::{Registered, Registry};
 use super::stats::{Figures, LoopStats, OneWorker};
 use super::{CallSite, LoopKind};
@@ -79,6 +80,15 @@ impl Finding {
             Finding::OneWorker => "one-worker",
         }
     }
+
+    /// Whether the finding rests on timings (which a busy machine moves), not on the
+    /// plan's shape or the loop's calls alone.
+    fn is_timed(self) -> bool {
+        matches!(
+            self,
+            Finding::FixedCosts | Finding::MergeBound | Finding::OneWorker
+        )
+    }
 }
 
 /// A written key that many tasks write.
@@ -105,6 +115,11 @@ pub struct Diagnosis {
     pub fix: String,
     /// The whole message, as printed on stderr.
     pub message: String,
+    /// For a finding made from timings: the cores other processes kept busy on average
+    /// since the loop's first call, where they shaped the figures (the loop's threads
+    /// waited for cores meanwhile); the message then says so. `None` on a machine that
+    /// let the workers run, or where it cannot be read (Linux's `/proc` figures).
+    pub others_busy: Option<f64>,
 }
 
 /// What the planner's look at a plan found, with slots and raw keys (tables are named and
@@ -126,6 +141,8 @@ pub(crate) struct PlanShape {
     pub hot: Vec<(usize, u64, usize)>,
     /// Per conflicting slot: tasks that read a key some other task writes.
     pub readers_of_written: Vec<(usize, usize)>,
+    /// Conflicting slots with a key that two tasks or more write.
+    pub shared_written: Vec<usize>,
 }
 
 /// The plan's shape when it leaves workers idle or is a components plan (whose batches
@@ -144,7 +161,7 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
     let conflicting: Vec<usize> = (0..plan.modes.len())
         .filter(|&s| plan.modes[s] == SlotMode::Checked)
         .collect();
-    let (hot, readers_of_written) = look_at_log(&plan.log, tables, &conflicting);
+    let (hot, readers_of_written, shared_written) = look_at_log(&plan.log, tables, &conflicting);
     Some(PlanShape {
         strategy: plan.stats.strategy,
         tasks,
@@ -155,6 +172,7 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
         conflicting,
         hot,
         readers_of_written,
+        shared_written,
     })
 }
 
@@ -183,10 +201,10 @@ fn longest_chain(schedule: &Schedule) -> usize {
     }
 }
 
-type LogLook = (Vec<(usize, u64, usize)>, Vec<(usize, usize)>);
+type LogLook = (Vec<(usize, u64, usize)>, Vec<(usize, usize)>, Vec<usize>);
 
-/// Two passes over the log: the hottest written keys, and tasks reading keys others
-/// write. (Tables keyed alike need no advice: the planner rotates them as one dimension.)
+/// Two passes over the log: the hottest written keys, tasks reading keys others write,
+/// and the slots with a key several tasks write. (Tables keyed alike need no advice: the planner rotates them as one dimension.)
 /// It runs at a first call that diagnoses a plan, so it allocates nothing per task and
 /// looks a slot up in an array: with a per-task `Vec` kept for the second pass and a hash
 /// map of slots it cost FM's first call about a third of a serial epoch. Each pass runs
@@ -291,13 +309,19 @@ fn look_at_log(log: &AccessLog, tables: &[TableInfo], slots: &[usize]) -> LogLoo
     }
     hot.sort_by_key(|h| std::cmp::Reverse(h.2));
     hot.truncate(5);
+    let shared_written = writers
+        .iter()
+        .enumerate()
+        .filter(|(_, counts)| counts.iter().any(|&c| c > 1))
+        .map(|(i, _)| slots[i])
+        .collect();
     let readers_of_written = readers
         .iter()
         .enumerate()
         .filter(|(_, &r)| r > 0)
         .map(|(i, &r)| (slots[i], r))
         .collect();
-    (hot, readers_of_written)
+    (hot, readers_of_written, shared_written)
 }
 
 /// What the diagnoses remember of a call site between calls.
@@ -342,6 +366,9 @@ struct SiteMemory {
     dynamic: bool,
     /// The last plan's shape, if it was looked at.
     shape: Option<PlanShape>,
+    /// The machine's and the process's CPU figures at the loop's first call (see
+    /// `super::machine`).
+    usage: Option<Usage>,
 }
 
 /// Per rank: memory per call site.
@@ -368,6 +395,9 @@ pub(crate) fn after_call(
         .map(|e| (e.name, e.table.id()))
         .collect();
     m.calls += 1;
+    if m.calls == 1 {
+        m.usage = Usage::now();
+    }
     if figures.awaiting_plan {
         let secs = figures.running.as_secs_f64();
         if secs > 0.0 && m.in_order.is_none_or(|s| secs < s) {
@@ -429,16 +459,28 @@ pub(crate) fn after_call(
     if let Some(o) = figures.one_worker {
         found.push(one_worker(site, registry, &m, figures, o));
     }
+    // The loop's workers, also where its last call ran on one.
+    let workers = (figures.one_worker.map_or(1, |o| o.workers))
+        .max(m.workers)
+        .max(figures.workers.unwrap_or(1));
+    let usage = m.usage.clone();
     drop(m);
     if let Some(share) = stats.merge_share() {
         if share > MERGE_SHARE && stats.calls >= 2 {
             found.push(merge_bound(site, registry, figures, share));
         }
     }
-    for d in found {
-        if stats.diagnoses.iter().any(|old| old.finding == d.finding) {
-            continue;
+    found.retain(|d| stats.diagnoses.iter().all(|old| old.finding != d.finding));
+    if found.iter().any(|d| d.finding.is_timed()) {
+        let shared = usage.and_then(|u| Usage::now()?.since(&u));
+        if let Some(shared) = shared.filter(|s| s.shaped(workers)) {
+            for d in found.iter_mut().filter(|d| d.finding.is_timed()) {
+                d.message.push_str(&shared.note());
+                d.others_busy = Some(shared.others);
+            }
         }
+    }
+    for d in found {
         if std::env::var(crate::cluster::env::DIAGNOSE).map_or(true, |v| v.trim() != "0") {
             eprintln!("{}", d.message);
         }
@@ -516,6 +558,7 @@ fn one_worker(
         tables,
         hot_keys,
         fix,
+        others_busy: None,
     }
 }
 
@@ -686,7 +729,19 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         fix = "give each call more work (more tasks, or more work per task), or run a loop \
                this short with `Opts::new().threads(1)`"
             .to_string();
+    } else if shape.shared_written.is_empty() {
+        // Each written element is one task's, and no task reads another's: the plan's
+        // groups are independent (an ALS half-step: a user's row from the item rows).
+        tables = Vec::new();
+        what = "no two tasks write the same element, and none reads an element another \
+                writes: its tasks are independent, so what the workers lose is their own \
+                work: starting, handing out tasks and synchronising"
+            .to_string();
+        fix = "give each call more work (more tasks, or more work per task), or run a loop \
+               this short with `Opts::new().threads(1)`"
+            .to_string();
     } else {
+        tables = names(registry, &shape.shared_written);
         what = format!("tasks share written elements of {}", quoted(&tables));
         fix = "declare a table relaxed (`.relaxed(Relaxed::Sum)` where it is made) whose \
                concurrent updates may be summed, or run the loop with `sync_for!`"
@@ -784,6 +839,7 @@ fn idle_workers(site: &CallSite, registry: &Registry, shape: &PlanShape) -> Diag
         tables,
         hot_keys,
         fix,
+        others_busy: None,
     }
 }
 
@@ -830,6 +886,7 @@ fn always_first_call(site: &CallSite, m: &SiteMemory) -> Diagnosis {
         tables: renewed,
         hot_keys: Vec::new(),
         fix,
+        others_busy: None,
     }
 }
 
@@ -923,6 +980,7 @@ fn fixed_costs(
         tables,
         hot_keys,
         fix,
+        others_busy: None,
     }
 }
 
@@ -1026,6 +1084,7 @@ fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f
         tables,
         hot_keys: Vec::new(),
         fix,
+        others_busy: None,
     }
 }
 
@@ -1052,6 +1111,40 @@ mod tests {
         );
         assert!(!e.why.trim_end().ends_with("of"), "{}", e.why);
         assert!(e.fix.contains("threads(1)"), "{}", e.fix);
+    }
+
+    /// A plan whose written table has one writer per element and no reader of another's
+    /// (a new user's ALS: each task writes its own row, reads the other side's) is not
+    /// said to share written elements, nor told to relax the table; one whose table two
+    /// tasks write is, naming only that table.
+    #[test]
+    fn independent_tasks_are_not_said_to_share_written_elements() {
+        let (uf, itf) = (
+            crate::DVector::from_vec(vec![0.0f32; 4]).unwrap(),
+            crate::DVector::from_vec(vec![0.0f32; 4]).unwrap(),
+        );
+        let mut registry = Registry::default();
+        registry.add(uf.table.clone(), "uf", None);
+        registry.add(itf.table.clone(), "itf", None);
+        let shape = PlanShape {
+            strategy: "components",
+            tasks: 1000,
+            workers: 2,
+            conflicting: vec![0, 1],
+            ..PlanShape::default()
+        };
+        let e = explain(&registry, &shape);
+        assert!(e.why.contains("its tasks are independent"), "{}", e.why);
+        assert!(!e.why.contains("share written"), "{}", e.why);
+        assert!(!e.fix.contains("relaxed"), "{}", e.fix);
+        assert!(e.tables.is_empty(), "{:?}", e.tables);
+        let shared = PlanShape {
+            shared_written: vec![1],
+            ..shape
+        };
+        let e = explain(&registry, &shared);
+        assert_eq!(e.why, "tasks share written elements of `itf`");
+        assert_eq!(e.tables, ["itf"]);
     }
 
     /// Both findings that name a table made afresh (always-first-call, one-worker) give

@@ -12,6 +12,7 @@ mod cache;
 mod choose;
 pub mod diagnose;
 pub mod dynamic;
+mod machine;
 mod opts;
 mod pipeline;
 pub(crate) mod reduce;
