@@ -204,8 +204,8 @@ fn longest_chain(schedule: &Schedule) -> usize {
 type LogLook = (Vec<(usize, u64, usize)>, Vec<(usize, usize)>, Vec<usize>);
 
 /// Two passes over the log: the hottest written keys, tasks reading keys others write,
-/// and the slots with a key several tasks write. (Tables keyed alike need no advice: the planner rotates them as one dimension.)
-/// It runs at a first call that diagnoses a plan, so it allocates nothing per task and
+/// and the slots with a key several tasks write. (Tables keyed alike need no advice: the
+/// planner rotates them as one dimension.) It runs at a first call that diagnoses a plan, so it allocates nothing per task and
 /// looks a slot up in an array: with a per-task `Vec` kept for the second pass and a hash
 /// map of slots it cost FM's first call about a third of a serial epoch. Each pass runs
 /// in parts on the calling rayon pool's threads (the workers are idle between a first
@@ -463,8 +463,6 @@ pub(crate) fn after_call(
     let workers = (figures.one_worker.map_or(1, |o| o.workers))
         .max(m.workers)
         .max(figures.workers.unwrap_or(1));
-    let usage = m.usage.clone();
-    drop(m);
     if let Some(share) = stats.merge_share() {
         if share > MERGE_SHARE && stats.calls >= 2 {
             found.push(merge_bound(site, registry, figures, share));
@@ -472,7 +470,7 @@ pub(crate) fn after_call(
     }
     found.retain(|d| stats.diagnoses.iter().all(|old| old.finding != d.finding));
     if found.iter().any(|d| d.finding.is_timed()) {
-        let shared = usage.and_then(|u| Usage::now()?.since(&u));
+        let shared = m.usage.as_ref().and_then(|u| Usage::now()?.since(u));
         if let Some(shared) = shared.filter(|s| s.shaped(workers)) {
             for d in found.iter_mut().filter(|d| d.finding.is_timed()) {
                 d.message.push_str(&shared.note());
@@ -480,6 +478,7 @@ pub(crate) fn after_call(
             }
         }
     }
+    drop(m);
     for d in found {
         if std::env::var(crate::cluster::env::DIAGNOSE).map_or(true, |v| v.trim() != "0") {
             eprintln!("{}", d.message);
