@@ -1,7 +1,7 @@
 //! Diagnoses: when a loop does not scale, say why and what to change, once per call site
 //! and finding, on stderr and in [`LoopStats::diagnoses`](super::LoopStats::diagnoses).
 //!
-//! Five findings, each from figures the engine has anyway:
+//! Six findings, each from figures the engine has anyway:
 //!
 //! * [`Finding::IdleWorkers`]: the plan cannot keep the workers busy (its longest chain of
 //!   groups that must run one after another holds most of the tasks). The planner looks at
@@ -17,6 +17,9 @@
 //! * [`Finding::OneWorker`]: the loop ran faster on one worker than on all of them, so
 //!   it runs on one (see [`Fallback`](crate::Fallback)); the message says why the
 //!   workers did not pay, from the plan's shape and the workers' busy time.
+//! * [`Finding::PlanPending`]: the plan of a recorded first call, made on a spare thread,
+//!   was still not ready after [`PENDING_CALLS`] calls, each run in loop order on one
+//!   worker meanwhile.
 //!
 //! `STRADS_DIAGNOSE=0` keeps them off stderr (they are still in the loop figures).
 //! `STRADS_DIAGNOSE_BUSY=SHARE` (read at the first diagnosis) replaces [`BUSY_SHARE`]: `1` reports the fixed costs of
@@ -50,6 +53,10 @@ const LOOK_MEMORY: usize = 64 << 20;
 /// Calls after which a loop whose every call was a first call is diagnosed.
 pub const FIRST_CALLS: u64 = 3;
 
+/// Calls run in loop order while the loop's plan was made on a spare thread, after which
+/// the wait is diagnosed.
+pub const PENDING_CALLS: u64 = 5;
+
 /// What a diagnosis found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -66,11 +73,14 @@ pub enum Finding {
     /// The loop runs on one worker, which was measured faster than all of them (see
     /// [`Fallback`](crate::Fallback)).
     OneWorker,
+    /// The loop's plan, made on a spare thread, was not ready after several calls, each
+    /// run in loop order on one worker meanwhile.
+    PlanPending,
 }
 
 impl Finding {
     /// A short name: `idle-workers`, `fixed-costs`, `always-first-call`, `merge-bound`,
-    /// `one-worker`.
+    /// `one-worker`, `plan-pending`.
     pub fn name(self) -> &'static str {
         match self {
             Finding::IdleWorkers => "idle-workers",
@@ -78,6 +88,7 @@ impl Finding {
             Finding::AlwaysFirstCall => "always-first-call",
             Finding::MergeBound => "merge-bound",
             Finding::OneWorker => "one-worker",
+            Finding::PlanPending => "plan-pending",
         }
     }
 
@@ -351,6 +362,9 @@ struct SiteMemory {
     /// The fastest call run in loop order on one worker while the plan was made (its
     /// seconds), the one-worker way measured.
     in_order: Option<f64>,
+    /// Calls run in loop order while the plan was made, and their seconds.
+    awaiting: u64,
+    awaiting_secs: f64,
     /// The fastest of them: its workers' seconds, their seconds in bodies, and its steps.
     /// The fixed-costs diagnosis looks at it, not at the mean, which one call slowed by the
     /// machine (or still warming up) moves.
@@ -403,6 +417,8 @@ pub(crate) fn after_call(
         if secs > 0.0 && m.in_order.is_none_or(|s| secs < s) {
             m.in_order = Some(secs);
         }
+        m.awaiting += 1;
+        m.awaiting_secs += secs;
     }
     // A call with a table made afresh ran with locks instead of planning anew: for the
     // diagnosis it is a first call all the same (nothing kept served its tables).
@@ -447,6 +463,9 @@ pub(crate) fn after_call(
     if m.first_calls == m.calls && m.calls >= FIRST_CALLS && !figures.replans_by_design {
         found.push(always_first_call(site, &m));
     }
+    if figures.awaiting_plan && m.awaiting >= PENDING_CALLS {
+        found.push(plan_pending(site, &m));
+    }
     let idle = m.shape.as_ref().is_some_and(|s| s.idle);
     if let Some((worker_secs, busy, steps)) = m.fastest {
         if !idle && m.timed >= 2 && worker_secs > 0.0 {
@@ -485,6 +504,33 @@ pub(crate) fn after_call(
         }
         tracing::info!("{}", d.message);
         stats.diagnoses.push(d);
+    }
+}
+
+/// The plan is still being made on a spare thread: the calls so far ran as the serial
+/// loop runs. (A new user's dual coordinate descent SVM ran its 10 calls of 10 ms so,
+/// with nothing said even under `STRADS_VERBOSE`, while a packing plan of 50,000 tasks
+/// that most write a few hot weights took 0.7-1.0 s to make.)
+fn plan_pending(site: &CallSite, m: &SiteMemory) -> Diagnosis {
+    let what = format!(
+        "its plan, made on a spare thread since its recorded first call, was not ready \
+         for the last {} calls ({:.2} s in all), which ran in loop order on one worker, \
+         as one thread runs them",
+        m.awaiting, m.awaiting_secs
+    );
+    let fix = "nothing, if the job has many more calls: the first call after the plan is \
+               ready runs it; for a job of a few short calls, \
+               `Opts::new().fallback(Fallback::Never)` makes the plan on the first call's \
+               path instead (the first call takes that much longer), and any finding about \
+               the plan follows"
+        .to_string();
+    Diagnosis {
+        finding: Finding::PlanPending,
+        message: message(site, Finding::PlanPending, false, &what, &fix),
+        tables: Vec::new(),
+        hot_keys: Vec::new(),
+        fix,
+        others_busy: None,
     }
 }
 
@@ -1016,8 +1062,18 @@ fn fixed_costs_fix(
         ),
         _ => (busy * workers as f64, String::new()),
     };
+    // A larger round is more indices updated from the values the round started with (on
+    // the workers' copies of relaxed tables): a new user's dual coordinate descent SVM,
+    // right with rounds of 2,000 on two workers, lost up to 29 points of test accuracy
+    // with the default rounds (6,250 of 50,000) and more with larger ones.
     let more = match dynamic {
-        true => "give each round more work (`Dynamic::round(n)` with a larger n, or more work per index)",
+        true => {
+            "give each round more work (`Dynamic::round(n)` with a larger n, or more work per \
+             index), checking the objective and a held-out metric against one thread's: a \
+             round's indices update the model from the values the round started with, so \
+             on coupled problems (an SVM's duals, Lasso's coordinates) a larger round can \
+             end at a worse model or diverge"
+        }
         false => {
             "give each call more work (more tasks per call, or more work per task, e.g. \
              several passes in one call)"
@@ -1096,6 +1152,55 @@ fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loop whose every call after the first ran in loop order beside the planner is
+    /// told so after `PENDING_CALLS` of them, once; one whose plan came in time is not.
+    #[test]
+    fn a_plan_not_ready_after_several_calls_is_said_to_be_pending() {
+        let site = |line| -> &'static CallSite {
+            Box::leak(Box::new(CallSite {
+                kind: LoopKind::Async,
+                task: "Pending",
+                body_hash: 7,
+                file: "src/pending.rs",
+                line,
+                column: 5,
+                captures: &[],
+            }))
+        };
+        let call = |site: &CallSite, stats: &mut LoopStats, awaiting: bool| {
+            let figures = Figures {
+                ran: true,
+                running: std::time::Duration::from_millis(10),
+                awaiting_plan: awaiting,
+                ..Figures::default()
+            };
+            after_call(site, &Registry::default(), &figures, stats);
+        };
+        let (waiting, mut stats) = (site(1), LoopStats::default());
+        for _ in 0..PENDING_CALLS + 3 {
+            call(waiting, &mut stats, true);
+        }
+        let pending: Vec<_> = stats
+            .diagnoses
+            .iter()
+            .filter(|d| d.finding == Finding::PlanPending)
+            .collect();
+        assert_eq!(pending.len(), 1, "{:?}", stats.diagnoses);
+        assert!(
+            pending[0]
+                .message
+                .contains(&format!("not ready for the last {PENDING_CALLS} calls")),
+            "{}",
+            pending[0].message
+        );
+        assert!(pending[0].fix.contains("Fallback::Never"));
+        let (served, mut stats) = (site(2), LoopStats::default());
+        for awaiting in [true, true, false, false, false, false] {
+            call(served, &mut stats, awaiting);
+        }
+        assert!(stats.diagnoses.is_empty(), "{:?}", stats.diagnoses);
+    }
 
     /// A components plan none of whose written tables conflicts (all relaxed) is not
     /// explained by a list of shared tables, which would be empty.
@@ -1196,7 +1301,9 @@ mod tests {
         let keep = fixed_costs_fix(true, 0.76, 2, None);
         assert!(!keep.contains("threads(1)"), "{keep}");
         assert!(
-            keep.contains("Dynamic::round(n)") && keep.contains("1.5x"),
+            keep.contains("Dynamic::round(n)")
+                && keep.contains("1.5x")
+                && keep.contains("can end at a worse model or diverge"),
             "{keep}"
         );
         let drop = fixed_costs_fix(true, 0.3, 2, None);

@@ -283,6 +283,13 @@ pub(super) fn plan_aside<Task, I>(
 ) -> Vec<SlotMode> {
     let modes = plan::slot_modes(&log, &tables);
     let config = plan_config(l, l.call.threads);
+    if context().config().verbose {
+        eprintln!(
+            "strads-ap: {}: a recorded run; its plan is being made on a spare thread, and \
+             until it is ready calls run in loop order on one worker",
+            l.call.site
+        );
+    }
     let (tx, made) = mpsc::channel();
     planner().spawn(move || {
         // A planner that panics drops the sender: the next call plans on its path again.
