@@ -1107,11 +1107,19 @@ fn fixed_costs_fix(
 
 fn merge_bound(site: &CallSite, registry: &Registry, figures: &Figures, share: f64) -> Diagnosis {
     // A `sync_for!` keeps a replica of every table it writes; an `async_for!` only of its
-    // relaxed ones (the others are planned or locked, and merge nothing).
-    let tables = written_tables(registry, figures, |e| match site.kind {
-        LoopKind::Sync => true,
-        LoopKind::Async => e.table.is_relaxed(),
-    });
+    // relaxed ones (the others are planned or locked, and merge nothing). A Hybrid
+    // `sync_for!` knows which replicas merged anything: a table only read (a new user's
+    // per-sample constants) is not named.
+    let tables = match (&figures.merged, site.kind) {
+        (Some(merged), LoopKind::Sync) => (registry.entries.iter().zip(merged))
+            .filter(|(_, &m)| m)
+            .map(|(e, _)| e.name.to_string())
+            .collect(),
+        _ => written_tables(registry, figures, |e| match site.kind {
+            LoopKind::Sync => true,
+            LoopKind::Async => e.table.is_relaxed(),
+        }),
+    };
     let what = format!(
         "its workers spend {:.0}% of their time merging their replicas of {} into the shared \
          values",

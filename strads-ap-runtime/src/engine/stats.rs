@@ -242,6 +242,10 @@ pub(crate) struct Figures {
     pub shape: Option<PlanShape>,
     /// Per captured table: whether the call may have written it.
     pub written: Vec<bool>,
+    /// Per captured table, for a Hybrid `sync_for!`: whether its replicas merged changes
+    /// (a table the body only reads is replicated without reconnaissance, and merges
+    /// nothing).
+    pub merged: Option<Vec<bool>>,
     /// The call ran on one worker because that was faster (see [`crate::Fallback`]).
     pub one_worker: Option<OneWorker>,
     /// A dynamic loop's call: indices run, candidates its dependency test set aside, and

@@ -21,12 +21,26 @@ use crate::dds::table::Replica;
 use crate::dds::Element;
 use crate::error::Result;
 
-/// Runs the call's mini-batches in windows (one window in a world of one).
+/// Runs the call's mini-batches in windows (one window in a world of one). Returns, per
+/// slot, whether the call merged changes of that table into its master: every replica
+/// pushed whole (a small table) counts; another only if some worker wrote a key of it
+/// (without reconnaissance every aggregatable table is replicated, read-only ones too,
+/// and those merge nothing).
 pub(super) fn run<Task: Sync, D: Element>(
     m: &Minibatches<'_, Task, D>,
     mut cross: Option<&mut CrossRank<'_>>,
     comm: Option<&Comm>,
-) -> Result<()> {
+) -> Result<Vec<bool>> {
+    let slots: Vec<usize> = (0..m.replicate.len()).filter(|&s| m.replicate[s]).collect();
+    let mut merged = vec![false; m.replicate.len()];
+    for &slot in &slots {
+        let whole = m.registry.entries[slot]
+            .merger
+            .as_ref()
+            .is_some_and(|g| m.bases[slot].len <= WHOLE_KEYS && g.zero_change_is_neutral());
+        // With reconnaissance only written tables are replicated.
+        merged[slot] = whole || m.sparse.is_some();
+    }
     // Across ranks: the local mini-batches in about `HYBRID_SYNCS` windows (at least a few
     // mini-batches per thread each), each ending in a synchronisation point.
     let window = if comm.is_some() {
@@ -46,6 +60,11 @@ pub(super) fn run<Task: Sync, D: Element>(
             m.pool
                 .on_workers(m.threads.min(hi - lo), &|| work(m, &next, hi, run));
         }
+        m.merges.with(|pushed| {
+            for (&slot, keys) in slots.iter().zip(pushed.iter()) {
+                merged[slot] |= !keys.is_empty();
+            }
+        });
         let stop = match &mut cross {
             // SAFETY: the window's workers have all returned.
             Some(c) => unsafe { c.sync(m.registry, m.bases, hi - lo, &m.errors)? },
@@ -55,7 +74,7 @@ pub(super) fn run<Task: Sync, D: Element>(
             break;
         }
     }
-    Ok(())
+    Ok(merged)
 }
 
 /// A Hybrid worker: its context, its replicas, and per replica what it tracks (without

@@ -140,12 +140,15 @@ fn run_call<Task: Sync, D: Element>(
     let (m, re_key) = Minibatches::new(call, body, &locked.bases, items)?;
     let t0 = Instant::now();
     let mut cross = comm.map(|comm| CrossRank::new(comm, &call.registry, m.bases, data.id()));
-    match strategy {
-        SyncStrategy::Serial { .. } => serial::run(&m, cross.as_mut(), comm, body.mode)?,
-        SyncStrategy::Hybrid { .. } => hybrid::run(&m, cross.as_mut(), comm)?,
-        SyncStrategy::Bsp { .. } => bsp::run(&m, cross.as_mut(), comm)?,
-    }
+    let merged = match strategy {
+        SyncStrategy::Serial { .. } => {
+            serial::run(&m, cross.as_mut(), comm, body.mode).map(|_| None)?
+        }
+        SyncStrategy::Hybrid { .. } => Some(hybrid::run(&m, cross.as_mut(), comm)?),
+        SyncStrategy::Bsp { .. } => bsp::run(&m, cross.as_mut(), comm).map(|_| None)?,
+    };
     call.note(|f| {
+        f.merged = merged;
         f.ran = true;
         f.running += t0.elapsed();
         f.merging += m.merges.spent();
