@@ -62,6 +62,12 @@ fn a_key_every_task_writes_is_named_with_its_share_and_relaxing_it_is_the_fix() 
     );
     assert!((d.hot_keys[0].share - 1.0).abs() < 1e-9);
     assert!(d.fix.contains("`total` relaxed"), "{}", d.fix);
+    // Relaxing is no fix for coordinate descent, whose steps need the others' exact effect.
+    assert!(
+        d.fix.contains("compare a held-out metric") && d.fix.contains("`Opts::dynamic`"),
+        "{}",
+        d.fix
+    );
     assert!(
         d.fix.starts_with(
             "if `total`[0] only accumulates a total, a count or a best (`total[0] += e`), keep \
