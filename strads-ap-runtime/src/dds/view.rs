@@ -178,7 +178,10 @@ fn refuse(table: &'static str, i: usize, write: bool, reason: &'static str) -> !
 /// Why the plan refuses an access to an element of tag `tag`.
 pub(crate) fn outside_reason(tag: u32) -> &'static str {
     match tag {
-        crate::access::UNTOUCHED => "no task touched this element during reconnaissance",
+        // Not "no task": plans that tag batch by batch leave elements of other steps so.
+        crate::access::UNTOUCHED => {
+            "reconnaissance saw no task of this step of the plan touch this element"
+        }
         SHARED => "reconnaissance saw only reads of this element",
         // Another group holds it now, or (a dynamic loop, or a key left from an earlier
         // step) no group of this step does.
