@@ -516,6 +516,40 @@ fn a_sync_for_that_mostly_merges_is_diagnosed() {
     assert!(d.fix.contains("larger mini-batches"), "{}", d.fix);
 }
 
+/// A dense block of parameters kept as a flat table of scalars, every element of which
+/// every mini-batch writes (a new user's MLP layers, 0.58x serial on two workers), is
+/// told to become one element of its table.
+#[test]
+fn a_sync_for_merging_a_flat_table_of_scalars_is_told_to_keep_it_in_one_row() {
+    let data = DVector::from_fn(1_000, |i| i as f32).unwrap();
+    let w = DVector::from_fn(1_024, |_| 0.0f32).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        sync_for!(
+            data,
+            1,
+            SyncMode::Hybrid,
+            |batch| {
+                for x in batch {
+                    for k in 0..1_024 {
+                        w[k] += 1e-6 * x;
+                    }
+                }
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = finding(&stats, Finding::MergeBound).expect("merge-bound diagnosed");
+    assert_eq!(d.tables, vec!["w".to_string()]);
+    assert!(
+        d.fix.contains("as one element of its table") && d.fix.contains("`w[0][k]`"),
+        "{}",
+        d.fix
+    );
+}
+
 /// An `async_for!` with a large relaxed table each task writes one row of merges every
 /// row after every group: told to relax only small, widely written tables (not the
 /// mini-batch advice of `sync_for!`, which it has no mini-batches for), naming the relaxed
