@@ -518,3 +518,43 @@ fn loop_figures_count_the_workers_merges() {
     let (s, merged) = call(1);
     assert_eq!((s.workers, merged), (1, std::time::Duration::ZERO));
 }
+
+/// A large table every mini-batch writes whole (a layer's weights kept as a flat table
+/// of scalars) is noted key by key at the site's first call and pushed whole under the
+/// table's lock from its second: every worker's every change is merged exactly once
+/// either way, on 1, 2 and 4 workers, and across calls that switch between the two.
+#[test]
+fn a_table_written_densely_is_merged_exactly_when_pushed_whole() {
+    let data = DVector::from_fn(600, |i| i as u64).unwrap();
+    for threads in [1, 2, 4] {
+        let w = DVector::from_fn(1_000, |_| 0u64).unwrap();
+        let sparse = DVector::from_fn(1_000, |_| 0u64).unwrap();
+        for _ in 0..3 {
+            sync_for!(
+                data,
+                3,
+                SyncMode::Hybrid,
+                |batch| {
+                    for x in batch {
+                        for k in 0..1_000 {
+                            w[k] += 1;
+                        }
+                        sparse[(*x as usize * 7) % 1_000] += 2;
+                    }
+                },
+                Opts::new().threads(threads).fallback(Fallback::Never)
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            w.to_vec().unwrap(),
+            vec![1_800u64; 1_000],
+            "{threads} threads"
+        );
+        let mut expected = vec![0u64; 1_000];
+        for x in 0..600 {
+            expected[(x * 7) % 1_000] += 6;
+        }
+        assert_eq!(sparse.to_vec().unwrap(), expected, "{threads} threads");
+    }
+}

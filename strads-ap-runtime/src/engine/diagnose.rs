@@ -482,8 +482,16 @@ pub(crate) fn after_call(
     let workers = (figures.one_worker.map_or(1, |o| o.workers))
         .max(m.workers)
         .max(figures.workers.unwrap_or(1));
+    // Over the calls so far, and in this one: a `sync_for!` pushes a table its
+    // mini-batches wrote densely whole from its second call (see `sync_for::DENSE`), so
+    // its first call's merges need not be its pace.
+    let this_call = figures.running.as_secs_f64() * figures.workers.unwrap_or(1) as f64;
+    let last_share = match this_call > 0.0 {
+        true => figures.merging.as_secs_f64() / this_call,
+        false => 0.0,
+    };
     if let Some(share) = stats.merge_share() {
-        if share > MERGE_SHARE && stats.calls >= 2 {
+        if share > MERGE_SHARE && last_share > MERGE_SHARE && stats.calls >= 2 {
             found.push(merge_bound(site, registry, figures, share));
         }
     }

@@ -34,10 +34,9 @@ pub(super) fn run<Task: Sync, D: Element>(
     let slots: Vec<usize> = (0..m.replicate.len()).filter(|&s| m.replicate[s]).collect();
     let mut merged = vec![false; m.replicate.len()];
     for &slot in &slots {
-        let whole = m.registry.entries[slot]
-            .merger
-            .as_ref()
-            .is_some_and(|g| m.bases[slot].len <= WHOLE_KEYS && g.zero_change_is_neutral());
+        let whole = m.registry.entries[slot].merger.as_ref().is_some_and(|g| {
+            (m.bases[slot].len <= WHOLE_KEYS || m.dense[slot]) && g.zero_change_is_neutral()
+        });
         // With reconnaissance only written tables are replicated.
         merged[slot] = whole || m.sparse.is_some();
     }
@@ -99,9 +98,14 @@ impl Worker {
                 .map(|(slot, _)| {
                     let len = m.bases[*slot].len;
                     let merger = m.registry.entries[*slot].merger.as_ref();
-                    match len <= WHOLE_KEYS && merger.is_some_and(|m| m.zero_change_is_neutral()) {
-                        true => Tracked::whole(len, merger.is_some_and(|m| m.lock_free())),
-                        false => Tracked::new(len),
+                    // Small, or large and written densely at the site's last call.
+                    let neutral = merger.is_some_and(|m| m.zero_change_is_neutral());
+                    match (neutral, len <= WHOLE_KEYS, m.dense[*slot]) {
+                        (true, true, _) => {
+                            Tracked::whole(len, merger.is_some_and(|m| m.lock_free()))
+                        }
+                        (true, false, true) => Tracked::bulk(len),
+                        _ => Tracked::new(len),
                     }
                 })
                 .collect(),
@@ -197,6 +201,11 @@ fn work<Task: Sync, D: Element>(
         merging += t_merge.elapsed();
     }
     m.merges.add(merging);
+    for ((slot, _), t) in w.replicas.iter().zip(&w.tracked) {
+        let (keys, pushes) = &m.pushed[*slot];
+        keys.fetch_add(t.pushed_keys, Ordering::Relaxed);
+        pushes.fetch_add(t.pushes, Ordering::Relaxed);
+    }
 }
 
 /// Without reconnaissance, between mini-batches: pushes the keys the worker wrote (which

@@ -29,6 +29,11 @@ pub(super) struct Tracked {
     whole: bool,
     /// Pushed whole and merged without locks (see [`Merger::lock_free`]).
     lock_free: bool,
+    /// Pushed whole under the table's one lock (see [`Tracked::bulk`]).
+    bulk: bool,
+    /// Keys pushed by noted writes, and pushes (see [`Tracked::density`]).
+    pub pushed_keys: u64,
+    pub pushes: u64,
 }
 
 impl Drop for Tracked {
@@ -49,6 +54,9 @@ impl Tracked {
             fresh: Vec::new(),
             whole: false,
             lock_free: false,
+            bulk: false,
+            pushed_keys: 0,
+            pushes: 0,
         }
     }
 
@@ -72,6 +80,18 @@ impl Tracked {
         for i in 0..len {
             dirty.mark(i);
         }
+        t
+    }
+
+    /// Bookkeeping for a large replica every mini-batch writes densely (a layer's weights
+    /// kept as a flat table of scalars): pushed whole, as [`Tracked::whole`], but merged
+    /// element by element in one pass under the table's one lock (see
+    /// [`KeyLocks::whole`]), not word by word with atomic operations or under a lock per
+    /// element. A new user's MLP layers (2,000 weights in four flat tables) merged per
+    /// element ran at 0.58x serial on two workers, at 1.15x word by word.
+    pub fn bulk(len: usize) -> Self {
+        let mut t = Tracked::whole(len, false);
+        t.bulk = true;
         t
     }
 
@@ -116,6 +136,13 @@ impl Tracked {
             unsafe { merger.refresh_lock_free(master, replica) };
             return;
         }
+        if self.bulk {
+            let _table = locks.whole();
+            // SAFETY: every worker of a table pushed in bulk reaches its master only under
+            // the table's lock, held here (the choice is the table's, made alike for all).
+            unsafe { merger.refresh(master, replica) };
+            return;
+        }
         let len = self.stamps.len();
         let stamps = &mut self.stamps;
         let mut new = |&key: &usize| {
@@ -157,12 +184,27 @@ impl Tracked {
             unsafe { merger.push_lock_free(master, replica) };
             return;
         }
+        if self.bulk {
+            let _table = locks.whole();
+            // SAFETY: as in `catch_up`.
+            unsafe { merger.push(master, replica) };
+            return;
+        }
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
         let dirty = unsafe { &*self.dirty };
+        self.count(dirty.keys().len());
         let keys = dirty.keys().iter().copied();
         // SAFETY: the caller's guarantee; noted keys passed the views' bounds checks.
         unsafe { merger.push_keys(master, replica, &mut locks.each(keys)) };
+    }
+
+    /// Counts a push of `keys` noted keys (a replica pushed whole counts none).
+    fn count(&mut self, keys: usize) {
+        if !self.whole {
+            self.pushed_keys += keys as u64;
+            self.pushes += 1;
+        }
     }
 
     /// Between mini-batches: pushes the keys the worker wrote, as [`Tracked::push`] (which
@@ -180,15 +222,16 @@ impl Tracked {
         next: usize,
         locks: &KeyLocks,
     ) {
-        if self.lock_free {
-            // SAFETY: as in `catch_up`. The push reads back every key: nothing is left
-            // to catch up with.
-            unsafe { merger.push_lock_free(master, replica) };
+        if self.lock_free || self.bulk {
+            // SAFETY: as for `push`. The push reads back every key: nothing is left to
+            // catch up with.
+            unsafe { self.push(merger, master, replica, locks) };
             return;
         }
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
         // caller's guarantee).
         let dirty = unsafe { &*self.dirty };
+        self.count(dirty.keys().len());
         let stamps = &mut self.stamps;
         let keys = dirty.keys().iter().copied().inspect(|&key| {
             stamps[key] = next as u32;
@@ -260,6 +303,16 @@ impl KeyLocks {
         self.0[stripe].store(false, Ordering::Release);
     }
 
+    /// The whole table, locked until the guard is dropped: its first stripe stands for all
+    /// of it, for a table whose every worker merges it whole under this lock (see
+    /// [`Tracked::bulk`]) and never by [`KeyLocks::each`].
+    pub fn whole(&self) -> WholeTable<'_> {
+        if !self.0.is_empty() {
+            self.lock(0);
+        }
+        WholeTable(self)
+    }
+
     /// `keys`, each locked (its stripe) from when it is yielded until the next is asked for
     /// (or the iterator dropped): what a merger needs (see [`Merger::refresh_keys`]). A
     /// stripe stays locked while the keys that follow fall in it; only one is ever held,
@@ -269,6 +322,17 @@ impl KeyLocks {
             keys,
             locks: self,
             held: None,
+        }
+    }
+}
+
+/// See [`KeyLocks::whole`].
+pub(super) struct WholeTable<'a>(&'a KeyLocks);
+
+impl Drop for WholeTable<'_> {
+    fn drop(&mut self) {
+        if !self.0 .0.is_empty() {
+            self.0.unlock(0);
         }
     }
 }

@@ -12,6 +12,7 @@
 //! Across ranks (`cross.rs`), each rank runs the mini-batches of its part of the data.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -144,7 +145,11 @@ fn run_call<Task: Sync, D: Element>(
         SyncStrategy::Serial { .. } => {
             serial::run(&m, cross.as_mut(), comm, body.mode).map(|_| None)?
         }
-        SyncStrategy::Hybrid { .. } => Some(hybrid::run(&m, cross.as_mut(), comm)?),
+        SyncStrategy::Hybrid { .. } => {
+            let merged = hybrid::run(&m, cross.as_mut(), comm)?;
+            m.learn_density();
+            Some(merged)
+        }
         SyncStrategy::Bsp { .. } => bsp::run(&m, cross.as_mut(), comm).map(|_| None)?,
     };
     call.note(|f| {
@@ -235,7 +240,24 @@ struct Minibatches<'m, Task, D> {
     key_locks: Vec<KeyLocks>,
     /// Whether one worker in a world of one runs every mini-batch, in order.
     chain: bool,
+    /// Per slot: Hybrid workers push the table whole, its mini-batches having written
+    /// it densely at this call site's last call (see [`DENSE`]).
+    dense: Vec<bool>,
+    /// Per slot: keys Hybrid workers pushed by their noted writes, and pushes.
+    pushed: Vec<(AtomicU64, AtomicU64)>,
 }
+
+/// Per (call site, table): whether a Hybrid call's mini-batches wrote the table densely
+/// (a quarter of its elements or more per push, on average). Its next call pushes it
+/// whole (see `Tracked::bulk`), as a small table is: no view notes a key, and one pass
+/// under the table's lock merges it. A new user's MLP kept its layers as flat
+/// `DVector<f32>`s (1,280 weights in the largest), every one written by every
+/// mini-batch, and merged each under its own lock: 0.58x serial on two workers.
+static DENSE: std::sync::LazyLock<dashmap::DashMap<(usize, u64), bool>> =
+    std::sync::LazyLock::new(dashmap::DashMap::new);
+
+/// The share of a table's elements a push writes on average, from which it is dense.
+const DENSE_SHARE: u64 = 4;
 
 impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
     /// Cuts `items` into mini-batches and decides, per table, how workers bind it; returns
@@ -306,8 +328,34 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
             masters: RwLock::new(()),
             key_locks,
             chain: threads == 1 && !call.here.is_distributed(),
+            dense: (0..bases.len())
+                .map(|slot| {
+                    let key = (call.site as *const CallSite as usize, bases[slot].id);
+                    DENSE.get(&key).is_some_and(|d| *d)
+                })
+                .collect(),
+            pushed: (0..bases.len())
+                .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+                .collect(),
         };
         Ok((m, re_key))
+    }
+
+    /// Notes, for this call site's next call, which tables its workers wrote densely:
+    /// tables pushed by noted keys whose pushes wrote a quarter of their elements or more
+    /// (those pushed whole stay so).
+    fn learn_density(&self) {
+        for (slot, (keys, pushes)) in self.pushed.iter().enumerate() {
+            let (keys, pushes) = (keys.load(Ordering::Relaxed), pushes.load(Ordering::Relaxed));
+            if pushes == 0 || self.dense[slot] {
+                continue;
+            }
+            let dense = keys * DENSE_SHARE >= pushes * self.bases[slot].len as u64;
+            DENSE.insert(
+                (self.site as *const CallSite as usize, self.bases[slot].id),
+                dense,
+            );
+        }
     }
 
     /// The data index of mini-batch `b`'s first item.
