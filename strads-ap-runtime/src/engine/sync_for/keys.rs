@@ -31,7 +31,8 @@ pub(super) struct Tracked {
     lock_free: bool,
     /// Pushed whole under the table's one lock (see [`Tracked::bulk`]).
     bulk: bool,
-    /// Keys pushed by noted writes, and pushes (see [`Tracked::density`]).
+    /// Keys pushed by noted writes, and pushes: how densely the mini-batches write the
+    /// table (see `Minibatches::learn_density`).
     pub pushed_keys: u64,
     pub pushes: u64,
 }

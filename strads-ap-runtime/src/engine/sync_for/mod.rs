@@ -342,8 +342,9 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
     }
 
     /// Notes, for this call site's next call, which tables its workers wrote densely:
-    /// tables pushed by noted keys whose pushes wrote a quarter of their elements or more
-    /// (those pushed whole stay so).
+    /// tables pushed by noted keys whose pushes wrote a quarter of their elements or more.
+    /// A table pushed whole for that stays so at the site: a whole push notes no keys, so
+    /// a site whose mini-batches later write it sparsely keeps pushing it whole.
     fn learn_density(&self) {
         for (slot, (keys, pushes)) in self.pushed.iter().enumerate() {
             let (keys, pushes) = (keys.load(Ordering::Relaxed), pushes.load(Ordering::Relaxed));
