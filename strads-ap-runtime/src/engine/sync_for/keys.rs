@@ -223,10 +223,16 @@ impl Tracked {
         next: usize,
         locks: &KeyLocks,
     ) {
-        if self.lock_free || self.bulk {
-            // SAFETY: as for `push`. The push reads back every key: nothing is left to
-            // catch up with.
-            unsafe { self.push(merger, master, replica, locks) };
+        if self.lock_free {
+            // SAFETY: as in `catch_up`. The push reads back every key: nothing is left
+            // to catch up with.
+            unsafe { merger.push_lock_free(master, replica) };
+            return;
+        }
+        if self.bulk {
+            let _table = locks.whole();
+            // SAFETY: as in `catch_up`; the push reads back every key.
+            unsafe { merger.push(master, replica) };
             return;
         }
         // SAFETY: `dirty` is valid (see `new`), and no view is alive to write it now (the
