@@ -520,9 +520,10 @@ fn loop_figures_count_the_workers_merges() {
 }
 
 /// A large table every mini-batch writes whole (a layer's weights kept as a flat table
-/// of scalars) is noted key by key at the site's first call and pushed whole under the
-/// table's lock from its second: every worker's every change is merged exactly once
-/// either way, on 1, 2 and 4 workers, and across calls that switch between the two.
+/// of scalars) is noted key by key at the site's first call on several workers and
+/// pushed whole under the table's lock from its second (a new table in the same place
+/// too): every worker's every change is merged exactly once either way, on 1, 2 and 4
+/// workers, and across calls that switch between the two.
 #[test]
 fn a_table_written_densely_is_merged_exactly_when_pushed_whole() {
     let data = DVector::from_fn(600, |i| i as u64).unwrap();

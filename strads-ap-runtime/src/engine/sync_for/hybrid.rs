@@ -34,11 +34,8 @@ pub(super) fn run<Task: Sync, D: Element>(
     let slots: Vec<usize> = (0..m.replicate.len()).filter(|&s| m.replicate[s]).collect();
     let mut merged = vec![false; m.replicate.len()];
     for &slot in &slots {
-        let whole = m.registry.entries[slot].merger.as_ref().is_some_and(|g| {
-            (m.bases[slot].len <= WHOLE_KEYS || m.dense[slot]) && g.zero_change_is_neutral()
-        });
         // With reconnaissance only written tables are replicated.
-        merged[slot] = whole || m.sparse.is_some();
+        merged[slot] = pushed_whole(m, slot) || m.sparse.is_some();
     }
     // Across ranks: the local mini-batches in about `HYBRID_SYNCS` windows (at least a few
     // mini-batches per thread each), each ending in a synchronisation point.
@@ -76,6 +73,15 @@ pub(super) fn run<Task: Sync, D: Element>(
     Ok(merged)
 }
 
+/// Whether workers push their replicas of `slot`'s table whole (without
+/// reconnaissance): a table whose unchanged elements push nothing, small, or written
+/// densely at the call site's last call.
+fn pushed_whole<Task, D>(m: &Minibatches<'_, Task, D>, slot: usize) -> bool {
+    m.registry.entries[slot].merger.as_ref().is_some_and(|g| {
+        g.zero_change_is_neutral() && (m.bases[slot].len <= WHOLE_KEYS || m.dense[slot])
+    })
+}
+
 /// A Hybrid worker: its context, its replicas, and per replica what it tracks (without
 /// reconnaissance) or the tag of every key (with: the mini-batch that writes it now,
 /// `SHARED` if it only reads it, untouched otherwise).
@@ -95,17 +101,13 @@ impl Worker {
         let tracked: Vec<Tracked> = match m.sparse {
             None => replicas
                 .iter()
-                .map(|(slot, _)| {
-                    let len = m.bases[*slot].len;
-                    let merger = m.registry.entries[*slot].merger.as_ref();
-                    // Small, or large and written densely at the site's last call.
-                    let neutral = merger.is_some_and(|m| m.zero_change_is_neutral());
-                    match (neutral, len <= WHOLE_KEYS, m.dense[*slot]) {
-                        (true, true, _) => {
-                            Tracked::whole(len, merger.is_some_and(|m| m.lock_free()))
-                        }
-                        (true, false, true) => Tracked::bulk(len),
-                        _ => Tracked::new(len),
+                .map(|&(slot, _)| {
+                    let len = m.bases[slot].len;
+                    let merger = m.registry.entries[slot].merger.as_ref();
+                    match (pushed_whole(m, slot), len <= WHOLE_KEYS) {
+                        (true, true) => Tracked::whole(len, merger.is_some_and(|m| m.lock_free())),
+                        (true, false) => Tracked::bulk(len),
+                        (false, _) => Tracked::new(len),
                     }
                 })
                 .collect(),

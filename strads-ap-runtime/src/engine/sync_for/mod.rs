@@ -147,7 +147,7 @@ fn run_call<Task: Sync, D: Element>(
         }
         SyncStrategy::Hybrid { .. } => {
             let merged = hybrid::run(&m, cross.as_mut(), comm)?;
-            m.learn_density();
+            m.learn_density(&call.here);
             Some(merged)
         }
         SyncStrategy::Bsp { .. } => bsp::run(&m, cross.as_mut(), comm).map(|_| None)?,
@@ -241,20 +241,22 @@ struct Minibatches<'m, Task, D> {
     /// Whether one worker in a world of one runs every mini-batch, in order.
     chain: bool,
     /// Per slot: Hybrid workers push the table whole, its mini-batches having written
-    /// it densely at this call site's last call (see [`DENSE`]).
+    /// it densely at this call site's last call (see [`Dense`]).
     dense: Vec<bool>,
     /// Per slot: keys Hybrid workers pushed by their noted writes, and pushes.
     pushed: Vec<(AtomicU64, AtomicU64)>,
 }
 
-/// Per (call site, table): whether a Hybrid call's mini-batches wrote the table densely
-/// (a quarter of its elements or more per push, on average). Its next call pushes it
-/// whole (see `Tracked::bulk`), as a small table is: no view notes a key, and one pass
-/// under the table's lock merges it. A new user's MLP kept its layers as flat
-/// `DVector<f32>`s (1,280 weights in the largest), every one written by every
-/// mini-batch, and merged each under its own lock: 0.58x serial on two workers.
-static DENSE: std::sync::LazyLock<dashmap::DashMap<(usize, u64), bool>> =
-    std::sync::LazyLock::new(dashmap::DashMap::new);
+/// Per rank, the (call site, slot) pairs whose Hybrid mini-batches wrote their table
+/// densely (a quarter of its elements or more per push, on average). The site's next
+/// call pushes that table whole (see `Tracked::bulk`), as a small table is: no view notes
+/// a key, and one pass under the table's lock merges it. A new user's MLP kept its
+/// layers as flat `DVector<f32>`s (1,280 weights in the largest), every one written by
+/// every mini-batch, and merged each under its own lock: 0.58x serial on two workers.
+/// Keyed by slot, not by table, so that it stays as small as the program's loops (a
+/// table made afresh for each call takes its slot's rule).
+#[derive(Default)]
+struct Dense(dashmap::DashSet<(usize, usize)>);
 
 /// The share of a table's elements a push writes on average, from which it is dense.
 const DENSE_SHARE: u64 = 4;
@@ -328,12 +330,13 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
             masters: RwLock::new(()),
             key_locks,
             chain: threads == 1 && !call.here.is_distributed(),
-            dense: (0..bases.len())
-                .map(|slot| {
-                    let key = (call.site as *const CallSite as usize, bases[slot].id);
-                    DENSE.get(&key).is_some_and(|d| *d)
-                })
-                .collect(),
+            dense: {
+                let dense = call.here.local::<Dense>();
+                let site = call.site as *const CallSite as usize;
+                (0..bases.len())
+                    .map(|slot| dense.0.contains(&(site, slot)))
+                    .collect()
+            },
             pushed: (0..bases.len())
                 .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
                 .collect(),
@@ -345,17 +348,18 @@ impl<'m, Task: Sync, D: Element> Minibatches<'m, Task, D> {
     /// tables pushed by noted keys whose pushes wrote a quarter of their elements or more.
     /// A table pushed whole for that stays so at the site: a whole push notes no keys, so
     /// a site whose mini-batches later write it sparsely keeps pushing it whole.
-    fn learn_density(&self) {
+    fn learn_density(&self, here: &crate::cluster::RankCtx) {
+        let dense = here.local::<Dense>();
+        let site = self.site as *const CallSite as usize;
         for (slot, (keys, pushes)) in self.pushed.iter().enumerate() {
             let (keys, pushes) = (keys.load(Ordering::Relaxed), pushes.load(Ordering::Relaxed));
             if pushes == 0 || self.dense[slot] {
                 continue;
             }
-            let dense = keys * DENSE_SHARE >= pushes * self.bases[slot].len as u64;
-            DENSE.insert(
-                (self.site as *const CallSite as usize, self.bases[slot].id),
-                dense,
-            );
+            match keys * DENSE_SHARE >= pushes * self.bases[slot].len as u64 {
+                true => dense.0.insert((site, slot)),
+                false => dense.0.remove(&(site, slot)).is_some(),
+            };
         }
     }
 
