@@ -483,7 +483,7 @@ pub(crate) fn after_call(
         .max(m.workers)
         .max(figures.workers.unwrap_or(1));
     // Over the calls so far, and in this one: a `sync_for!` pushes a table its
-    // mini-batches wrote densely whole from its second call (see `sync_for::DENSE`), so
+    // mini-batches wrote densely whole from its second call (see `sync_for::Dense`), so
     // its first call's merges need not be its pace.
     let this_call = figures.running.as_secs_f64() * figures.workers.unwrap_or(1) as f64;
     let last_share = match this_call > 0.0 {
