@@ -230,6 +230,11 @@ fn pagerank_matches_serial() {
 }
 
 #[test]
+fn pagerank_jacobi_matches_serial() {
+    matches_serial("pagerank-jacobi", 0.02, 20);
+}
+
+#[test]
 fn pegasos_matches_serial() {
     matches_serial("pegasos", 0.04, 10);
 }

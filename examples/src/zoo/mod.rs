@@ -39,6 +39,7 @@ pub mod logreg_relaxed;
 pub mod mf_small;
 pub mod mf_strings;
 pub mod pagerank;
+pub mod pagerank_jacobi;
 pub mod pegasos;
 pub mod transe_fb;
 
@@ -286,6 +287,14 @@ pub const PROGRAMS: &[Program] = &[
         shape: "Gauss-Seidel PageRank over a multimap of in-neighbours: each task reads a power-law number of ranks and writes its own",
         serial: pagerank::serial,
         strads: pagerank::strads,
+        tolerance: 0.005,
+        reads: Some("`head<TAB>relation<TAB>tail` lines"),
+    },
+    Program {
+        name: "pagerank-jacobi",
+        shape: "pagerank with the change its diagnosis asks for: Jacobi sweeps, reading last sweep's ranks from a copy refilled before each call (no task reads what another writes)",
+        serial: pagerank_jacobi::serial,
+        strads: pagerank_jacobi::strads,
         tolerance: 0.005,
         reads: Some("`head<TAB>relation<TAB>tail` lines"),
     },

@@ -36,16 +36,16 @@ use crate::data::{self, Zipf};
 use crate::report::{SERIAL, STRADS};
 
 const NAME: &str = "pagerank";
-const DAMPING: f32 = 0.85;
+pub(super) const DAMPING: f32 = 0.85;
 
 /// A directed graph: its node count and its edges `(source, target)`.
-struct Graph {
-    nodes: usize,
-    edges: Vec<(u32, u32)>,
+pub(super) struct Graph {
+    pub nodes: usize,
+    pub edges: Vec<(u32, u32)>,
 }
 
 /// The graph: the file given, or the synthetic default.
-fn graph(run: &Run) -> Result<Graph> {
+pub(super) fn graph(run: &Run) -> Result<Graph> {
     match &run.data {
         Some(path) => load_graph(path),
         None => Ok(synthetic_graph(run)),
@@ -196,7 +196,7 @@ pub fn strads(run: &Run) -> Result<Outcome> {
 }
 
 /// The sum of the `k` largest ranks.
-fn top_mass(rank: &[f32], k: usize) -> f64 {
+pub(super) fn top_mass(rank: &[f32], k: usize) -> f64 {
     let mut sorted: Vec<f32> = rank.to_vec();
     sorted.sort_by(|a, b| b.total_cmp(a));
     sorted.iter().take(k).map(|&r| f64::from(r)).sum()
