@@ -35,6 +35,45 @@ fn a_relaxed_table_does_not_serialize_the_loop_and_sums_exactly() {
 }
 
 #[test]
+fn a_relaxed_table_changed_between_calls_is_seen_by_the_next_call() {
+    // Workers keep their replicas of a relaxed table from one call to the next: each call
+    // must refill them from the table as the driver left it.
+    let n = 4_000;
+    let seen = DVector::from_fn(n, |_| 0u64).unwrap();
+    let t = DVector::from_fn(2, |_| 0u64).unwrap().relaxed(Relaxed::Sum);
+    let line = line!() + 3;
+    for call in 1..=6u64 {
+        t.set(0, 1000 * call).unwrap();
+        async_for!(
+            0..n,
+            |k| {
+                seen[k] = t[0];
+                t[1] += 1;
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+        strads_ap::wait_for_plans();
+        let stale: Vec<u64> = seen
+            .to_vec()
+            .unwrap()
+            .into_iter()
+            .filter(|&s| s != 1000 * call)
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "call {call} read {:?}",
+            &stale[..3.min(stale.len())]
+        );
+        assert_eq!(t.get(1).unwrap(), n as u64 * call);
+    }
+    let stats = strads_ap::loop_stats();
+    let here = format!("async_for.rs:{line}:");
+    let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
+    assert!(site.groups > 1 && site.workers == 2, "{site:?}");
+}
+
+#[test]
 fn index_types_and_offsets() {
     let v = DVector::from_fn(30, |_| 0i64).unwrap();
     let base = 10u32;

@@ -233,6 +233,8 @@ pub(crate) struct MapTable<K, V> {
     relaxed: AtomicBool,
     /// How workers' updates of the values merge (`sync_for!`, relaxed maps).
     aggregation: RwLock<Option<Aggregation<V>>>,
+    /// Workers' replicas of the values kept from one call to the next.
+    spares: Arc<super::table::Spares>,
 }
 
 impl<K: MapKey, V: Element> Aggregated<V> for MapTable<K, V> {
@@ -241,6 +243,9 @@ impl<K: MapKey, V: Element> Aggregated<V> for MapTable<K, V> {
     }
     fn describe(&self) -> String {
         format!("DMap {}", self.id)
+    }
+    fn spares(&self) -> &Arc<super::table::Spares> {
+        &self.spares
     }
 }
 
@@ -257,6 +262,7 @@ impl<K: MapKey, V: Element> MapTable<K, V> {
             gate: Default::default(),
             relaxed: AtomicBool::new(false),
             aggregation: RwLock::new(None),
+            spares: Arc::default(),
         });
         register_table(id, &table);
         table
