@@ -101,8 +101,8 @@ pub use super::{DirectFallback, EnterFallback, LockFallback, NoteFallback, Recor
             (DVector, DMap, DMultiMap) are captured by handle",
     note = "a DDS inside another value (a nested DDS, e.g. Vec<DVector<f32>>) is not \
             supported: capture each DDS as its own variable",
-    note = "a plain value is copied to every worker on every call: share a large read-only \
-            one as an `Arc` (`let table = Arc::new(table);` before the loop), or keep it \
+    note = "a plain value is copied into every group of tasks a call runs: share a large \
+            read-only one as an `Arc` (`let table = Arc::new(table);` before the loop), or keep it \
             in a DVector made once, before the loops"
 )]
 pub trait Capturable {

@@ -61,9 +61,11 @@ impl<T: Element> std::fmt::Debug for DVector<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Relaxed {
-    /// Each worker keeps a replica; replicas' deltas are summed into the table at
-    /// sub-round ends: after each step of a rotation plan (each worker has then run one
-    /// block of tasks), and after the whole call for a plan of independent groups.
+    /// Each worker keeps a replica; a worker adds its replica's changes to the table
+    /// (summed with the other workers') after each group of tasks it runs (a rotation
+    /// cell's slice, a components group, a dynamic round's share), then reads the table's
+    /// values back. A loop whose written tables are all relaxed runs as 4 × threads
+    /// groups, so its replicas merge only that often.
     Sum,
 }
 
