@@ -272,6 +272,66 @@ fn reading_what_other_tasks_write_is_named() {
 }
 
 #[test]
+fn counts_most_tasks_read_and_several_write_are_all_named_for_relaxing() {
+    // A sampler's shape (a new user's GSDMM: each document reads every cluster's counts
+    // and moves from one cluster to another): the counts chain all tasks, a copy read in
+    // their place cannot serve (what a task writes follows what it reads), and relaxing
+    // one table at a time only names the next. Here the moves are fixed per item, so the
+    // plan holds from call to call.
+    // Forty clusters: each is written by about 5% of the tasks, too few to be hot.
+    let (n, k) = (3000, 40);
+    let start: Vec<usize> = (0..n).map(|i| mix(i as u64) as usize % k).collect();
+    let mut sizes = vec![0i64; k];
+    start.iter().for_each(|&c| sizes[c] += 1);
+    let cluster = DVector::from_vec(start).unwrap();
+    let size = DVector::from_vec(sizes).unwrap();
+    let weight = DVector::from_fn(k, |_| 1.0f64).unwrap();
+    let line = line!() + 2;
+    for _ in 0..4 {
+        async_for!(
+            0..n,
+            |i| {
+                let old = cluster[i];
+                let mut score = 0.0;
+                for c in 0..40 {
+                    score += size[c] as f64 * weight[c];
+                }
+                let new = (old + 1 + i % 3) % 40;
+                size[old] -= 1;
+                weight[old] -= 1e-9 * score;
+                size[new] += 1;
+                weight[new] += 1e-9 * score;
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = plan_finding(&stats);
+    let mut named = d.tables.clone();
+    named.sort();
+    assert_eq!(
+        named,
+        vec!["size".to_string(), "weight".to_string()],
+        "{}",
+        d.message
+    );
+    assert!(
+        d.message
+            .contains("that other tasks write, and tasks share written elements of"),
+        "{}",
+        d.message
+    );
+    assert!(
+        d.fix.contains("declare `size` and `weight` relaxed")
+            || d.fix.contains("declare `weight` and `size` relaxed"),
+        "{}",
+        d.fix
+    );
+    assert!(!d.fix.contains("copy of"), "{}", d.fix);
+}
+
+#[test]
 fn tables_keyed_alike_rotate_without_advice() {
     // Biased MF's shape: two factor tables and two bias tables keyed like them. The
     // planner rotates `p` with `bu` and `q` with `bi` (two dimensions), so nothing needs

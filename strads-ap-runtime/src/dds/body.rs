@@ -103,7 +103,9 @@ pub use super::{DirectFallback, EnterFallback, LockFallback, NoteFallback, Recor
             supported: capture each DDS as its own variable",
     note = "a plain value is copied into every group of tasks a call runs: share a large \
             read-only one as an `Arc` (`let table = Arc::new(table);` before the loop), or keep it \
-            in a DVector made once, before the loops"
+            in a DVector made once, before the loops",
+    note = "a random-number generator cannot be captured and advanced: seed one inside the \
+            body from the seed, the pass and the loop index (the manual's \"Random numbers\")"
 )]
 pub trait Capturable {
     /// What the task struct stores.

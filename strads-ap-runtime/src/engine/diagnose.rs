@@ -757,11 +757,42 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         (what, fix, tables) = relax_hot(registry, &hot_keys);
     } else if let Some(&(slot, readers)) = shape.readers_of_written.first() {
         let table = &registry.entries[slot].name;
+        let share = 100.0 * readers as f64 / shape.tasks.max(1) as f64;
+        if shape.shared_written.contains(&slot) {
+            // Elements most tasks read and several write (a sampler's cluster counts,
+            // each document moving from one cluster to another): a copy read in place of
+            // the table cannot serve, since which elements a task writes follows what it
+            // reads; only relaxing them all lets tasks run side by side.
+            tables = names(registry, &shape.shared_written);
+            what = format!(
+                "{readers} tasks ({share:.0}%) read elements of `{table}` that other tasks \
+                 write, and tasks share written elements of {}, which chains them together",
+                quoted(&tables)
+            );
+            let mut parts = declare_relaxed(registry, &tables);
+            parts.push(
+                "or, if approximate merging suits the model, run the loop with `sync_for!` \
+                 (Hybrid)"
+                    .to_string(),
+            );
+            fix = format!(
+                "{}. Each worker then reads and writes its own copies, merged with the \
+                 others' after each group of tasks, as a distributed Gibbs sampler (AD-LDA) \
+                 does with its counts: the other workers' updates are seen late, so compare \
+                 a held-out metric with one thread's",
+                parts.join("; ")
+            );
+            return Explained {
+                why: what,
+                fix,
+                tables,
+                hot_keys,
+            };
+        }
         tables = vec![table.to_string()];
         what = format!(
-            "{readers} tasks ({:.0}%) read elements of `{table}` that other tasks write, \
-             which chains them together",
-            100.0 * readers as f64 / shape.tasks.max(1) as f64
+            "{readers} tasks ({share:.0}%) read elements of `{table}` that other tasks write, \
+             which chains them together"
         );
         fix = format!(
             "a task that reads what others write must wait for them. Where the algorithm \
@@ -838,14 +869,6 @@ fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<S
             hot_tables.push(h.table.clone());
         }
     }
-    let is_map = |t: &String| {
-        registry
-            .entries
-            .iter()
-            .any(|e| e.name == t.as_str() && e.table.is_map())
-    };
-    let maps: Vec<String> = hot_tables.iter().filter(|t| is_map(t)).cloned().collect();
-    let vectors: Vec<String> = hot_tables.iter().filter(|t| !is_map(t)).cloned().collect();
     let mut parts = Vec::new();
     // A key nearly every task writes is usually a total or a counter kept in a table.
     if let Some(h) = hot_keys.iter().find(|h| h.share >= TOTAL_SHARE) {
@@ -856,24 +879,7 @@ fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<S
             h.table, h.key, h.table, h.key
         ));
     }
-    if !vectors.is_empty() {
-        parts.push(format!(
-            "declare {} relaxed where it is made \
-             (`DVector::from_vec(v)?.relaxed(Relaxed::Sum)`: concurrent updates are merged as \
-             summed deltas) so the planner leaves {} out",
-            quoted(&vectors),
-            if vectors.len() == 1 { "it" } else { "them" }
-        ));
-    }
-    if !maps.is_empty() {
-        parts.push(format!(
-            "declare {} relaxed where it is made \
-             (`DMap::from_map(m)?.relaxed(Relaxed::Sum)`: concurrent updates of the values \
-             are merged as summed deltas) so the planner leaves {} out",
-            quoted(&maps),
-            if maps.len() == 1 { "it" } else { "them" }
-        ));
-    }
+    parts.extend(declare_relaxed(registry, &hot_tables));
     parts.push(
         "or, if approximate merging suits the model, run the loop with `sync_for!` (Hybrid)"
             .to_string(),
@@ -889,6 +895,45 @@ fn relax_hot(registry: &Registry, hot_keys: &[HotKey]) -> (String, String, Vec<S
          variable) is better served by `Opts::dynamic` with small rounds",
     );
     (what, fix, hot_tables)
+}
+
+/// The advice to declare `tables` relaxed where they are made, vectors and maps apart
+/// (their declarations differ).
+fn declare_relaxed(registry: &Registry, tables: &[String]) -> Vec<String> {
+    let is_map = |t: &String| {
+        registry
+            .entries
+            .iter()
+            .any(|e| e.name == t.as_str() && e.table.is_map())
+    };
+    let maps: Vec<String> = tables.iter().filter(|t| is_map(t)).cloned().collect();
+    let vectors: Vec<String> = tables.iter().filter(|t| !is_map(t)).cloned().collect();
+    let mut parts = Vec::new();
+    if !vectors.is_empty() {
+        parts.push(format!(
+            "declare {} relaxed where {} made \
+             (`DVector::from_vec(v)?.relaxed(Relaxed::Sum)`: concurrent updates are merged as \
+             summed deltas) so the planner leaves {} out",
+            quoted(&vectors),
+            if vectors.len() == 1 {
+                "it is"
+            } else {
+                "they are"
+            },
+            if vectors.len() == 1 { "it" } else { "them" }
+        ));
+    }
+    if !maps.is_empty() {
+        parts.push(format!(
+            "declare {} relaxed where {} made \
+             (`DMap::from_map(m)?.relaxed(Relaxed::Sum)`: concurrent updates of the values \
+             are merged as summed deltas) so the planner leaves {} out",
+            quoted(&maps),
+            if maps.len() == 1 { "it is" } else { "they are" },
+            if maps.len() == 1 { "it" } else { "them" }
+        ));
+    }
+    parts
 }
 
 fn idle_workers(site: &CallSite, registry: &Registry, shape: &PlanShape) -> Diagnosis {
