@@ -621,6 +621,43 @@ fn variable_row_tasks_are_packed_with_parallelism() {
     check_plan(&log, &tables, threads);
 }
 
+/// A sampler's log (a new user's GSDMM): every task reads all 40 cluster counts and
+/// writes two of them. Packing finds batches of a task or two; after its first few it
+/// gives up for one group in loop order, instead of thousands of such batches.
+#[test]
+fn tasks_tied_to_most_others_are_not_packed_one_batch_each() {
+    let (n, clusters) = (20_000u64, 40u64);
+    let log = AccessLog::from_tasks((0..n).map(|i| {
+        let (old, new) = (mix_key(i) % clusters, mix_key(i + n) % clusters);
+        (0..clusters)
+            .map(|c| Access::new(0, c, c == old || c == new))
+            .collect::<Vec<_>>()
+    }));
+    let tables = [TableInfo {
+        key_space: clusters as usize,
+        relaxed: false,
+    }];
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 3,
+        first_index: 0,
+    };
+    let p = plan(log.clone(), &tables, &config);
+    assert_eq!((p.stats.batches, p.stats.groups), (1, 1), "{:?}", p.stats);
+    let tasks = &groups_of(&p)[0].1;
+    assert_eq!(tasks, &(0..n as u32).collect::<Vec<_>>(), "loop order");
+    check_plan(&log, &tables, 2);
+}
+
+/// A key from an index, well spread.
+fn mix_key(i: u64) -> u64 {
+    let mut x = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 #[test]
 fn balanced_blocks_split_weight_evenly() {
     let w = vec![1u32; 100];
