@@ -74,6 +74,30 @@ fn a_relaxed_table_changed_between_calls_is_seen_by_the_next_call() {
 }
 
 #[test]
+fn relaxed_unsigned_counts_that_go_down_and_up_merge_exactly() {
+    // Each task moves one unit from one count to the next (a sampler's document leaving
+    // one cluster for another): the workers' changes to a `u32` are merged modulo its
+    // range, so the counts end where the serial loop's do.
+    let counts = DVector::from_fn(4, |_| 1000u32)
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let n = 4_000;
+    for _ in 0..3 {
+        async_for!(
+            0..n,
+            |i| {
+                counts[i % 4] -= 1;
+                counts[(i + 1) % 4] += 1;
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+        strads_ap::wait_for_plans();
+    }
+    assert_eq!(counts.to_vec().unwrap(), vec![1000; 4]);
+}
+
+#[test]
 fn index_types_and_offsets() {
     let v = DVector::from_fn(30, |_| 0i64).unwrap();
     let base = 10u32;
