@@ -44,6 +44,32 @@ pub(super) struct Graph {
     pub edges: Vec<(u32, u32)>,
 }
 
+/// The twins' in-neighbour lists and out-degrees.
+pub(super) type TwinTables = (DMap<u32, Vec<u32>>, DVector<u32>);
+
+impl Graph {
+    /// The serial programs' tables: each node's in-neighbours, and each node's out-degree.
+    pub(super) fn adjacency(&self) -> (HashMap<u32, Vec<u32>>, Vec<u32>) {
+        let mut in_nbrs: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut out_degree: Vec<u32> = vec![0; self.nodes];
+        for &(u, v) in &self.edges {
+            in_nbrs.entry(v).or_default().push(u);
+            out_degree[u as usize] += 1;
+        }
+        (in_nbrs, out_degree)
+    }
+
+    /// The twins' tables: the same, as DDSs. (`DMultiMap<u32, u32>` is the guide's
+    /// replacement for `HashMap<u32, Vec<u32>>` and now serves as well; a `DMap` of the
+    /// lists is what the zoo measured first.)
+    pub(super) fn twin_tables(&self) -> Result<TwinTables> {
+        let (lists, degrees) = self.adjacency();
+        let mut pairs: Vec<(u32, Vec<u32>)> = lists.into_iter().collect();
+        pairs.sort_unstable_by_key(|p| p.0);
+        Ok((DMap::from_pairs(pairs)?, DVector::from_vec(degrees)?))
+    }
+}
+
 /// The graph: the file given, or the synthetic default.
 pub(super) fn graph(run: &Run) -> Result<Graph> {
     match &run.data {
@@ -104,12 +130,7 @@ fn load_graph(path: &Path) -> Result<Graph> {
 pub fn serial(run: &Run) -> Result<Outcome> {
     let g = graph(run)?;
     let n = g.nodes;
-    let mut in_nbrs: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut out_degree: Vec<u32> = vec![0; n];
-    for &(u, v) in &g.edges {
-        in_nbrs.entry(v).or_default().push(u);
-        out_degree[u as usize] += 1;
-    }
+    let (in_nbrs, out_degree) = g.adjacency();
     let mut rank: Vec<f32> = vec![1.0 / n as f32; n];
     let (damping, teleport) = (DAMPING, (1.0 - DAMPING) / n as f32);
 
@@ -145,19 +166,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
 pub fn strads(run: &Run) -> Result<Outcome> {
     let g = graph(run)?;
     let n = g.nodes;
-    // `DMultiMap<u32, u32>` is the guide's replacement for `HashMap<u32, Vec<u32>>`, but
-    // its view in a loop body has neither `get` nor indexing (only `get_all`), so the
-    // serial body does not compile against it: the lists go in a `DMap` instead.
-    let mut lists: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut degrees: Vec<u32> = vec![0; n];
-    for &(u, v) in &g.edges {
-        lists.entry(v).or_default().push(u);
-        degrees[u as usize] += 1;
-    }
-    let mut pairs: Vec<(u32, Vec<u32>)> = lists.into_iter().collect();
-    pairs.sort_unstable_by_key(|p| p.0);
-    let in_nbrs: DMap<u32, Vec<u32>> = DMap::from_pairs(pairs)?;
-    let out_degree: DVector<u32> = DVector::from_vec(degrees)?;
+    let (in_nbrs, out_degree) = g.twin_tables()?;
     let rank: DVector<f32> = DVector::from_fn(n, |_| 1.0 / n as f32)?;
     let (damping, teleport) = (DAMPING, (1.0 - DAMPING) / n as f32);
 

@@ -12,8 +12,6 @@
 //!
 //! Shape, data and metric: those of [`pagerank`](super::pagerank).
 
-use std::collections::HashMap;
-
 use anyhow::Result;
 use strads_ap::prelude::*;
 
@@ -27,12 +25,7 @@ const NAME: &str = "pagerank-jacobi";
 pub fn serial(run: &Run) -> Result<Outcome> {
     let g = graph(run)?;
     let n = g.nodes;
-    let mut in_nbrs: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut out_degree: Vec<u32> = vec![0; n];
-    for &(u, v) in &g.edges {
-        in_nbrs.entry(v).or_default().push(u);
-        out_degree[u as usize] += 1;
-    }
+    let (in_nbrs, out_degree) = g.adjacency();
     let mut rank: Vec<f32> = vec![1.0 / n as f32; n];
     let mut old: Vec<f32> = rank.clone();
     let (damping, teleport) = (DAMPING, (1.0 - DAMPING) / n as f32);
@@ -70,16 +63,7 @@ pub fn serial(run: &Run) -> Result<Outcome> {
 pub fn strads(run: &Run) -> Result<Outcome> {
     let g = graph(run)?;
     let n = g.nodes;
-    let mut lists: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut degrees: Vec<u32> = vec![0; n];
-    for &(u, v) in &g.edges {
-        lists.entry(v).or_default().push(u);
-        degrees[u as usize] += 1;
-    }
-    let mut pairs: Vec<(u32, Vec<u32>)> = lists.into_iter().collect();
-    pairs.sort_unstable_by_key(|p| p.0);
-    let in_nbrs: DMap<u32, Vec<u32>> = DMap::from_pairs(pairs)?;
-    let out_degree: DVector<u32> = DVector::from_vec(degrees)?;
+    let (in_nbrs, out_degree) = g.twin_tables()?;
     let rank: DVector<f32> = DVector::from_fn(n, |_| 1.0 / n as f32)?;
     let old: DVector<f32> = DVector::from_fn(n, |_| 1.0 / n as f32)?;
     let (damping, teleport) = (DAMPING, (1.0 - DAMPING) / n as f32);
