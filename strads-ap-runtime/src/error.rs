@@ -90,7 +90,10 @@ pub enum Error {
          colour or phase the loop is run with: give each of its values its own call site, \
          since a plan is kept per call site). The call site's cached reconnaissance was \
          dropped, so the next call redoes it; pass `Opts::new().recheck(true)` to redo it \
-         before every call"
+         before every call (element locks), or, where `{table}` is indexed by values drawn \
+         afresh (sampled negatives) and its concurrent updates may be summed, declare it \
+         relaxed where it is made (`.relaxed(Relaxed::Sum)`): a relaxed table is left out \
+         of the plan, and its accesses are not checked against it"
     )]
     AccessOutsidePlan {
         /// Call site of the loop operator.
