@@ -214,7 +214,10 @@ fn a_parameter_dependent_access_is_detected() {
         );
         assert!(msg.contains("wrote `w[150]`"), "{msg}");
         assert!(msg.contains("recheck(true)"), "{msg}");
-        assert!(msg.contains("where `w` is indexed by values drawn afresh"), "{msg}");
+        assert!(
+            msg.contains("where `w` is indexed by values drawn afresh"),
+            "{msg}"
+        );
         // The next call re-plans (the cached plan was dropped) and succeeds.
         run(on_all()).unwrap();
         // With recheck, every call re-plans.
