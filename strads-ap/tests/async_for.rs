@@ -82,6 +82,7 @@ fn relaxed_unsigned_counts_that_go_down_and_up_merge_exactly() {
         .unwrap()
         .relaxed(Relaxed::Sum);
     let n = 4_000;
+    let line = line!() + 2;
     for _ in 0..3 {
         async_for!(
             0..n,
@@ -95,6 +96,11 @@ fn relaxed_unsigned_counts_that_go_down_and_up_merge_exactly() {
         strads_ap::wait_for_plans();
     }
     assert_eq!(counts.to_vec().unwrap(), vec![1000; 4]);
+    // Merged from replicas: the calls after the first ran on both workers.
+    let stats = strads_ap::loop_stats();
+    let here = format!("async_for.rs:{line}:");
+    let site = stats.iter().find(|s| s.site.contains(&here)).unwrap();
+    assert!(site.groups > 1 && site.workers == 2, "{site:?}");
 }
 
 #[test]

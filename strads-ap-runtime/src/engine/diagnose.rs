@@ -779,35 +779,7 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         let table = &registry.entries[slot].name;
         let share = 100.0 * readers as f64 / shape.tasks.max(1) as f64;
         if shape.shared_written.contains(&slot) {
-            // Elements most tasks read and several write (a sampler's cluster counts,
-            // each document moving from one cluster to another): a copy read in place of
-            // the table cannot serve, since which elements a task writes follows what it
-            // reads; only relaxing them all lets tasks run side by side.
-            tables = names(registry, &shape.shared_written);
-            what = format!(
-                "{readers} tasks ({share:.0}%) read elements of `{table}` that other tasks \
-                 write, and tasks share written elements of {}, which chains them together",
-                quoted(&tables)
-            );
-            let mut parts = declare_relaxed(registry, &tables);
-            parts.push(
-                "or, if approximate merging suits the model, run the loop with `sync_for!` \
-                 (Hybrid)"
-                    .to_string(),
-            );
-            fix = format!(
-                "{}. Each worker then reads and writes its own copies, merged with the \
-                 others' after each group of tasks, as a distributed Gibbs sampler (AD-LDA) \
-                 does with its counts: the other workers' updates are seen late, so compare \
-                 a held-out metric with one thread's",
-                parts.join("; ")
-            );
-            return Explained {
-                why: what,
-                fix,
-                tables,
-                hot_keys,
-            };
+            return counts_read_and_shared(registry, shape, table, readers, hot_keys);
         }
         tables = vec![table.to_string()];
         what = format!(
@@ -859,6 +831,44 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
     }
     Explained {
         why: what,
+        fix,
+        tables,
+        hot_keys,
+    }
+}
+
+/// Why a plan is one chain when the table most tasks read is also one several tasks write
+/// (a sampler's cluster counts, each document moving from one cluster to another): a copy
+/// read in place of the table cannot serve, since which elements a task writes follows
+/// what it reads; only relaxing all the shared written tables lets tasks run side by side.
+fn counts_read_and_shared(
+    registry: &Registry,
+    shape: &PlanShape,
+    table: &str,
+    readers: usize,
+    hot_keys: Vec<HotKey>,
+) -> Explained {
+    let share = 100.0 * readers as f64 / shape.tasks.max(1) as f64;
+    let tables = names(registry, &shape.shared_written);
+    let why = format!(
+        "{readers} tasks ({share:.0}%) read elements of `{table}` that other tasks write, \
+         and tasks share written elements of {}, which chains them together",
+        quoted(&tables)
+    );
+    let mut parts = declare_relaxed(registry, &tables);
+    parts.push(
+        "or, if approximate merging suits the model, run the loop with `sync_for!` (Hybrid)"
+            .to_string(),
+    );
+    let fix = format!(
+        "{}. Each worker then reads and writes its own copies, merged with the others' after \
+         each group of tasks, as a distributed Gibbs sampler (AD-LDA) does with its counts: \
+         the other workers' updates are seen late, so compare a held-out metric with one \
+         thread's",
+        parts.join("; ")
+    );
+    Explained {
+        why,
         fix,
         tables,
         hot_keys,
