@@ -1624,21 +1624,25 @@ fn packing(
         .iter()
         .map(|t| vec![Packed::default(); t.len()])
         .collect();
+    // The tasks not yet packed are `pending[head..]`, in the order they are offered. A
+    // batch scans a prefix of them; the ones it defers are written back at the end of
+    // that prefix, so a batch costs what it scans, not what is left (copying the rest
+    // once a batch made a word2vec plan of 30,059 batches take 48 s instead of 2).
     let mut pending: Vec<u32> = order.to_vec();
+    let mut head = 0usize;
+    let mut deferred = Vec::new();
     let mut batches = Batches::new("packing", n);
     batches.stats.largest_component = largest_component;
     let mut batch_no = 0u32;
     let mut packed_so_far = 0usize;
-    while !pending.is_empty() {
+    while head < pending.len() {
         batch_no += 1;
         let mut load = vec![0usize; bins];
         let mut members: Vec<Vec<u32>> = vec![Vec::new(); bins];
-        let mut deferred = Vec::new();
+        deferred.clear();
         let (mut packed, mut scanned) = (0usize, 0usize);
-        let mut rest = pending.len();
-        for (i, &t) in pending.iter().enumerate() {
+        for &t in &pending[head..] {
             if scanned > 4 * packed + 256 {
-                rest = i;
                 break;
             }
             scanned += 1;
@@ -1661,8 +1665,9 @@ fn packing(
                 None => deferred.push(t),
             }
         }
-        deferred.extend_from_slice(&pending[rest..]);
-        pending = deferred;
+        let start = head + scanned - deferred.len();
+        pending[start..head + scanned].copy_from_slice(&deferred);
+        head = start;
         members.retain(|m| !m.is_empty());
         members.iter_mut().for_each(|m| m.sort_unstable());
         batches.push(members);
