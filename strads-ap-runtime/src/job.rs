@@ -70,9 +70,11 @@ fn check_threads(threads: usize) -> Result<()> {
 
 /// Leaves the job cleanly: says goodbye to every rank, waits until everything sent has been
 /// delivered and every rank has said goodbye, and closes the connections. Call it last, on
-/// every rank; a rank that exits without it looks lost to the others. Does nothing in a
-/// world of one.
+/// every rank; a rank that exits without it looks lost to the others. It also tells of
+/// any loop whose plan no call ran (the `plan-pending` diagnosis), in a world of one too.
 pub fn finish() -> Result<()> {
+    // A loop whose plan no call ran is told so (see `engine::diagnose::at_end`).
+    crate::engine::stats::at_end();
     // The last checkpoint, still being written, is committed first.
     checkpoint::flush()?;
     cluster::leave()

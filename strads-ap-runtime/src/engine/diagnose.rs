@@ -19,7 +19,7 @@
 //!   workers did not pay, from the plan's shape and the workers' busy time.
 //! * [`Finding::PlanPending`]: the plan of a recorded first call, made on a spare thread,
 //!   was still not ready after [`PENDING_CALLS`] calls, each run in loop order on one
-//!   worker meanwhile.
+//!   worker meanwhile; or the job ended ([`crate::finish`]) before a call ran it.
 //!
 //! `STRADS_DIAGNOSE=0` keeps them off stderr (they are still in the loop figures).
 //! `STRADS_DIAGNOSE_BUSY=SHARE` (read at the first diagnosis) replaces [`BUSY_SHARE`]: `1` reports the fixed costs of
@@ -365,6 +365,8 @@ struct SiteMemory {
     /// Calls run in loop order while the plan was made, and their seconds.
     awaiting: u64,
     awaiting_secs: f64,
+    /// The last call was one of them.
+    last_awaited: bool,
     /// The fastest of them: its workers' seconds, their seconds in bodies, and its steps.
     /// The fixed-costs diagnosis looks at it, not at the mean, which one call slowed by the
     /// machine (or still warming up) moves.
@@ -420,6 +422,7 @@ pub(crate) fn after_call(
         m.awaiting += 1;
         m.awaiting_secs += secs;
     }
+    m.last_awaited = figures.awaiting_plan;
     // A call with a table made afresh ran with locks instead of planning anew: for the
     // diagnosis it is a first call all the same (nothing kept served its tables).
     if figures.first_call || figures.renewed {
@@ -507,12 +510,61 @@ pub(crate) fn after_call(
     }
     drop(m);
     for d in found {
-        if std::env::var(crate::cluster::env::DIAGNOSE).map_or(true, |v| v.trim() != "0") {
-            eprintln!("{}", d.message);
-        }
-        tracing::info!("{}", d.message);
-        stats.diagnoses.push(d);
+        emit(d, stats);
     }
+}
+
+/// Says a diagnosis (unless `STRADS_DIAGNOSE=0`) and keeps it in the loop's figures.
+fn emit(d: Diagnosis, stats: &mut LoopStats) {
+    if std::env::var(crate::cluster::env::DIAGNOSE).map_or(true, |v| v.trim() != "0") {
+        eprintln!("{}", d.message);
+    }
+    tracing::info!("{}", d.message);
+    stats.diagnoses.push(d);
+}
+
+/// At the job's end ([`crate::finish`]): a loop whose last calls ran in loop order while
+/// its plan was made, too few of them for [`PENDING_CALLS`], is told that no call ran its
+/// plan. (A new user's word2vec ran its 3 calls of 16 s so, the plan taking 48 s to
+/// make, and nothing was said.)
+pub(crate) fn at_end(stats: &mut LoopStats) {
+    let memory = crate::cluster::here().local::<Memory>();
+    let Some(m) = memory.0.get(&stats.site) else {
+        return;
+    };
+    let told = stats
+        .diagnoses
+        .iter()
+        .any(|d| d.finding == Finding::PlanPending);
+    if !m.last_awaited || told {
+        return;
+    }
+    let what = format!(
+        "no call ran its plan, made on a spare thread since its recorded first call: the \
+         job ended after {} more call{} ({:.2} s in all), which ran in loop order on one \
+         worker, as one thread runs them, while the plan was made",
+        m.awaiting,
+        if m.awaiting == 1 { "" } else { "s" },
+        m.awaiting_secs
+    );
+    drop(m);
+    let fix = "for a job of a few calls, `Opts::new().fallback(Fallback::Never)` makes the \
+               plan on the first call's path instead, so the calls after the first run it \
+               (the first call takes that much longer), and any finding about the plan \
+               follows"
+        .to_string();
+    let site = stats.site.clone();
+    emit(
+        Diagnosis {
+            finding: Finding::PlanPending,
+            message: message(&site, Finding::PlanPending, false, &what, &fix),
+            tables: Vec::new(),
+            hot_keys: Vec::new(),
+            fix,
+            others_busy: None,
+        },
+        stats,
+    );
 }
 
 /// The plan is still being made on a spare thread: the calls so far ran as the serial
@@ -732,7 +784,13 @@ fn quoted(names: &[String]) -> String {
 /// The diagnosis's text. A loop that ran on `one_worker` is not said not to scale
 /// (nothing was asked of it but its serial body's pace), only to cost more than its
 /// bodies.
-fn message(site: &CallSite, finding: Finding, one_worker: bool, what: &str, fix: &str) -> String {
+fn message(
+    site: &dyn std::fmt::Display,
+    finding: Finding,
+    one_worker: bool,
+    what: &str,
+    fix: &str,
+) -> String {
     let headline = match one_worker {
         true => "costs more than its loop bodies",
         false => "does not scale",
@@ -1285,7 +1343,8 @@ mod tests {
     use super::*;
 
     /// A loop whose every call after the first ran in loop order beside the planner is
-    /// told so after `PENDING_CALLS` of them, once; one whose plan came in time is not.
+    /// told so after `PENDING_CALLS` of them, once; one whose plan came in time is not; a
+    /// job that ends after fewer such calls is told so at its end.
     #[test]
     fn a_plan_not_ready_after_several_calls_is_said_to_be_pending() {
         let site = |line| -> &'static CallSite {
@@ -1326,11 +1385,40 @@ mod tests {
             pending[0].message
         );
         assert!(pending[0].fix.contains("Fallback::Never"));
+        stats.site = waiting.to_string();
+        at_end(&mut stats);
+        assert_eq!(stats.diagnoses.len(), 1, "told once: {:?}", stats.diagnoses);
         let (served, mut stats) = (site(2), LoopStats::default());
         for awaiting in [true, true, false, false, false, false] {
             call(served, &mut stats, awaiting);
         }
+        stats.site = served.to_string();
+        at_end(&mut stats);
         assert!(stats.diagnoses.is_empty(), "{:?}", stats.diagnoses);
+        // A short job: two calls beside the planner, then the end.
+        let (short, mut stats) = (site(3), LoopStats::default());
+        for _ in 0..2 {
+            call(short, &mut stats, true);
+        }
+        assert!(stats.diagnoses.is_empty(), "{:?}", stats.diagnoses);
+        stats.site = short.to_string();
+        at_end(&mut stats);
+        let [told] = &stats.diagnoses[..] else {
+            panic!("one diagnosis at the end: {:?}", stats.diagnoses);
+        };
+        assert_eq!(told.finding, Finding::PlanPending);
+        assert!(
+            told.message.contains("src/pending.rs:3:5")
+                && told.message.contains("no call ran its plan")
+                && told
+                    .message
+                    .contains("the job ended after 2 more calls (0.02 s in all)"),
+            "{}",
+            told.message
+        );
+        assert!(told.fix.contains("Fallback::Never"));
+        at_end(&mut stats);
+        assert_eq!(stats.diagnoses.len(), 1, "told once");
     }
 
     /// A components plan none of whose written tables conflicts (all relaxed) is not

@@ -18,7 +18,7 @@ mod pipeline;
 pub(crate) mod reduce;
 mod registry;
 mod site;
-mod stats;
+pub(crate) mod stats;
 mod sync_for;
 mod workers;
 

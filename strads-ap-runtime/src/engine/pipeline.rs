@@ -204,6 +204,7 @@ pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
     if let Ok(ran) = &ran {
         figures.written = ran.written.clone();
     }
+    figures.failed = figures.ran && ran.as_ref().map_or(true, |r| r.outcome.is_err());
     figures.record(call.site, &call.registry);
     let ran = ran?;
     if let Some(keep) = ran.keep {

@@ -190,6 +190,14 @@ pub fn loop_stats() -> Vec<LoopStats> {
     all
 }
 
+/// At the job's end: the diagnoses only the end can give (see `diagnose::at_end`).
+pub(crate) fn at_end() {
+    let stats = crate::cluster::here().local::<Stats>();
+    for mut entry in stats.0.iter_mut() {
+        diagnose::at_end(&mut entry);
+    }
+}
+
 /// Why a call ran on one worker: its figures, for the diagnosis.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct OneWorker {
@@ -207,6 +215,8 @@ pub(crate) struct OneWorker {
 pub(crate) struct Figures {
     /// The call ran (or failed running) rather than stopping before its tasks.
     pub ran: bool,
+    /// The call returned an error.
+    pub failed: bool,
     pub recon: Duration,
     pub planning: Duration,
     pub planned_aside: Duration,
@@ -316,7 +326,7 @@ fn steady_line(
     s: &LoopStats,
     announced: &dashmap::DashMap<String, usize>,
 ) -> Option<String> {
-    if !f.ran || f.first_call || f.recorded.is_some() || f.renewed || f.awaiting_plan {
+    if !f.ran || f.failed || f.first_call || f.recorded.is_some() || f.renewed || f.awaiting_plan {
         return None;
     }
     let workers = f.workers?;
@@ -337,7 +347,7 @@ mod tests {
     use super::*;
 
     /// The steady-running line comes once per site, from the first call that is not a
-    /// recording or planning call, and says the workers and the strategy; again only when
+    /// recording or planning call and did not fail, and says the workers and the strategy; again only when
     /// the workers change.
     #[test]
     fn the_steady_line_comes_once_after_the_first_ordinary_call() {
@@ -368,6 +378,11 @@ mod tests {
         assert_eq!(once(&call(true, Some(Duration::from_millis(50)))), None);
         assert_eq!(once(&call(true, None)), None);
         assert_eq!(once(&Figures::default()), None);
+        let failed = Figures {
+            failed: true,
+            ..call(false, None)
+        };
+        assert_eq!(once(&failed), None, "a call that failed is not said to run");
         let line = once(&call(false, None)).expect("the first ordinary call is described");
         assert!(
             line.contains("src/main.rs:12:9")
