@@ -636,3 +636,59 @@ fn tables_keyed_alike_rotate_serializably() {
         }
     }
 }
+
+#[test]
+fn tasks_that_write_a_dimension_only_on_a_condition_rotate_serializably() {
+    // A learned-neighbourhood recommender's shape: every task writes its user's row, and
+    // its item's rows (`h` and `bh`, keyed alike) only where the data says so (a fifth of
+    // the tasks touch neither). The planner still rotates over users and items.
+    for threads in 1..=3 {
+        let (n, rows, cols) = (4000, 150usize, 60usize);
+        let mut rng = ChaCha8Rng::seed_from_u64(20 + threads as u64);
+        let tasks: Vec<(u32, u32, bool)> = (0..n)
+            .map(|_| {
+                let (i, j) = (rng.gen_range(0..rows), rng.gen_range(0..cols));
+                (i as u32, j as u32, rng.gen_bool(0.8))
+            })
+            .collect();
+        let with_item = tasks.iter().filter(|t| t.2).count();
+        let tasks = DVector::from_vec(tasks).unwrap();
+        let w = DVector::from_fn(rows, |_| Vec::<u32>::new()).unwrap();
+        let bw = DVector::from_fn(rows, |_| Vec::<u32>::new()).unwrap();
+        let h = DVector::from_fn(cols, |_| Vec::<u32>::new()).unwrap();
+        let bh = DVector::from_fn(cols, |_| Vec::<u32>::new()).unwrap();
+        for call in 0..2 {
+            for t in [&w, &bw, &h, &bh] {
+                t.transform(|_, v| v.clear()).unwrap();
+            }
+            let line = line!() + 1;
+            async_for!(
+                0..tasks.len(),
+                |k| {
+                    let (i, j, rated) = tasks[k];
+                    w[i as usize].push(k as u32);
+                    bw[i as usize].push(k as u32);
+                    if rated {
+                        h[j as usize].push(k as u32);
+                        bh[j as usize].push(k as u32);
+                    }
+                },
+                Opts::new().threads(threads).fallback(Fallback::Never)
+            )
+            .unwrap();
+            let site = stats_at(line);
+            let expected = if threads == 1 { "serial" } else { "rotation" };
+            assert_eq!(site.strategy, expected, "{site:?}");
+            let seqs: Vec<Vec<u32>> = [&w, &bw, &h, &bh]
+                .iter()
+                .flat_map(|t| t.to_vec().unwrap())
+                .collect();
+            let total: usize = seqs.iter().map(Vec::len).sum();
+            assert_eq!(total, 2 * n + 2 * with_item, "every write made once");
+            assert!(
+                writers_acyclic(n, &seqs),
+                "{threads} threads, call {call}: not serializable"
+            );
+        }
+    }
+}

@@ -401,7 +401,7 @@ fn plan_shaped(
             }
             if let Schedule::Rotation(r) = &mut schedule {
                 // Every windowed table is window-only by construction: each task touches
-                // exactly one key of each rotated table (the gathered keys are valid), the
+                // at most one key of each rotated table (the gathered keys are valid), the
                 // task's cell is the block of its representatives' keys, and a windowed
                 // follower's key equals its representative's in every task. The pass
                 // that checks it costs more than the rest of the rotation (biased MF:
@@ -479,15 +479,22 @@ struct Gathered {
     slots: Vec<usize>,
     /// Consecutive ranges of tasks covering the log.
     parts: Vec<std::ops::Range<usize>>,
-    /// Per part: each task's one key per slot (`u32::MAX` past `slots.len()`).
+    /// Per part: each task's one key per slot ([`FREE`] where it touches none of the
+    /// slot's keys; `u32::MAX` past `slots.len()`).
     keys: Vec<Vec<[u32; 2]>>,
     /// Per slot: tasks per key.
     weights: Vec<Vec<u32>>,
     /// Per table slot: whether every task touches its own loop index.
     at_index: Vec<bool>,
-    /// Whether every task touches exactly one key of each slot.
+    /// Whether every task touches at most one key of each slot.
     valid: bool,
 }
+
+/// A task's key of a rotated table that it does not touch at all: the task may run in any
+/// block of that table's dimension (a task that writes a row only on a condition of the
+/// data, or reads none of it). Every real key is below it (keys must be below their
+/// table's length, which [`gather_range`] checks against `FREE`).
+pub(crate) const FREE: u32 = u32::MAX - 1;
 
 impl Gathered {
     /// Keeps one of two gathered slots.
@@ -581,7 +588,9 @@ fn gather_range(
             count[i] += 1;
         }
         for (i, w) in weights.iter_mut().enumerate() {
-            if count[i] == 1 && (key[i] as usize) < sizes[i] {
+            if count[i] == 0 {
+                key[i] = FREE;
+            } else if count[i] == 1 && key[i] < FREE && (key[i] as usize) < sizes[i] {
                 if let Some(c) = w.get_mut(key[i] as usize) {
                     *c += 1;
                 }
@@ -828,9 +837,19 @@ fn rotation(
         .iter()
         .map(|w| balanced_blocks(w, blocks))
         .collect();
-    let cell_of = |k: &[u32; 2]| -> u32 {
-        let r = block_of[0][k[0] as usize];
-        let c = block_of.get(1).map_or(0, |b| b[k[1] as usize]);
+    // A task free in a dimension (it touches none of its table's keys) runs in any of
+    // its blocks: spread by task index, so free tasks keep the blocks' balance.
+    let block = |b: &[u32], k: u32, t: usize, n: usize| -> u32 {
+        match k {
+            FREE => (t % n) as u32,
+            k => b[k as usize],
+        }
+    };
+    let cell_of = |k: &[u32; 2], t: usize| -> u32 {
+        let r = block(&block_of[0], k[0], t, blocks);
+        let c = block_of
+            .get(1)
+            .map_or(0, |b| block(b, k[1], t / blocks, cols));
         r * cols as u32 + c
     };
 
@@ -843,12 +862,12 @@ fn rotation(
         .zip(&g.parts)
         .map(|(keys, range)| {
             let mut counts = vec![0usize; cell_count];
-            for k in keys {
-                counts[cell_of(k) as usize] += 1;
+            for (t, k) in range.clone().zip(keys) {
+                counts[cell_of(k, t) as usize] += 1;
             }
             let mut out: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
             for (t, k) in range.clone().zip(keys) {
-                out[cell_of(k) as usize].push(t as u32);
+                out[cell_of(k, t) as usize].push(t as u32);
             }
             out
         })
@@ -963,6 +982,9 @@ impl KeyCounts {
     #[inline]
     fn add(&mut self, keys: &[u32; 2]) {
         for (counts, &k) in self.counts[..self.slots].iter_mut().zip(keys) {
+            if k == FREE {
+                continue;
+            }
             let k = k as usize;
             if k >= counts.len() {
                 counts.resize(k + 1, 0);
@@ -1137,7 +1159,7 @@ impl Dimensions {
             keys,
             weights,
             at_index,
-            // Dimensions are found only where every task touches exactly one key of each
+            // Dimensions are found only where every task touches at most one key of each
             // shared table, below its length.
             valid: true,
         }
@@ -1156,7 +1178,9 @@ impl Dimensions {
                 .expect("gathered representative");
             for &m in &group[1..] {
                 let tag = &mut tags[self.slots[m]];
-                for task in self.keys.chunks_exact(width) {
+                // A member is free in a task exactly where its representative is (see
+                // `one_to_one`), and a free key is no element to tag.
+                for task in self.keys.chunks_exact(width).filter(|t| t[m] != FREE) {
                     tag[task[m] as usize] = block_of[i][task[group[0]] as usize];
                 }
             }
@@ -1215,8 +1239,9 @@ fn dimensions(
 }
 
 /// Tasks `range` of `log`, each as its one key of each table of `shared` (row-major,
-/// `shared.len()` per task); `None` if some task touches two keys of one of them, none,
-/// or a key past 32 bits: then they are not dimensions.
+/// `shared.len()` per task; [`FREE`] for a table the task does not touch); `None` if some
+/// task touches two keys of one of them, or a key past 32 bits: then they are not
+/// dimensions.
 fn task_keys(
     log: &AccessLog,
     range: std::ops::Range<usize>,
@@ -1230,25 +1255,25 @@ fn task_keys(
         columns[s] = c;
     }
     let column = |s: usize| columns.get(s).copied().filter(|&c| c != usize::MAX);
-    let mut keys = vec![u32::MAX; range.len() * width];
+    let mut keys = vec![FREE; range.len() * width];
     let mut row = 0;
     let mut ok = true;
     log.for_each_in(range, |_, accesses| {
         let task = &mut keys[row * width..(row + 1) * width];
         for a in accesses {
             if let Some(c) = column(a.slot()) {
-                ok &= task[c] == u32::MAX && a.key() < u32::MAX as u64;
+                ok &= task[c] == FREE && a.key() < u64::from(FREE);
                 task[c] = a.key() as u32;
             }
         }
-        ok &= task.iter().all(|&k| k != u32::MAX);
         row += 1;
     });
     ok.then_some(keys)
 }
 
 /// Whether, across the tasks of `keys` (rows of `width`), column `a`'s key and column
-/// `b`'s key determine each other (keys below `len_a` and `len_b`, the tables' lengths).
+/// `b`'s key determine each other (keys below `len_a` and `len_b`, the tables' lengths),
+/// and a task touches neither table or both ([`FREE`] in both columns or in neither).
 fn one_to_one(
     keys: &[u32],
     width: usize,
@@ -1258,6 +1283,9 @@ fn one_to_one(
     let (mut fwd, mut bwd) = (vec![u32::MAX; len_a], vec![u32::MAX; len_b]);
     keys.chunks_exact(width).all(|task| {
         let (ka, kb) = (task[a], task[b]);
+        if ka == FREE || kb == FREE {
+            return ka == kb;
+        }
         let (f, g) = (&mut fwd[ka as usize], &mut bwd[kb as usize]);
         if *f == u32::MAX && *g == u32::MAX {
             (*f, *g) = (kb, ka);

@@ -223,6 +223,59 @@ fn arb_rotation_log(rows: u64, cols: u64) -> impl Strategy<Value = AccessLog> {
     })
 }
 
+/// Matrix factorisation where some tasks write no row of a table (a write made only on a
+/// condition of the data): `p[u]` (1) and `q[i]` (2), each written or not touched at all.
+fn arb_rotation_log_with_free(rows: u64, cols: u64) -> impl Strategy<Value = AccessLog> {
+    let key = |n: u64| prop::option::weighted(0.7, 0..n);
+    prop::collection::vec((key(rows), key(cols), 0..1000u64), 0..300).prop_map(|tasks| {
+        AccessLog::from_tasks(tasks.into_iter().map(|(r, c, d)| {
+            let mut t = vec![Access::new(0, d, false)];
+            t.extend(r.map(|r| Access::new(1, r, true)));
+            t.extend(c.map(|c| Access::new(2, c, true)));
+            t
+        }))
+    })
+}
+
+/// Biased MF's shape with tasks free in the item dimension: `q[i]` (2) and `bi[perm(i)]`
+/// (4) both touched or both not; with `lone`, some tasks touch `bi` alone, so `bi` no
+/// longer follows `q`.
+fn arb_dimension_log_with_free(
+    rows: u64,
+    cols: u64,
+    lone: bool,
+) -> impl Strategy<Value = AccessLog> {
+    let task = (0..rows, prop::option::weighted(0.7, 0..cols), any::<bool>());
+    prop::collection::vec(task, 0..300).prop_map(move |tasks| {
+        AccessLog::from_tasks(tasks.into_iter().enumerate().map(|(k, (r, c, alone))| {
+            let mut t = vec![
+                Access::new(0, k as u64, false),
+                Access::new(1, r, true),
+                Access::new(3, r, true),
+            ];
+            match c {
+                Some(c) => {
+                    t.push(Access::new(2, c, true));
+                    t.push(Access::new(4, (c * 5 + 3) % cols, true));
+                }
+                None if lone && alone => t.push(Access::new(4, r % cols, true)),
+                None => {}
+            }
+            t
+        }))
+    })
+}
+
+/// Whether some key of `slot` is touched by two tasks of `log`.
+fn shared_key(log: &AccessLog, slot: usize) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    (0..log.tasks()).any(|t| {
+        log.task(t)
+            .iter()
+            .any(|a| a.slot() == slot && !seen.insert(a.key()))
+    })
+}
+
 /// Biased MF's shape: a read of the rating (slot 0), then `p[u]` (1), `q[i]` (2), `bu[u]`
 /// (3) and `bi[perm(i)]` (4: keyed one to one with `i`, not equal to it); written.
 fn arb_dimension_log(rows: u64, cols: u64) -> impl Strategy<Value = AccessLog> {
@@ -326,6 +379,48 @@ proptest! {
     fn matrix_factorisation_patterns_rotate(log in arb_rotation_log(30, 12), threads in 1usize..5) {
         let tables = vec![
             TableInfo { key_space: 1000, relaxed: false },
+            TableInfo { key_space: 30, relaxed: false },
+            TableInfo { key_space: 12, relaxed: false },
+        ];
+        check_plan(&log, &tables, threads);
+    }
+
+    /// Tasks that touch no row of a rotated table (written only on a condition of the
+    /// data) still rotate, run in some block of that dimension, and stay conflict-free.
+    #[test]
+    fn tasks_free_in_a_dimension_still_rotate(
+        log in arb_rotation_log_with_free(30, 12),
+        threads in 1usize..5,
+    ) {
+        let tables = vec![
+            TableInfo { key_space: 1000, relaxed: false },
+            TableInfo { key_space: 30, relaxed: false },
+            TableInfo { key_space: 12, relaxed: false },
+        ];
+        check_plan(&log, &tables, threads);
+        let p = plan(log.clone(), &tables, &PlanConfig {
+            threads,
+            blocks: None,
+            seed: 7,
+            first_index: 0,
+        });
+        if shared_key(&log, 1) || shared_key(&log, 2) {
+            prop_assert_eq!(p.stats.strategy, "rotation");
+        }
+    }
+
+    /// A dimension's tables may be free in a task together (biased MF's `q` and `bi`,
+    /// neither touched): they still rotate as one dimension. Where one is touched without
+    /// the other, they are not one dimension, and the plan stays conflict-free.
+    #[test]
+    fn dimensions_with_free_tasks_rotate_conflict_free(
+        log in prop::bool::ANY.prop_flat_map(|lone| arb_dimension_log_with_free(30, 12, lone)),
+        threads in 1usize..5,
+    ) {
+        let tables = vec![
+            TableInfo { key_space: 300, relaxed: false },
+            TableInfo { key_space: 30, relaxed: false },
+            TableInfo { key_space: 12, relaxed: false },
             TableInfo { key_space: 30, relaxed: false },
             TableInfo { key_space: 12, relaxed: false },
         ];
@@ -1026,6 +1121,62 @@ fn biased_mf_shape_rotates_over_two_dimensions() {
     let p = plan(log.clone(), &tables(6), &config);
     assert_eq!(p.stats.strategy, "packing", "{:?}", p.stats);
     check_plan(&log, &tables(6), 2);
+}
+
+/// A new user's learned-neighbourhood recommender writes an item's neighbour weights only
+/// where the user rated a neighbour: a fifth of its tasks touch no row of `w` (item
+/// dimension) and none of `bi` either. It still rotates over users and items, `bi`
+/// following `w`, and each cell's windows cover every access.
+#[test]
+fn tasks_that_write_no_row_of_a_dimension_rotate() {
+    let task = |i: u64| {
+        let mut t = vec![
+            Access::new(0, i, false),
+            Access::new(1, i % 97, true),
+            Access::new(3, i % 97, true),
+        ];
+        if i % 5 != 0 {
+            t.push(Access::new(2, (i * 7) % 31, true));
+            t.push(Access::new(4, (i * 7) % 31, true));
+        }
+        t
+    };
+    let tables = [2000, 97, 31, 97, 31].map(|key_space| TableInfo {
+        key_space,
+        relaxed: false,
+    });
+    let log = AccessLog::from_tasks((0..2000u64).map(task));
+    let config = PlanConfig {
+        threads: 2,
+        blocks: None,
+        seed: 1,
+        first_index: 0,
+    };
+    let p = plan(log.clone(), &tables, &config);
+    match &p.schedule {
+        Schedule::Rotation(r) => {
+            assert_eq!((r.row_slot, r.col_slot), (1, Some(2)));
+            assert_eq!(
+                (&r.row_members[..], &r.col_members[..]),
+                (&[3][..], &[4][..])
+            );
+            assert_eq!(r.window_only, [1, 3, 2, 4]);
+            // The free tasks are spread over the item blocks, not piled into one.
+            let free_per_col = |col: u32| {
+                r.cells
+                    .iter()
+                    .filter(|c| c.col == col)
+                    .flat_map(|c| &c.tasks)
+                    .filter(|&&t| t % 5 == 0)
+                    .count()
+            };
+            let counts: Vec<usize> = (0..r.cols as u32).map(free_per_col).collect();
+            let (least, most) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(most - least <= 1 + 400 / (2 * r.cols), "{counts:?}");
+        }
+        other => panic!("expected rotation, got {other:?}"),
+    }
+    check_plan(&log, &tables, 2);
 }
 
 /// Dimensions found from keys gathered chunk by chunk (as a recorded run's helper gathers
