@@ -88,7 +88,7 @@ pub enum Error {
          did not record for this index ({reason}). The body's accesses depend on values that \
          changed since reconnaissance ran: values in the tables, or a captured variable (a \
          colour or phase the loop is run with: give each of its values its own call site, \
-         since a plan is kept per call site). The call site's cached reconnaissance was \
+         since a plan is kept per call site){changed}. The call site's cached reconnaissance was \
          dropped, so the next call redoes it; pass `Opts::new().recheck(true)` to redo it \
          before every call (element locks), or, where `{table}` is indexed by values drawn \
          afresh (sampled negatives) and its concurrent updates may be summed, declare it \
@@ -108,6 +108,9 @@ pub enum Error {
         key: u64,
         /// Why the access was refused.
         reason: &'static str,
+        /// What changed since reconnaissance ran, where the engine can tell: a clause
+        /// naming the captured variables whose values changed, or empty.
+        changed: String,
     },
     /// Under [`Opts::recheck`](crate::Opts::recheck) across processes, a loop body wrote an
     /// element that reconnaissance, run at the start of this very call, did not see it

@@ -174,6 +174,60 @@ fn a_panic_in_a_body_becomes_an_error() {
     assert!(matches!(err, Error::BodyPanicked { index: 17, .. }));
 }
 
+/// A loop over a shuffled order of its data (`data[perm[k]]`, `perm` shuffled every pass,
+/// as textbook SGD writes it) leaves its plan at the second call: the error names `perm`,
+/// the captured variable that changed since reconnaissance, and not those that did not
+/// (`rate`), nor tables or reductions; it says to index the data by the loop index.
+#[test]
+fn a_shuffled_order_captured_by_the_body_is_named_when_the_plan_breaks() {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let n = 2000;
+    let data = DVector::from_fn(n, |k| (k % 50) as u32).unwrap();
+    let w = DVector::from_fn(50, |_| 0.0f64).unwrap();
+    let mut perm: Vec<usize> = (0..n).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let rate = 0.5f64;
+    let opts = Opts::new().threads(2).fallback(Fallback::Never);
+    let mut failed = None;
+    // Summed over the passes: its starting value changes, yet a reduction is not named.
+    let mut loss = 0.0f64;
+    for pass in 0..3 {
+        perm.shuffle(&mut rng);
+        let ran = async_for!(
+            0..n,
+            |k| {
+                let u = data[perm[k]] as usize;
+                w[u] += rate;
+                loss += rate;
+            },
+            opts.clone()
+        );
+        if let Err(e) = ran {
+            failed = Some(e);
+            break;
+        }
+        assert_eq!(loss, rate * (n * (pass + 1)) as f64);
+    }
+    let err = failed.expect("a shuffled order leaves the plan");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::AccessOutsidePlan { table: "w", .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("here captured `perm` changed since reconnaissance ran"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("index the data by the loop index instead (`data[k]`)"),
+        "{msg}"
+    );
+    for unchanged in ["`rate`", "`loss`", "`data`", "`w` changed"] {
+        assert!(!msg.contains(&format!("captured {unchanged}")), "{msg}");
+    }
+}
+
 /// A body whose accesses depend on a value that changes between calls must be caught,
 /// not raced: the first call plans for `target[k] == k`, the second call writes elsewhere.
 /// (One worker in a world of one runs the indices in order without a plan: there is

@@ -772,7 +772,8 @@ fn names(registry: &Registry, slots: &[usize]) -> Vec<String> {
         .collect()
 }
 
-fn quoted(names: &[String]) -> String {
+/// `names` in backticks, joined as a list (`a`, `b` and `c`).
+pub(crate) fn quoted(names: &[String]) -> String {
     let q: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     match q.len() {
         0 => String::new(),

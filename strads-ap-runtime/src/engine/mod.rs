@@ -9,6 +9,7 @@
 
 mod async_for;
 mod cache;
+mod captures;
 mod choose;
 pub mod diagnose;
 pub mod dynamic;

@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::cache::Keep;
+use super::captures;
 use super::reduce::ReductionSlot;
 use super::registry::{Base, Registry};
 use super::stats::Figures;
@@ -196,8 +197,19 @@ impl<T> Call<'_, T> {
 
 /// Ends a loop call that ran (or failed) as `ran`: records its figures, keeps or forgets
 /// what the strategy said, and has the tables it wrote checkpointed if due.
-pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
-    let mut figures = call.figures.into_inner();
+pub(crate) fn finish<T: serde::Serialize>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
+    let mut figures = std::mem::take(&mut *call.figures.borrow_mut());
+    // A call that reconnoitred (or recorded) for the plans to come: its captures'
+    // fingerprints, to name the ones that changed should a later body leave the plan.
+    if figures.first_call && !figures.renewed && !figures.replans_by_design {
+        captures::remember(call.site, captures::fingerprints(call.task()));
+    }
+    let ran = ran.map(|mut r| {
+        if let Err(e) = r.outcome {
+            r.outcome = Err(name_changed_captures(&call, e));
+        }
+        r
+    });
     if figures.ran {
         figures.wall = call.started.elapsed();
     }
@@ -234,6 +246,54 @@ pub(crate) fn finish<T>(call: Call<'_, T>, ran: Result<Ran>) -> Result<()> {
         .map(|(slot, name)| slot.encode_result(name))
         .collect::<Result<Vec<_>>>()?;
     crate::checkpoint::leave_loop(&call.site.to_string(), &tables, reductions)
+}
+
+/// An access outside the plan, with the captured plain variables (not tables, not
+/// reductions) that changed since the site last reconnoitred named in it.
+fn name_changed_captures<T: serde::Serialize>(call: &Call<'_, T>, error: Error) -> Error {
+    let Error::AccessOutsidePlan {
+        site,
+        index,
+        access,
+        table,
+        key,
+        reason,
+        changed: _,
+    } = error
+    else {
+        return error;
+    };
+    let plain = |name: &&str| {
+        let registry = &call.registry;
+        !registry.entries.iter().any(|e| e.name == *name)
+            && !registry.reductions.iter().any(|(_, r)| r == name)
+    };
+    let names: Vec<&str> = captures::since(call.site)
+        .map(|then| captures::changed(&then, &captures::fingerprints(call.task())))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(plain)
+        .collect();
+    let changed = match names.len() {
+        0 => String::new(),
+        n => format!(
+            "; here captured {} changed since reconnaissance ran: where {} the order of \
+             the data (a shuffle made each pass, indexed as `data[perm[k]]`), index the \
+             data by the loop index instead (`data[k]`), as `async_for!` chooses the order \
+             of the indices itself",
+            super::diagnose::quoted(&names.iter().map(|n| n.to_string()).collect::<Vec<_>>()),
+            if n == 1 { "it is" } else { "one is" },
+        ),
+    };
+    Error::AccessOutsidePlan {
+        site,
+        index,
+        access,
+        table,
+        key,
+        reason,
+        changed,
+    }
 }
 
 /// Enters a loop operator across ranks and ships the driver's task: every rank must reach

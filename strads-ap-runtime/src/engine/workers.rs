@@ -89,6 +89,7 @@ pub(crate) fn body_error(site: &CallSite, index: usize, payload: Box<dyn Any + S
                 table,
                 key,
                 reason,
+                changed: String::new(),
             },
         },
         Err(payload) => Error::BodyPanicked {

@@ -864,6 +864,7 @@ fn writes_follow_values(recheck: bool, error: Error) -> Error {
             table,
             key,
             reason,
+            ..
         } if recheck => Error::WritesDependOnValues {
             site,
             index,
