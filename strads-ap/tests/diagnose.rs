@@ -272,6 +272,60 @@ fn reading_what_other_tasks_write_is_named() {
 }
 
 #[test]
+fn a_table_read_where_others_write_is_named_alone_when_the_rest_would_rotate() {
+    // A learned-neighbourhood recommender's shape (a new user's trial): each rating writes
+    // its user's bias and its item's bias and weights, and reads the biases of the item's
+    // neighbours. Reading `bi` where other tasks write it chains the tasks; without `bi`
+    // the loop rotates over users and items, so `bi` alone is to be relaxed.
+    let (n, users, items) = (4000, 200, 80);
+    let pairs: Vec<(usize, usize)> = (0..n)
+        .map(|k| {
+            (
+                mix(k as u64) as usize % users,
+                mix(k as u64 + n as u64) as usize % items,
+            )
+        })
+        .collect();
+    let pairs = DVector::from_vec(pairs).unwrap();
+    let bu = DVector::from_fn(users, |_| 0.0f64).unwrap();
+    let bi = DVector::from_fn(items, |_| 0.0f64).unwrap();
+    let w = DVector::from_fn(items, |_| [0.0f64; 4]).unwrap();
+    let line = line!() + 2;
+    for _ in 0..4 {
+        async_for!(
+            0..n,
+            |k| {
+                let (u, i) = pairs[k];
+                let mut s = 0.0;
+                for (slot, j) in [(i + 1) % 80, (i + 7) % 80, (i + 31) % 80]
+                    .iter()
+                    .enumerate()
+                {
+                    s += w[i][slot] * bi[*j];
+                }
+                let e = 1.0 - bu[u] - bi[i] - s;
+                bu[u] += 0.01 * e;
+                bi[i] += 0.01 * e;
+                w[i][3] += 0.01 * e;
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+    }
+    let stats = stats_at(line);
+    let d = plan_finding(&stats);
+    assert_eq!(d.tables, vec!["bi".to_string()], "{}", d.message);
+    assert!(
+        d.message
+            .contains("read elements of `bi` that other tasks write, which chains them together; without `bi` the planner would rotate"),
+        "{}",
+        d.message
+    );
+    assert!(d.fix.starts_with("declare `bi` relaxed"), "{}", d.fix);
+    assert!(!d.fix.contains("copy of `bi`"), "{}", d.fix);
+}
+
+#[test]
 fn counts_most_tasks_read_and_several_write_are_all_named_for_relaxing() {
     // A sampler's shape (a new user's GSDMM: each document reads every cluster's counts
     // and moves from one cluster to another): the counts chain all tasks, a copy read in

@@ -154,6 +154,9 @@ pub(crate) struct PlanShape {
     pub readers_of_written: Vec<(usize, usize)>,
     /// Conflicting slots with a key that two tasks or more write.
     pub shared_written: Vec<usize>,
+    /// The slots of `readers_of_written`, where relaxing them would let the rest of the
+    /// loop rotate (a what-if plan of the same log); empty otherwise.
+    pub rotates_if_relaxed: Vec<usize>,
 }
 
 /// The plan's shape when it leaves workers idle or is a components plan (whose batches
@@ -173,6 +176,21 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
         .filter(|&s| plan.modes[s] == SlotMode::Checked)
         .collect();
     let (hot, readers_of_written, shared_written) = look_at_log(&plan.log, tables, &conflicting);
+    // Would the loop rotate without the tables tasks read where others write? (A new
+    // user's neighbourhood recommender read its neighbours' item biases `bi`: the
+    // diagnosis told it to relax every shared table, where `bi` alone was enough.)
+    let mut rotates_if_relaxed: Vec<usize> = readers_of_written.iter().map(|r| r.0).collect();
+    if plan.stats.strategy != "rotation" && !rotates_if_relaxed.is_empty() {
+        let mut what_if = tables.to_vec();
+        for &s in &rotates_if_relaxed {
+            what_if[s].relaxed = true;
+        }
+        if !crate::plan::would_rotate(&plan.log, &what_if) {
+            rotates_if_relaxed.clear();
+        }
+    } else {
+        rotates_if_relaxed.clear();
+    }
     Some(PlanShape {
         strategy: plan.stats.strategy,
         tasks,
@@ -184,6 +202,7 @@ pub(crate) fn plan_shape(plan: &Plan, tables: &[TableInfo], workers: usize) -> O
         hot,
         readers_of_written,
         shared_written,
+        rotates_if_relaxed,
     })
 }
 
@@ -832,6 +851,8 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
         fix = "give the loop more tasks per call (or more work per task), or run it with \
                `Opts::new().threads(1)`"
             .to_string();
+    } else if !shape.rotates_if_relaxed.is_empty() {
+        return relax_the_read(registry, shape, hot_keys);
     } else if !hot_keys.is_empty() {
         (what, fix, tables) = relax_hot(registry, &hot_keys);
     } else if let Some(&(slot, readers)) = shape.readers_of_written.first() {
@@ -890,6 +911,34 @@ fn explain(registry: &Registry, shape: &PlanShape) -> Explained {
     }
     Explained {
         why: what,
+        fix,
+        tables,
+        hot_keys,
+    }
+}
+
+/// Why a plan is not a rotation when it would be one without the tables that tasks read
+/// where others write: those tables alone are to be relaxed.
+fn relax_the_read(registry: &Registry, shape: &PlanShape, hot_keys: Vec<HotKey>) -> Explained {
+    let tables = names(registry, &shape.rotates_if_relaxed);
+    let (slot, readers) = shape.readers_of_written[0];
+    let share = 100.0 * readers as f64 / shape.tasks.max(1) as f64;
+    let table = registry.entries[slot].name;
+    let them = if tables.len() == 1 { "it" } else { "them" };
+    let why = format!(
+        "{readers} tasks ({share:.0}%) read elements of `{table}` that other tasks write, \
+         which chains them together; without {} the planner would rotate the rest of the \
+         loop (each task writes at most one element of each of its other written tables)",
+        quoted(&tables)
+    );
+    let fix = format!(
+        "{}; each worker then reads its own copy of {them}, merged with the others' after \
+         each group of tasks, so the values it reads are slightly stale: compare a \
+         held-out metric with one thread's",
+        declare_relaxed(registry, &tables).join("; ")
+    );
+    Explained {
+        why,
         fix,
         tables,
         hot_keys,

@@ -279,22 +279,30 @@ pub fn rotation_of(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) ->
     }
 }
 
-/// [`plan_ahead`], or with `components_too` false `None` where the plan would not be a
-/// rotation.
-fn plan_shaped(
-    log: AccessLog,
-    tables: &[TableInfo],
-    config: &PlanConfig,
-    ahead: Option<GatherAhead>,
-    components_too: bool,
-) -> Option<Plan> {
-    let slots = tables.len();
-    let blocks = config
-        .blocks
-        .unwrap_or(BLOCKS_PER_THREAD * config.threads)
-        .max(1);
+/// Whether the planner would make a rotation of `log` over `tables`: a what-if for the
+/// diagnoses (the same log with some tables relaxed), without making the plan.
+pub fn would_rotate(log: &AccessLog, tables: &[TableInfo]) -> bool {
+    rotation_input(log, tables, 0, None).rotated.is_some()
+}
 
-    let modes = slot_modes(&log, tables);
+/// What decides between a rotation and the other plans: the tables' modes, the tables
+/// read at the loop index, the dimensions and the keys to rotate (if the log rotates).
+struct RotationInput {
+    modes: Vec<SlotMode>,
+    at_index: Vec<bool>,
+    dims: Option<Dimensions>,
+    rotated: Option<Gathered>,
+}
+
+/// The part of planning that finds whether `log` rotates, and over what.
+fn rotation_input(
+    log: &AccessLog,
+    tables: &[TableInfo],
+    first_index: usize,
+    ahead: Option<GatherAhead>,
+) -> RotationInput {
+    let slots = tables.len();
+    let modes = slot_modes(log, tables);
     // Tables some task writes that can conflict.
     let candidates: Vec<usize> = (0..slots)
         .filter(|&s| modes[s] == SlotMode::Checked)
@@ -311,7 +319,7 @@ fn plan_shaped(
             .and_then(|a| a.finish(&candidates, log.tasks()))
         {
             Some(g) => g,
-            None => gather(&log, tables, &candidates, config.first_index),
+            None => gather(log, tables, &candidates, first_index),
         };
         if g.valid {
             gathered = Some(g);
@@ -329,7 +337,7 @@ fn plan_shaped(
             (shared, g.at_index.clone())
         }
         None => {
-            let (touches, at_index) = summarize(&log, tables, &candidates, config);
+            let (touches, at_index) = summarize(log, tables, &candidates, first_index);
             let shared = candidates
                 .iter()
                 .copied()
@@ -338,33 +346,19 @@ fn plan_shaped(
             (shared, at_index)
         }
     };
-    let indexed_by_task = (0..slots)
-        .filter(|&s| modes[s] == SlotMode::ReadOnly && tables[s].key_space > 0 && at_index[s])
-        .collect();
-
-    let mut tags: Vec<Vec<u32>> = (0..slots)
-        .map(|s| {
-            if modes[s] == SlotMode::Checked {
-                vec![UNTOUCHED; tables[s].key_space]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
-
     // More than two shared tables may still fall into one or two *dimensions*: tables
     // whose keys coincide task by task (biased MF's `p` and `bu` by user, `q` and `bi` by
     // item). Rotation then runs over one table of each dimension, the others following it.
     let dims = match shared.len() {
         3..=MAX_DIMENSION_SLOTS => {
             let keys = ahead.and_then(|a| a.finish_keys(&shared, log.tasks()));
-            dimensions(&log, tables, &shared, keys)
+            dimensions(log, tables, &shared, keys)
         }
         _ => None,
     };
-    let (shared, members) = match &dims {
-        Some(d) => (d.representatives(), d.members()),
-        None => (shared, Vec::new()),
+    let shared = match &dims {
+        Some(d) => d.representatives(),
+        None => shared,
     };
     // Rotation input for the shared tables: reuse the gathered keys when they cover
     // exactly those tables, else gather them now.
@@ -377,11 +371,52 @@ fn plan_shaped(
             // The dimensions hold every task's key of each shared table already.
             (None, Some(d)) => Some(d.gathered(&shared, tables, at_index.clone())),
             (None, None) => {
-                let g = gather(&log, tables, &shared, config.first_index);
+                let g = gather(log, tables, &shared, first_index);
                 g.valid.then_some(g)
             }
         }
     };
+    RotationInput {
+        modes,
+        at_index,
+        dims,
+        rotated,
+    }
+}
+
+/// [`plan_ahead`], or with `components_too` false `None` where the plan would not be a
+/// rotation.
+fn plan_shaped(
+    log: AccessLog,
+    tables: &[TableInfo],
+    config: &PlanConfig,
+    ahead: Option<GatherAhead>,
+    components_too: bool,
+) -> Option<Plan> {
+    let slots = tables.len();
+    let blocks = config
+        .blocks
+        .unwrap_or(BLOCKS_PER_THREAD * config.threads)
+        .max(1);
+    let RotationInput {
+        modes,
+        at_index,
+        dims,
+        rotated,
+    } = rotation_input(&log, tables, config.first_index, ahead);
+    let indexed_by_task = (0..slots)
+        .filter(|&s| modes[s] == SlotMode::ReadOnly && tables[s].key_space > 0 && at_index[s])
+        .collect();
+    let mut tags: Vec<Vec<u32>> = (0..slots)
+        .map(|s| {
+            if modes[s] == SlotMode::Checked {
+                vec![UNTOUCHED; tables[s].key_space]
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
+    let members = dims.as_ref().map(|d| d.members()).unwrap_or_default();
     let (schedule, stats) = match rotated {
         Some(g) => {
             let (mut schedule, stats, block_of) =
@@ -754,7 +789,7 @@ fn summarize(
     log: &AccessLog,
     tables: &[TableInfo],
     candidates: &[usize],
-    config: &PlanConfig,
+    first_index: usize,
 ) -> (Vec<Vec<u8>>, Vec<bool>) {
     let parts = task_parts(log.tasks());
     let fresh = || -> Vec<Vec<u8>> {
@@ -779,7 +814,7 @@ fn summarize(
                         *c = (*c + 1).min(2);
                     }
                 }
-                at.and(SlotMask::of_task(config.first_index, t, accesses));
+                at.and(SlotMask::of_task(first_index, t, accesses));
             });
             (touches, at)
         })
