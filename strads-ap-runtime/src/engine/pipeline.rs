@@ -250,50 +250,33 @@ pub(crate) fn finish<T: serde::Serialize>(call: Call<'_, T>, ran: Result<Ran>) -
 
 /// An access outside the plan, with the captured plain variables (not tables, not
 /// reductions) that changed since the site last reconnoitred named in it.
-fn name_changed_captures<T: serde::Serialize>(call: &Call<'_, T>, error: Error) -> Error {
-    let Error::AccessOutsidePlan {
-        site,
-        index,
-        access,
-        table,
-        key,
-        reason,
-        changed: _,
-    } = error
-    else {
+fn name_changed_captures<T: serde::Serialize>(call: &Call<'_, T>, mut error: Error) -> Error {
+    let Error::AccessOutsidePlan { changed, .. } = &mut error else {
         return error;
     };
+    let registry = &call.registry;
     let plain = |name: &&str| {
-        let registry = &call.registry;
         !registry.entries.iter().any(|e| e.name == *name)
             && !registry.reductions.iter().any(|(_, r)| r == name)
     };
-    let names: Vec<&str> = captures::since(call.site)
+    let names: Vec<String> = captures::since(call.site)
         .map(|then| captures::changed(&then, &captures::fingerprints(call.task())))
         .unwrap_or_default()
         .into_iter()
         .filter(plain)
+        .map(str::to_string)
         .collect();
-    let changed = match names.len() {
-        0 => String::new(),
-        n => format!(
+    if !names.is_empty() {
+        *changed = format!(
             "; here captured {} changed since reconnaissance ran: where {} the order of \
              the data (a shuffle made each pass, indexed as `data[perm[k]]`), index the \
              data by the loop index instead (`data[k]`), as `async_for!` chooses the order \
              of the indices itself",
-            super::diagnose::quoted(&names.iter().map(|n| n.to_string()).collect::<Vec<_>>()),
-            if n == 1 { "it is" } else { "one is" },
-        ),
-    };
-    Error::AccessOutsidePlan {
-        site,
-        index,
-        access,
-        table,
-        key,
-        reason,
-        changed,
+            super::diagnose::quoted(&names),
+            if names.len() == 1 { "it is" } else { "one is" },
+        );
     }
+    error
 }
 
 /// Enters a loop operator across ranks and ships the driver's task: every rank must reach
