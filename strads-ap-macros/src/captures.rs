@@ -30,6 +30,10 @@ pub(crate) struct Analysis {
     /// with whether every such write is a sum (`+=` or `-=`): a DDS, or a plain array or
     /// `Vec` accumulated element-wise.
     pub indexed: Vec<(Ident, bool)>,
+    /// Every use of a captured variable's value, at its span, except the variable's own
+    /// places in an accumulation (`x` in `x += e`, both `x`s in `x = x.max(e)`): a
+    /// reduction read anywhere else is read as its group's partial.
+    pub reads: Vec<Ident>,
 }
 
 /// An assignment to a captured variable.
@@ -173,7 +177,9 @@ pub(crate) fn analyze(param: &Pat, body: &Expr) -> Analysis {
             assignments: Vec::new(),
             self_uses: Vec::new(),
             indexed: Vec::new(),
+            reads: Vec::new(),
         },
+        accumulating: HashSet::new(),
     };
     walker.bind_pat(param);
     walker.visit_expr(body);
@@ -193,6 +199,31 @@ struct Walker {
     scopes: Vec<HashSet<String>>,
     seen: HashSet<String>,
     analysis: Analysis,
+    /// The paths (by address in the body's syntax tree) that name a variable in its own
+    /// accumulation, which are no reads of it.
+    accumulating: HashSet<usize>,
+}
+
+/// The plain variable path `expr` is (through parentheses), if it is one.
+fn var_path(expr: &Expr) -> Option<&syn::ExprPath> {
+    match expr {
+        Expr::Path(p) => simple_name(p).is_some().then_some(p),
+        Expr::Paren(p) => var_path(&p.expr),
+        _ => None,
+    }
+}
+
+/// In `name = value` accumulating into `name` (see [`form_of_assignment`]), the path that
+/// names `name` as the accumulation's own operand.
+fn own_operand<'a>(name: &str, value: &'a Expr) -> Option<&'a syn::ExprPath> {
+    let own = |e: &'a Expr| var_path(e).filter(|_| is_var(e, name));
+    match value {
+        Expr::Paren(p) => own_operand(name, &p.expr),
+        Expr::Binary(b) => own(&b.left),
+        Expr::MethodCall(m) if m.args.len() == 1 => own(&m.receiver),
+        Expr::Call(c) if c.args.len() == 2 => own(&c.args[0]).or_else(|| own(&c.args[1])),
+        _ => None,
+    }
 }
 
 impl Walker {
@@ -276,8 +307,9 @@ impl Walker {
         }
     }
 
-    /// A use of the plain name `ident` as a value.
-    fn use_name(&mut self, ident: &Ident) {
+    /// A use of the plain name `ident` as a value (`read`: not as its own operand in an
+    /// accumulation into it).
+    fn use_name(&mut self, ident: &Ident, read: bool) {
         let name = ident.unraw().to_string();
         if name == "self" {
             self.analysis.self_uses.push(ident.span());
@@ -286,8 +318,18 @@ impl Walker {
         if name == "Self" || is_type_or_const_like(&name) || self.is_bound(&name) {
             return;
         }
+        if read {
+            self.analysis.reads.push(ident.clone());
+        }
         if self.seen.insert(name) {
             self.analysis.captures.push(ident.clone());
+        }
+    }
+
+    /// Marks `path` as a variable's own operand in its accumulation.
+    fn accumulating(&mut self, path: Option<&syn::ExprPath>) {
+        if let Some(p) = path {
+            self.accumulating.insert(p as *const syn::ExprPath as usize);
         }
     }
 
@@ -369,7 +411,7 @@ impl Walker {
                         }) if *format == Some(i) => {
                             for name in inline_format_args(&lit.value()) {
                                 if !named.contains(&name) {
-                                    self.use_name(&Ident::new(&name, lit.span()));
+                                    self.use_name(&Ident::new(&name, lit.span()), true);
                                 }
                             }
                         }
@@ -486,7 +528,10 @@ impl<'ast> Visit<'ast> for Walker {
 
     fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
         if let Some(ident) = simple_name(e) {
-            self.use_name(ident);
+            let own = self
+                .accumulating
+                .contains(&(e as *const syn::ExprPath as usize));
+            self.use_name(ident, !own);
         }
     }
 
@@ -502,6 +547,14 @@ impl<'ast> Visit<'ast> for Walker {
         self.assign(&e.left, Expr::Assign(e.clone()), |name| {
             form_of_assignment(name, &e.right)
         });
+        if let Some(target) = var_path(&e.left) {
+            let name = simple_name(target).map(|i| i.unraw().to_string());
+            let name = name.unwrap_or_default();
+            if !matches!(form_of_assignment(&name, &e.right), Form::Other) {
+                self.accumulating(Some(target));
+                self.accumulating(own_operand(&name, &e.right));
+            }
+        }
         visit::visit_expr_assign(self, e);
     }
 
@@ -510,6 +563,7 @@ impl<'ast> Visit<'ast> for Walker {
             self.assign(&e.left, Expr::Binary(e.clone()), |_| {
                 OpKind::of(&e.op).map_or(Form::Other, Form::Op)
             });
+            self.accumulating(var_path(&e.left));
         }
         visit::visit_expr_binary(self, e);
     }

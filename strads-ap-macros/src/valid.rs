@@ -66,6 +66,15 @@ pub(crate) fn check(input: &Input, analysis: &Analysis) -> syn::Result<Vec<Reduc
             .any(|a| matches!(a.form, Form::Other) && a.name.unraw() == r.name)
     });
 
+    // A reduction read in the body is its group's running part, not the serial loop's
+    // running value: refused, once per variable (a new user's averaged perceptron read
+    // its example counter `c += 1.0` as `c * x`, right on one thread and wrong on two).
+    for r in &reductions {
+        if let Some(read) = analysis.reads.iter().find(|i| i.unraw() == r.name) {
+            errors.push(Error::new(read.span(), read_reduction(kind, &r.name)));
+        }
+    }
+
     if let Some(span) = analysis.self_uses.first() {
         errors.push(Error::new(
             *span,
@@ -89,6 +98,24 @@ pub(crate) fn check(input: &Input, analysis: &Analysis) -> syn::Result<Vec<Reduc
             all
         })
         .map_or(Ok(reductions), Err)
+}
+
+/// The error for a read of reduction variable `name` inside the body.
+fn read_reduction(kind: LoopKind, name: &str) -> String {
+    let instead = match kind {
+        LoopKind::Async => "the loop index instead (an example counter: `epoch * n + k + 1`)",
+        LoopKind::Sync => {
+            "the data instead (an example counter: a position stored with each example)"
+        }
+    };
+    format!(
+        "captured variable `{name}` is accumulated inside `{}` (a reduction: each group of \
+         tasks adds into a part of its own, and the parts are combined after the call), so \
+         read here it holds only its group's part so far, not the serial loop's running \
+         value, and the result would change with the workers. Compute the value from \
+         {instead}, or read `{name}` only after the loop",
+        kind.macro_name(),
+    )
 }
 
 /// The error for an assignment to a captured variable that is no reduction.
@@ -367,6 +394,60 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert!(found[0].contains("`total` inside `sync_for!`"), "{found:?}");
         assert!(found[0].contains("across mini-batches"), "{found:?}");
+    }
+
+    /// A reduction read outside its own accumulation is refused, once per variable, at
+    /// the read; its own operand in `x = x + e`, `x = x.max(e)` or `x = f(e, x)` is no
+    /// read, and a reduction read after the loop is none of the body's business.
+    #[test]
+    fn reading_a_reduction_in_the_body_is_refused() {
+        let found = errors(
+            LoopKind::Async,
+            quote!(0..n, |k| {
+                c += 1.0;
+                u[k] += c * x[k];
+                u[k] -= c;
+                total = total + x[k];
+                top = top.max(x[k]);
+                worst = cmp::min(x[k], worst);
+                steps += 1;
+                if steps > 10 {
+                    v[k] = 0.0;
+                }
+                println!("{loss}");
+                loss += loss * 0.5;
+            }),
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(
+            found[0].starts_with("captured variable `c` is accumulated inside `async_for!`"),
+            "{found:?}"
+        );
+        assert!(found[0].contains("`epoch * n + k + 1`"), "{found:?}");
+        assert!(
+            found[1].starts_with("captured variable `steps`"),
+            "{found:?}"
+        );
+        assert!(
+            found[2].starts_with("captured variable `loss`"),
+            "{found:?}"
+        );
+
+        let found = errors(
+            LoopKind::Sync,
+            quote!(d, 8, m, |b| {
+                for x in b {
+                    seen += 1;
+                    w[0] += x / seen as f32;
+                }
+            }),
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("inside `sync_for!`"), "{found:?}");
+        assert!(
+            found[0].contains("a position stored with each example"),
+            "{found:?}"
+        );
     }
 
     #[test]
