@@ -85,10 +85,10 @@ pub enum Error {
     /// so the conflict-free plan may not cover the access.
     #[error(
         "{site}: loop index {index} {access} `{table}[{key}]`, which reconnaissance execution \
-         did not record for this index ({reason}). The body's accesses depend on values that \
-         changed since reconnaissance ran: values in the tables, or a captured variable (a \
-         colour or phase the loop is run with: give each of its values its own call site, \
-         since a plan is kept per call site){changed}. The call site's cached reconnaissance was \
+         did not record for this index ({reason}){changed}. The body's accesses depend on \
+         values that changed since reconnaissance ran: values in the tables, or a captured \
+         variable (a colour or phase the loop is run with: give each of its values its own \
+         call site, since a plan is kept per call site). The call site's cached reconnaissance was \
          dropped, so the next call redoes it; pass `Opts::new().recheck(true)` to redo it \
          before every call (element locks), or, where `{table}` is indexed by values drawn \
          afresh (sampled negatives) and its concurrent updates may be summed, declare it \

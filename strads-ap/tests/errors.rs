@@ -216,7 +216,7 @@ fn a_shuffled_order_captured_by_the_body_is_named_when_the_plan_breaks() {
         "{msg}"
     );
     assert!(
-        msg.contains("here captured `perm` changed since reconnaissance ran"),
+        msg.contains("); here captured `perm` changed since reconnaissance ran"),
         "{msg}"
     );
     assert!(
@@ -226,6 +226,66 @@ fn a_shuffled_order_captured_by_the_body_is_named_when_the_plan_breaks() {
     for unchanged in ["`rate`", "`loss`", "`data`", "`w` changed"] {
         assert!(!msg.contains(&format!("captured {unchanged}")), "{msg}");
     }
+}
+
+/// A body that writes an element only on a condition of values (a perceptron's update on
+/// a mistake) writes at a later call what reconnaissance saw it only read: the error says
+/// so and names the zero-step way out, not the captured variables that changed.
+#[test]
+fn a_write_made_on_a_condition_of_values_is_named_as_such() {
+    let n = 400;
+    // Every task updates its own row of `w` and reads the shared `w[0]`, which at the
+    // first call no task updates: it would be updated only on a mistake.
+    let wrong = DVector::from_fn(n, |_| false).unwrap();
+    let w = DVector::from_fn(40, |_| 0.0f64).unwrap();
+    let opts = Opts::new().threads(2).fallback(Fallback::Never);
+    let mut failed = None;
+    for pass in 0..3usize {
+        let ran = async_for!(
+            0..n,
+            |k| {
+                let step = 0.1 * (pass + 1) as f64;
+                let x = w[0];
+                w[1 + k % 39] += x + step;
+                if wrong[k] {
+                    w[0] = x + step;
+                }
+            },
+            opts.clone()
+        );
+        if let Err(e) = ran {
+            failed = Some(e);
+            break;
+        }
+        // Now a task makes a mistake.
+        wrong.set(25, true).unwrap();
+    }
+    let err = failed.expect("the new write leaves the plan");
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::AccessOutsidePlan {
+                table: "w",
+                key: 0,
+                access: "wrote",
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            "reconnaissance saw only reads of this element): the body writes it under a \
+             condition of values"
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("`w[..] += if wrong { step } else { 0.0 }`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("here captured `pass`"), "{msg}");
 }
 
 /// A body whose accesses depend on a value that changes between calls must be caught,

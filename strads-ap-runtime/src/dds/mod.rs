@@ -17,7 +17,7 @@ mod snapshot;
 pub(crate) mod table;
 mod text;
 mod vector;
-mod view;
+pub(crate) mod view;
 mod word_merge;
 
 pub use crate::value::{Aggregate, AggregateFn, Aggregation, Element};

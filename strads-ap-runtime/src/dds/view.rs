@@ -175,6 +175,9 @@ fn refuse(table: &'static str, i: usize, write: bool, reason: &'static str) -> !
     })
 }
 
+/// Why the plan refuses a write to an element that reconnaissance saw tasks only read.
+pub(crate) const ONLY_READ: &str = "reconnaissance saw only reads of this element";
+
 /// Why the plan refuses an access to an element of tag `tag`.
 pub(crate) fn outside_reason(tag: u32) -> &'static str {
     match tag {
@@ -182,7 +185,7 @@ pub(crate) fn outside_reason(tag: u32) -> &'static str {
         crate::access::UNTOUCHED => {
             "reconnaissance saw no task of this step of the plan touch this element"
         }
-        SHARED => "reconnaissance saw only reads of this element",
+        SHARED => ONLY_READ,
         // Another group holds it now, or (a dynamic loop, or a key left from an earlier
         // step) no group of this step does.
         _ => "the plan does not give this element to this task group at this step",

@@ -248,12 +248,33 @@ pub(crate) fn finish<T: serde::Serialize>(call: Call<'_, T>, ran: Result<Ran>) -
     crate::checkpoint::leave_loop(&call.site.to_string(), &tables, reductions)
 }
 
-/// An access outside the plan, with the captured plain variables (not tables, not
-/// reductions) that changed since the site last reconnoitred named in it.
+/// An access outside the plan, with what changed since the site last reconnoitred named
+/// in it: a write where reconnaissance saw only reads (an update made on a condition of
+/// values), or else the captured plain variables (not tables, not reductions) whose
+/// values changed.
 fn name_changed_captures<T: serde::Serialize>(call: &Call<'_, T>, mut error: Error) -> Error {
-    let Error::AccessOutsidePlan { changed, .. } = &mut error else {
+    let Error::AccessOutsidePlan {
+        changed,
+        access,
+        reason,
+        table,
+        ..
+    } = &mut error
+    else {
         return error;
     };
+    if *access == "wrote" && *reason == crate::dds::view::ONLY_READ {
+        // A perceptron's update on a mistake: the captures that changed (the pass) are
+        // beside the point, and naming them misled a new user.
+        *changed = format!(
+            ": the body writes it under a condition of values that changed since (an \
+             update made only on a mistake or a violated margin, `if pred != label {{ \
+             {table}[..] += .. }}`); make the write whatever the values, with a zero step \
+             where the condition fails (`{table}[..] += if wrong {{ step }} else {{ 0.0 }}`), \
+             so that reconnaissance sees it"
+        );
+        return error;
+    }
     let registry = &call.registry;
     let plain = |name: &&str| {
         !registry.entries.iter().any(|e| e.name == *name)
