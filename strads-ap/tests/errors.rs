@@ -228,6 +228,35 @@ fn a_shuffled_order_captured_by_the_body_is_named_when_the_plan_breaks() {
     }
 }
 
+/// A number the accesses follow (a phase) that changed is named, without the advice for
+/// a shuffled order of the data, which a number cannot be.
+#[test]
+fn a_phase_captured_by_the_body_is_named_when_the_plan_breaks() {
+    let n = 300;
+    let w = DVector::from_fn(n, |_| 0u32).unwrap();
+    let opts = Opts::new().threads(2).fallback(Fallback::Never);
+    let mut failed = None;
+    for phase in 0..3usize {
+        let ran = async_for!(
+            0..n,
+            |k| {
+                w[(k + phase) % 300] += 1;
+            },
+            opts.clone()
+        );
+        if let Err(e) = ran {
+            failed = Some(e);
+            break;
+        }
+    }
+    let msg = failed.expect("a new phase leaves the plan").to_string();
+    assert!(
+        msg.contains("); here captured `phase` changed since reconnaissance ran. "),
+        "{msg}"
+    );
+    assert!(!msg.contains("a shuffle made each pass"), "{msg}");
+}
+
 /// A body that writes an element only on a condition of values (a perceptron's update on
 /// a mistake) writes at a later call what reconnaissance saw it only read: the error says
 /// so and names the zero-step way out, not the captured variables that changed.

@@ -15,9 +15,9 @@ use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 
 use super::CallSite;
 
-/// Each captured variable's name and the hash of its value (a DDS capture hashes its
-/// table's identity and length; a reduction its starting value).
-pub(crate) type Fingerprints = Vec<(&'static str, u64)>;
+/// Each captured variable's name, the hash of its value (a DDS capture hashes its table's
+/// identity and length; a reduction its starting value) and its length in bytes encoded.
+pub(crate) type Fingerprints = Vec<(&'static str, u64, usize)>;
 
 /// The fingerprints of `task`, a loop's struct of captures; empty if it is not a struct of
 /// fields that serialise (which the loop macros never make).
@@ -25,14 +25,15 @@ pub(crate) fn fingerprints<T: Serialize>(task: &T) -> Fingerprints {
     task.serialize(Fields).unwrap_or_default()
 }
 
-/// The names of the captures in `now` whose hashes differ from `then`'s, in capture order.
-pub(crate) fn changed(then: &Fingerprints, now: &Fingerprints) -> Vec<&'static str> {
+/// The captures in `now` whose hashes differ from `then`'s, in capture order, with their
+/// encoded lengths now.
+pub(crate) fn changed(then: &Fingerprints, now: &Fingerprints) -> Vec<(&'static str, usize)> {
     now.iter()
-        .filter(|(name, hash)| {
+        .filter(|(name, hash, _)| {
             then.iter()
-                .any(|(old_name, old_hash)| old_name == name && old_hash != hash)
+                .any(|(old_name, old_hash, _)| old_name == name && old_hash != hash)
         })
-        .map(|(name, _)| *name)
+        .map(|&(name, _, len)| (name, len))
         .collect()
 }
 
@@ -62,6 +63,7 @@ struct HashSink {
     hasher: std::hash::DefaultHasher,
     buf: [u8; 256],
     len: usize,
+    total: usize,
 }
 
 impl HashSink {
@@ -70,12 +72,14 @@ impl HashSink {
             hasher: std::hash::DefaultHasher::new(),
             buf: [0; 256],
             len: 0,
+            total: 0,
         }
     }
 
-    fn finish(mut self) -> u64 {
+    /// The hash and the number of bytes fed.
+    fn finish(mut self) -> (u64, usize) {
         self.hasher.write(&self.buf[..self.len]);
-        self.hasher.finish()
+        (self.hasher.finish(), self.total + self.len)
     }
 }
 
@@ -84,6 +88,7 @@ impl Extend<u8> for HashSink {
         for b in bytes {
             if self.len == self.buf.len() {
                 self.hasher.write(&self.buf);
+                self.total += self.len;
                 self.len = 0;
             }
             self.buf[self.len] = b;
@@ -126,7 +131,8 @@ impl SerializeStruct for Collect {
         value: &T,
     ) -> Result<(), NotAStruct> {
         let sink = postcard::to_extend(value, HashSink::new()).map_err(|_| NotAStruct)?;
-        self.0.push((key, sink.finish()));
+        let (hash, len) = sink.finish();
+        self.0.push((key, hash, len));
         Ok(())
     }
 
@@ -244,10 +250,20 @@ mod tests {
             fa.iter().map(|f| f.0).collect::<Vec<_>>(),
             ["lr", "perm", "epoch"]
         );
-        assert_eq!(changed(&fa, &fb), ["perm"]);
+        // Lengths as postcard encodes them: an f32 in 4 bytes; a length, then 1000 varints
+        // (128 of one byte, 872 of two); a small usize in 1.
+        assert_eq!(
+            fa.iter().map(|f| f.2).collect::<Vec<_>>(),
+            [4, 2 + 128 + 2 * 872, 1]
+        );
+        let names = |c: Vec<(&'static str, usize)>| c.into_iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(names(changed(&fa, &fb)), ["perm"]);
         assert!(changed(&fa, &fingerprints(&same)).is_empty());
         let later = Task { epoch: 2, ..b };
-        assert_eq!(changed(&fa, &fingerprints(&later)), ["perm", "epoch"]);
+        assert_eq!(
+            names(changed(&fa, &fingerprints(&later))),
+            ["perm", "epoch"]
+        );
         assert!(fingerprints(&vec![1u32, 2]).is_empty());
         #[derive(serde::Serialize)]
         struct Empty {}

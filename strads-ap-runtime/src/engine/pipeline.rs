@@ -248,6 +248,9 @@ pub(crate) fn finish<T: serde::Serialize>(call: Call<'_, T>, ran: Result<Ran>) -
     crate::checkpoint::leave_loop(&call.site.to_string(), &tables, reductions)
 }
 
+/// Encoded bytes beyond which a captured value that changed may be an order of the data.
+const ORDER_BYTES: usize = 64;
+
 /// An access outside the plan, with what changed since the site last reconnoitred named
 /// in it: a write where reconnaissance saw only reads (an update made on a condition of
 /// values), or else the captured plain variables (not tables, not reductions) whose
@@ -280,22 +283,28 @@ fn name_changed_captures<T: serde::Serialize>(call: &Call<'_, T>, mut error: Err
         !registry.entries.iter().any(|e| e.name == *name)
             && !registry.reductions.iter().any(|(_, r)| r == name)
     };
-    let names: Vec<String> = captures::since(call.site)
+    let found: Vec<(&str, usize)> = captures::since(call.site)
         .map(|then| captures::changed(&then, &captures::fingerprints(call.task())))
         .unwrap_or_default()
         .into_iter()
-        .filter(plain)
-        .map(str::to_string)
+        .filter(|(name, _)| plain(name))
         .collect();
+    let names: Vec<String> = found.iter().map(|(name, _)| name.to_string()).collect();
     if !names.is_empty() {
         *changed = format!(
-            "; here captured {} changed since reconnaissance ran: where {} the order of \
-             the data (a shuffle made each pass, indexed as `data[perm[k]]`), index the \
-             data by the loop index instead (`data[k]`), as `async_for!` chooses the order \
-             of the indices itself",
-            super::diagnose::quoted(&names),
-            if names.len() == 1 { "it is" } else { "one is" },
+            "; here captured {} changed since reconnaissance ran",
+            super::diagnose::quoted(&names)
         );
+    }
+    // A collection that changed may be an order of the data; a number (a pass, a rate)
+    // is not one.
+    if found.iter().any(|&(_, len)| len > ORDER_BYTES) {
+        changed.push_str(&format!(
+            ": where {} the order of the data (a shuffle made each pass, indexed as \
+             `data[perm[k]]`), index the data by the loop index instead (`data[k]`), as \
+             `async_for!` chooses the order of the indices itself",
+            if names.len() == 1 { "it is" } else { "one is" },
+        ));
     }
     error
 }
