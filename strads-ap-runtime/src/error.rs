@@ -84,13 +84,13 @@ pub enum Error {
     /// A loop body touched an element that reconnaissance execution did not record for it,
     /// so the conflict-free plan may not cover the access.
     #[error(
-        "{site}: loop index {index} {access} `{table}[{key}]`, which reconnaissance execution \
+        "{site}: {unit} {index} {access} `{table}[{key}]`, which reconnaissance execution \
          did not record for this index ({reason}){changed}. The body's accesses depend on \
          values that changed since reconnaissance ran: values in the tables, or a captured \
          variable (a colour or phase the loop is run with: give each of its values its own \
          call site, since a plan is kept per call site). The call site's cached reconnaissance was \
          dropped, so the next call redoes it; pass `Opts::new().recheck(true)` to redo it \
-         before every call (element locks), or, where `{table}` is indexed by values drawn \
+         before every call ({recheck}), or, where `{table}` is indexed by values drawn \
          afresh (sampled negatives) and its concurrent updates may be summed, declare it \
          relaxed where it is made (`.relaxed(Relaxed::Sum)`): a relaxed table is left out \
          of the plan, and its accesses are not checked against it"
@@ -98,7 +98,11 @@ pub enum Error {
     AccessOutsidePlan {
         /// Call site of the loop operator.
         site: String,
-        /// The loop index whose body made the access.
+        /// What `index` counts: `loop index` (`async_for!`), or `the mini-batch from
+        /// element` (`sync_for!`).
+        unit: &'static str,
+        /// The loop index whose body made the access (`async_for!`), or the first element
+        /// of its mini-batch (`sync_for!`).
         index: usize,
         /// `read` or `wrote`.
         access: &'static str,
@@ -111,6 +115,9 @@ pub enum Error {
         /// What changed since reconnaissance ran, where the engine can tell: a clause
         /// naming the captured variables whose values changed, or empty.
         changed: String,
+        /// What `recheck(true)` does for this operator: `element locks` (`async_for!` in
+        /// one process) or `at a reconnaissance's cost per call` (`sync_for!`).
+        recheck: &'static str,
     },
     /// Under [`Opts::recheck`](crate::Opts::recheck) across processes, a loop body wrote an
     /// element that reconnaissance, run at the start of this very call, did not see it

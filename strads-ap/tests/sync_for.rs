@@ -274,6 +274,17 @@ fn reconnaissance_shares_read_only_tables() {
         ),
         "{err}"
     );
+    // Said as a mini-batch loop says it: no loop index, no element locks.
+    let msg = err.to_string();
+    assert!(msg.contains(": the mini-batch from element "), "{msg}");
+    assert!(
+        msg.contains("before every call (at a reconnaissance's cost per call)"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("loop index") && !msg.contains("element locks"),
+        "{msg}"
+    );
     assert_eq!(scale.get(0).unwrap(), 2.0);
 }
 
