@@ -93,14 +93,17 @@ pub enum Error {
          before every call ({recheck}), or, where `{table}` is indexed by values drawn \
          afresh (sampled negatives) and its concurrent updates may be summed, declare it \
          relaxed where it is made (`.relaxed(Relaxed::Sum)`): a relaxed table is left out \
-         of the plan, and its accesses are not checked against it"
+         of the plan, and its accesses are not checked against it",
+        unit = if *.batched { "the mini-batch from element" } else { "loop index" },
+        recheck = if *.batched { "at a reconnaissance's cost per call" } else { "element locks" },
     )]
     AccessOutsidePlan {
         /// Call site of the loop operator.
         site: String,
-        /// What `index` counts: `loop index` (`async_for!`), or `the mini-batch from
-        /// element` (`sync_for!`).
-        unit: &'static str,
+        /// Whether the loop runs mini-batches (`sync_for!`): `index` is then the first
+        /// element of the mini-batch, and `recheck(true)` means a reconnaissance per call
+        /// rather than element locks.
+        batched: bool,
         /// The loop index whose body made the access (`async_for!`), or the first element
         /// of its mini-batch (`sync_for!`).
         index: usize,
@@ -115,9 +118,6 @@ pub enum Error {
         /// What changed since reconnaissance ran, where the engine can tell: a clause
         /// naming the captured variables whose values changed, or empty.
         changed: String,
-        /// What `recheck(true)` does for this operator: `element locks` (`async_for!` in
-        /// one process) or `at a reconnaissance's cost per call` (`sync_for!`).
-        recheck: &'static str,
     },
     /// Under [`Opts::recheck`](crate::Opts::recheck) across processes, a loop body wrote an
     /// element that reconnaissance, run at the start of this very call, did not see it

@@ -84,20 +84,13 @@ pub(crate) fn body_error(site: &CallSite, index: usize, payload: Box<dyn Any + S
                 reason,
             } => Error::AccessOutsidePlan {
                 site: site.to_string(),
-                unit: match site.kind {
-                    super::LoopKind::Async => "loop index",
-                    super::LoopKind::Sync => "the mini-batch from element",
-                },
+                batched: site.kind == super::LoopKind::Sync,
                 index,
                 access: if write { "wrote" } else { "read" },
                 table,
                 key,
                 reason,
                 changed: String::new(),
-                recheck: match site.kind {
-                    super::LoopKind::Async => "element locks",
-                    super::LoopKind::Sync => "at a reconnaissance's cost per call",
-                },
             },
         },
         Err(payload) => Error::BodyPanicked {
