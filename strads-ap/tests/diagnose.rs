@@ -692,7 +692,9 @@ fn an_async_for_that_mostly_merges_a_large_relaxed_table_is_told_to_relax_less()
     let d = finding(&stats, Finding::MergeBound).expect("merge-bound diagnosed");
     assert_eq!(d.tables, vec!["w".to_string()]);
     assert!(d.fix.contains("relax only small tables"), "{}", d.fix);
-    assert!(!d.fix.contains("mini-batches"), "{}", d.fix);
+    // Not the `sync_for!` advice; where hot rows forbid unrelaxing, the other ways out.
+    assert!(!d.fix.starts_with("use larger mini-batches"), "{}", d.fix);
+    assert!(d.fix.contains("`Opts::new().threads(1)`"), "{}", d.fix);
 }
 
 #[test]
