@@ -649,3 +649,34 @@ fn a_write_after_a_read_of_the_same_element_is_logged_as_a_write() {
         "the later calls ran a plan: {s:?}"
     );
 }
+
+/// A recorded run logs no access to a relaxed table: the plan leaves it out and never
+/// checks it. Each task here adds into 200,000 elements of a relaxed table, more than the
+/// room a recorded run makes for one task's log: were they logged, the first call would
+/// plan nothing and the second would record again.
+#[test]
+fn a_recorded_run_logs_no_access_to_a_relaxed_table() {
+    let (n, width) = (8, 200_000);
+    let sums = DVector::from_fn(width, |_| 0.0f64)
+        .unwrap()
+        .relaxed(Relaxed::Sum);
+    let own = DVector::from_fn(n, |_| 0u32).unwrap();
+    let line = line!() + 2;
+    for _ in 0..3 {
+        async_for!(
+            0..n,
+            |k| {
+                for x in 0..200_000 {
+                    sums[x] += 1.0;
+                }
+                own[k] += 1;
+            },
+            Opts::new().threads(2).fallback(Fallback::Never)
+        )
+        .unwrap();
+    }
+    let s = stats_at(line);
+    assert_eq!((s.calls, s.recorded_calls), (3, 1), "{s:?}");
+    assert!(sums.to_vec().unwrap().iter().all(|&v| v == 3.0 * n as f64));
+    assert!(own.to_vec().unwrap().iter().all(|&v| v == 3));
+}

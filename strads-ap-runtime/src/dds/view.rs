@@ -249,6 +249,9 @@ pub struct RecordVectorView<'a, T, W: Writes = ToScratch> {
     /// The running task's last access through this view (`key << 1 | written`), logged
     /// or known to be; [`NO_MARK`] at the start of each task (see `__strads_task`).
     mark: Cell<usize>,
+    /// Whether accesses are logged (not for a recorded run's relaxed tables: see
+    /// `Recorder::unlogged`).
+    logs: bool,
     _life: PhantomData<(&'a mut [T], W)>,
 }
 
@@ -275,6 +278,7 @@ impl<'a, T, W: Writes> RecordVectorView<'a, T, W> {
             present: rec.presence(slot),
             last: rec.last_logged(slot),
             mark: Cell::new(NO_MARK),
+            logs: rec.logs(slot),
             _life: PhantomData,
         }
     }
@@ -294,6 +298,9 @@ impl<'a, T, W: Writes> RecordVectorView<'a, T, W> {
     /// is then dropped and the task run again once the element is fetched).
     #[inline(always)]
     fn note(&self, i: usize, write: bool) -> usize {
+        if !self.logs {
+            return i;
+        }
         let mark = (i << 1) | usize::from(write);
         let last = self.mark.get();
         // A read of the element last noted (read or written) or a write of the element last

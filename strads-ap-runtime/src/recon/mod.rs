@@ -748,6 +748,9 @@ pub struct Recorder {
     present: Vec<Option<Presence>>,
     /// Absent elements tasks read, as (slot, key): see [`Recorder::missed`].
     misses: RefCell<Vec<(usize, u64)>>,
+    /// Per table slot, whether its accesses go unlogged (see [`Recorder::unlogged`]);
+    /// empty when every slot's are logged.
+    unlogged: Vec<bool>,
 }
 
 /// Which elements of a table reconnaissance may read (see [`Recorder::with_presence`]).
@@ -941,7 +944,22 @@ impl Recorder {
             overflowed: Cell::new(None),
             present: Vec::new(),
             misses: RefCell::new(Vec::new()),
+            unlogged: Vec::new(),
         }
+    }
+
+    /// A recorder whose views log no access to the table slots marked in `unlogged`: the
+    /// relaxed tables of a recorded run, which the plan leaves out and never checks. (A
+    /// new user's SVD++ logged every `y[j][f]` of its relaxed implicit factors, a hundred
+    /// rows a rating: its first call took 6-7 serial epochs.)
+    pub(crate) fn unlogged(mut self, unlogged: Vec<bool>) -> Self {
+        self.unlogged = unlogged;
+        self
+    }
+
+    /// Whether views of table slot `slot` log their accesses.
+    pub(crate) fn logs(&self, slot: usize) -> bool {
+        !self.unlogged.get(slot).copied().unwrap_or(false)
     }
 
     /// A recorder whose views read only the present elements of some tables (`present`, in

@@ -116,6 +116,11 @@ fn recorded_call<Task, I: LoopIndex>(
     // recorded run and planning took 10% longer than with 2^16; 2^14 matches 2^16.
     const RECORDED_SHIFT: u32 = 14;
     let chunks = chunk_ranges(start, n, 1 << RECORDED_SHIFT);
+    // Relaxed tables are left out of the plan and never checked: nothing to log.
+    let relaxed: Vec<bool> = table_infos(&l.call.registry, bases)
+        .iter()
+        .map(|t| t.relaxed)
+        .collect();
     let sizes: Vec<usize> = chunks.iter().map(Range::len).collect();
     let mut per_task = bases.len();
     let (room_tx, rooms) = channel::<LogRoom>();
@@ -158,7 +163,8 @@ fn recorded_call<Task, I: LoopIndex>(
             // this thread is that pool's), and then we map our own room.
             let made = if i == 0 { None } else { rooms.try_recv().ok() };
             let room = made.unwrap_or_else(|| LogRoom::new(r.len(), per_task));
-            let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room);
+            let rec = Recorder::in_place(bases.iter().map(Base::recorded).collect(), room)
+                .unlogged(relaxed.clone());
             let ran = catch_unwind(AssertUnwindSafe(|| {
                 crate::progress::count(r.len());
                 record(
