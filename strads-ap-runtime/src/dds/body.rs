@@ -96,8 +96,9 @@ pub use super::{DirectFallback, EnterFallback, LockFallback, NoteFallback, Recor
 #[diagnostic::on_unimplemented(
     message = "a loop body cannot capture a value of type `{Self}`",
     label = "captured by the loop body here",
-    note = "captured values are copied to every worker and rank, so they must be \
-            Serialize + Deserialize + Clone + Send + Sync + 'static; DDS handles \
+    note = "captured values are copied to every worker and rank, so they must be owned \
+            (not a reference such as `&Vec<T>`: capture the value itself, or an `Arc` of \
+            it) and Serialize + Deserialize + Clone + Send + Sync + 'static; DDS handles \
             (DVector, DMap, DMultiMap) are captured by handle",
     note = "a DDS inside another value (a nested DDS, e.g. Vec<DVector<f32>>) is not \
             supported: capture each DDS as its own variable",
