@@ -384,8 +384,10 @@ struct SiteMemory {
     /// Calls run in loop order while the plan was made, and their seconds.
     awaiting: u64,
     awaiting_secs: f64,
-    /// The last call was one of them.
-    last_awaited: bool,
+    /// The calls since the last one that did not await the plan (all of them awaited it),
+    /// and their seconds.
+    awaiting_run: u64,
+    awaiting_run_secs: f64,
     /// The fastest of them: its workers' seconds, their seconds in bodies, and its steps.
     /// The fixed-costs diagnosis looks at it, not at the mean, which one call slowed by the
     /// machine (or still warming up) moves.
@@ -440,8 +442,11 @@ pub(crate) fn after_call(
         }
         m.awaiting += 1;
         m.awaiting_secs += secs;
+        m.awaiting_run += 1;
+        m.awaiting_run_secs += secs;
+    } else {
+        (m.awaiting_run, m.awaiting_run_secs) = (0, 0.0);
     }
-    m.last_awaited = figures.awaiting_plan;
     // A call with a table made afresh ran with locks instead of planning anew: for the
     // diagnosis it is a first call all the same (nothing kept served its tables).
     if figures.first_call || figures.renewed {
@@ -555,16 +560,16 @@ pub(crate) fn at_end(stats: &mut LoopStats) {
         .diagnoses
         .iter()
         .any(|d| d.finding == Finding::PlanPending);
-    if !m.last_awaited || told {
+    if m.awaiting_run == 0 || told {
         return;
     }
     let what = format!(
         "no call ran its plan, made on a spare thread since its recorded first call: the \
          job ended after {} more call{} ({:.2} s in all), which ran in loop order on one \
          worker, as one thread runs them, while the plan was made",
-        m.awaiting,
-        if m.awaiting == 1 { "" } else { "s" },
-        m.awaiting_secs
+        m.awaiting_run,
+        if m.awaiting_run == 1 { "" } else { "s" },
+        m.awaiting_run_secs
     );
     drop(m);
     let fix = "for a job of a few calls, `Opts::new().fallback(Fallback::Never)` makes the \
@@ -1475,6 +1480,21 @@ mod tests {
         assert!(told.fix.contains("Fallback::Never"));
         at_end(&mut stats);
         assert_eq!(stats.diagnoses.len(), 1, "told once");
+        // Only the calls since the plan last served count (a plan made anew after one
+        // that served).
+        let (again, mut stats) = (site(4), LoopStats::default());
+        for awaiting in [true, false, true, true] {
+            call(again, &mut stats, awaiting);
+        }
+        stats.site = again.to_string();
+        at_end(&mut stats);
+        assert!(
+            stats.diagnoses[0]
+                .message
+                .contains("the job ended after 2 more calls (0.02 s in all)"),
+            "{}",
+            stats.diagnoses[0].message
+        );
     }
 
     /// A components plan none of whose written tables conflicts (all relaxed) is not

@@ -347,8 +347,8 @@ mod tests {
     use super::*;
 
     /// The steady-running line comes once per site, from the first call that is not a
-    /// recording or planning call and did not fail, and says the workers and the strategy; again only when
-    /// the workers change.
+    /// recording or planning call and did not fail, and says the workers and the
+    /// strategy; again only when the workers change.
     #[test]
     fn the_steady_line_comes_once_after_the_first_ordinary_call() {
         static SITE: CallSite = CallSite {

@@ -282,7 +282,10 @@ pub fn rotation_of(log: AccessLog, tables: &[TableInfo], config: &PlanConfig) ->
 /// Whether the planner would make a rotation of `log` over `tables`: a what-if for the
 /// diagnoses (the same log with some tables relaxed), without making the plan.
 pub fn would_rotate(log: &AccessLog, tables: &[TableInfo]) -> bool {
-    rotation_input(log, tables, 0, None).rotated.is_some()
+    // No table left to conflict over (all relaxed or read-only): no rotation, and no pass
+    // over the log to find that out.
+    let checked = slot_modes(log, tables).contains(&SlotMode::Checked);
+    checked && rotation_input(log, tables, 0, None).rotated.is_some()
 }
 
 /// What decides between a rotation and the other plans: the tables' modes, the tables
