@@ -578,17 +578,7 @@ pub(crate) fn at_end(stats: &mut LoopStats) {
                follows"
         .to_string();
     let site = stats.site.clone();
-    emit(
-        Diagnosis {
-            finding: Finding::PlanPending,
-            message: message(&site, Finding::PlanPending, false, &what, &fix),
-            tables: Vec::new(),
-            hot_keys: Vec::new(),
-            fix,
-            others_busy: None,
-        },
-        stats,
-    );
+    emit(pending(&site, &what, fix), stats);
 }
 
 /// The plan is still being made on a spare thread: the calls so far ran as the serial
@@ -608,9 +598,14 @@ fn plan_pending(site: &CallSite, m: &SiteMemory) -> Diagnosis {
                path instead (the first call takes that much longer), and any finding about \
                the plan follows"
         .to_string();
+    pending(site, &what, fix)
+}
+
+/// A `plan-pending` diagnosis of `site`, saying `what` and `fix`.
+fn pending(site: &dyn std::fmt::Display, what: &str, fix: String) -> Diagnosis {
     Diagnosis {
         finding: Finding::PlanPending,
-        message: message(site, Finding::PlanPending, false, &what, &fix),
+        message: message(site, Finding::PlanPending, false, what, &fix),
         tables: Vec::new(),
         hot_keys: Vec::new(),
         fix,

@@ -414,7 +414,8 @@ proptest! {
     /// the other, they are not one dimension, and the plan stays conflict-free.
     #[test]
     fn dimensions_with_free_tasks_rotate_conflict_free(
-        log in prop::bool::ANY.prop_flat_map(|lone| arb_dimension_log_with_free(30, 12, lone)),
+        (lone, log) in prop::bool::ANY
+            .prop_flat_map(|lone| (Just(lone), arb_dimension_log_with_free(30, 12, lone))),
         threads in 1usize..5,
     ) {
         let tables = vec![
@@ -425,6 +426,15 @@ proptest! {
             TableInfo { key_space: 12, relaxed: false },
         ];
         check_plan(&log, &tables, threads);
+        if !lone && (shared_key(&log, 1) || shared_key(&log, 2)) {
+            let p = plan(log.clone(), &tables, &PlanConfig {
+                threads,
+                blocks: None,
+                seed: 7,
+                first_index: 0,
+            });
+            prop_assert_eq!(p.stats.strategy, "rotation");
+        }
     }
 
     /// `rotation_of` (a locking run's placement) is the plan's rotation where the plan
